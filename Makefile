@@ -1,0 +1,47 @@
+# The README's two commands (`make demo`, `make test`) do every set-up step themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup tools test test-unit test-integration test-e2e demo lint check clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## setup: Python environment plus the pinned upstream tools (built once into ~/.cache)
+setup: $(STAMP) tools
+
+tools: $(STAMP)
+	$(BIN)/cdctl tools build
+
+## test: lint, unit tests and the integration tests against the real control plane
+test: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS) tests/unit tests/integration
+
+test-unit: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS) tests/unit
+
+test-integration: setup
+	$(BIN)/pytest $(PYTEST_ARGS) tests/integration
+
+## demo: the main job (see README)
+demo: setup
+	$(BIN)/cdctl demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+check: lint test-unit
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

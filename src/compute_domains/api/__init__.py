@@ -1,0 +1,1 @@
+"""Shared domain vocabulary: typed models and names, no IO."""

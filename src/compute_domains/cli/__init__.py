@@ -1,0 +1,1 @@
+"""``cdctl``: the only package that parses flags and reads the environment."""

@@ -1,0 +1,149 @@
+"""``cdctl sim up|down|env|status``: the local simulated cluster (and its hidden ``serve``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from compute_domains.cli import options, tools
+from compute_domains.infra import errors
+from compute_domains.sim import cluster, lifecycle, procs, state
+
+_NAME = click.option(
+    "--name",
+    default="default",
+    show_default=True,
+    envvar="CD_SIM_NAME",
+    help="Sim name; several sims can run side by side.",
+)
+
+
+def _paths(name: str) -> state.SimPaths:
+    return state.SimPaths(options.sim_home(), name)
+
+
+@click.group("sim")
+def group() -> None:
+    """The local simulated GB200 cluster (real control plane, simulated nodes)."""
+
+
+@group.command("up")
+@_NAME
+@click.option("--api-port", type=int, default=None, help="Fixed API server port (default: free).")
+def up(name: str, api_port: int | None) -> None:
+    """Build the tools if needed, start the sim and print how to use it."""
+    console = Console(stderr=True)
+    toolset = tools.build_tools(console)
+    paths = _paths(name)
+    t0 = time.monotonic()
+    with console.status(
+        f"starting sim '{name}' (etcd, kube-apiserver, scheduler, controller-manager)..."
+    ):
+        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port)
+    if started.cleaned_stale:
+        console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
+    if started.already_running:
+        console.print(f"sim '{name}' is already running; not starting it twice")
+    else:
+        console.print(f"sim '{name}' is up in {time.monotonic() - t0:.1f}s")
+    _print_usage(paths, toolset.bin_dir)
+
+
+def _print_usage(paths: state.SimPaths, bin_dir: Path) -> None:
+    endpoints = paths.endpoints()
+    api = endpoints.api_server if endpoints else "?"
+    click.echo(f"API server:  {api}")
+    click.echo(f"kubeconfig:  {paths.kubeconfig}")
+    click.echo("use it with:")
+    click.echo(f'  eval "$(cdctl sim env --name {paths.name})"')
+    click.echo("  kubectl get nodes")
+    click.echo("  kubectl get --raw /apis/resource.k8s.io/v1")
+    click.echo(f"or directly: {bin_dir}/kubectl --kubeconfig {paths.kubeconfig} get ns")
+
+
+@group.command("down")
+@_NAME
+def down(name: str) -> None:
+    """Stop the sim and remove its folder (no process or port is left behind)."""
+    paths = _paths(name)
+    if lifecycle.stop(paths):
+        click.echo(f"sim '{name}' stopped and removed")
+    else:
+        click.echo(f"no sim named '{name}' is running; nothing to stop")
+
+
+@group.command("env")
+@_NAME
+def env(name: str) -> None:
+    """Print shell exports for KUBECONFIG and the PATH with the built kubectl and helm."""
+    paths = _paths(name)
+    recorded = state.read_state(paths)
+    if recorded is None or not state.supervisor_alive(paths, recorded):
+        raise errors.SimError(f"no sim named '{name}' is running: start it with `cdctl sim up`")
+    click.echo(f"export KUBECONFIG={paths.kubeconfig}")
+    click.echo(f"export PATH={recorded.bin_dir}:$PATH")
+
+
+@group.command("status")
+@_NAME
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def status(name: str, output: str) -> None:
+    """Show whether the sim runs, its phase, endpoints and component processes."""
+    paths = _paths(name)
+    recorded = state.read_state(paths)
+    alive = recorded is not None and state.supervisor_alive(paths, recorded)
+    endpoints = paths.endpoints()
+    doc = {
+        "name": name,
+        "running": alive,
+        "phase": recorded.phase if recorded else "absent",
+        "stale": recorded is not None and not alive,
+        "apiServer": endpoints.api_server if endpoints else None,
+        "kubeconfig": str(paths.kubeconfig) if endpoints else None,
+        "components": {n: procs.pid_alive(p) for n, p in endpoints.pids.items()}
+        if endpoints and alive
+        else {},
+        "error": recorded.error if recorded else "",
+    }
+    if output == "json":
+        click.echo(json.dumps(doc, indent=1))
+        return
+    if recorded is None:
+        click.echo(f"sim '{name}': not running")
+        return
+    state_word = doc["phase"] if alive else "stale (its supervisor is gone; `cdctl sim down`)"
+    click.echo(f"sim '{name}': {state_word}")
+    if endpoints:
+        click.echo(f"  API server  {endpoints.api_server}")
+        click.echo(f"  kubeconfig  {paths.kubeconfig}")
+    components = doc["components"]
+    assert isinstance(components, dict)
+    for comp, up_ in components.items():
+        click.echo(f"  {comp:<24} {'running' if up_ else 'DOWN'}")
+    if doc["error"]:
+        click.echo(f"  error: {doc['error']}")
+
+
+@group.command("serve", hidden=True)
+@click.option("--home", type=click.Path(path_type=Path), required=True)
+@click.option("--name", required=True)
+@click.option("--bin-dir", type=click.Path(path_type=Path), required=True)
+@click.option("--api-port", type=int, default=None)
+@click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
+def serve(
+    home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool
+) -> None:
+    """Run the sim supervisor in the foreground (started by `up` and test fixtures)."""
+    from compute_domains.infra import logs
+
+    logs.setup("info")
+    if die_with_parent:
+        procs.die_with_parent()
+    settings = cluster.SimSettings(home=home, name=name, bin_dir=bin_dir, api_port=api_port)
+    rc = asyncio.run(cluster.serve(settings))
+    raise click.exceptions.Exit(rc)

@@ -1,0 +1,1 @@
+"""Domain-free building blocks shared by every component; imports nothing above it."""

@@ -1,0 +1,47 @@
+"""The one place a lightkube client is constructed, from explicit ``KubeSettings``.
+
+Nothing is auto-detected inside a component: the CLI decides whether a process uses a
+kubeconfig file or its pod's ServiceAccount, and passes that decision down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class KubeSettings:
+    """How to reach the Kubernetes API."""
+
+    kubeconfig: Path | None = None
+    """A kubeconfig file; None means in-cluster (the pod's ServiceAccount)."""
+    service_account_dir: Path | None = None
+    """Folder with ``token``, ``ca.crt``, ``namespace`` (in-cluster); None for the standard one."""
+    field_manager: str = "compute-domains"
+    """Field manager name recorded on every write (server-side apply ownership)."""
+    timeout_s: float = 30.0
+    """Timeout of one API request in seconds (watches are long-lived and exempt)."""
+
+
+def load_config(settings: KubeSettings) -> KubeConfig:
+    """The kubeconfig or ServiceAccount configuration the settings name."""
+    if settings.kubeconfig is not None:
+        return KubeConfig.from_file(settings.kubeconfig)
+    if settings.service_account_dir is not None:
+        return KubeConfig.from_service_account(str(settings.service_account_dir))
+    return KubeConfig.from_service_account()
+
+
+def client(settings: KubeSettings) -> AsyncClient:
+    """An async client for the API server the settings name."""
+    return AsyncClient(
+        load_config(settings),
+        field_manager=settings.field_manager,
+        timeout=httpx.Timeout(settings.timeout_s, read=None),
+        trust_env=False,
+    )

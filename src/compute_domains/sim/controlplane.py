@@ -1,0 +1,366 @@
+"""Run a real Kubernetes control plane (etcd, kube-apiserver, scheduler, controller-manager).
+
+The binaries are the pinned upstream builds from ``sim.toolchain``. Everything listens on
+free loopback ports, so several control planes run side by side; certificates, keys and
+kubeconfigs are generated into the sim's own folder; each component logs to its own file.
+``ControlPlane.run()`` starts the components in dependency order, waits for each one's health
+endpoint, publishes the endpoints, and then watches them: a component that dies ends the run
+with its log tail. Cancellation stops them in reverse order (SIGTERM, bounded wait, SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx2 as httpx
+
+from compute_domains.infra import errors
+from compute_domains.sim import pki, procs
+
+logger = logging.getLogger(__name__)
+
+SERVICE_CIDR = "10.0.0.0/24"
+"""Virtual ClusterIP range; nothing is ever sent there, the API server only allocates from it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ControlPlaneSettings:
+    """How to run one control plane."""
+
+    state_dir: Path
+    """Folder for certificates, kubeconfigs, etcd data and logs (owned by this sim)."""
+    bin_dir: Path
+    """Folder with the built etcd, kube-apiserver, kube-scheduler, kube-controller-manager."""
+    api_port: int | None = None
+    """Fixed API server port; None picks a free loopback port."""
+    node_monitor_grace_s: int = 8
+    """Seconds without a heartbeat before a node turns NotReady (upstream default 40)."""
+    eviction_toleration_s: int = 10
+    """Default toleration of not-ready/unreachable taints before eviction (upstream 300)."""
+    start_timeout_s: float = 120.0
+    """How long a component may take to turn healthy before start-up fails."""
+    verbosity: int = 1
+    """Log verbosity passed to the Kubernetes components (``-v``)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoints:
+    """Where a running control plane listens; written as ``endpoints.json`` when ready."""
+
+    api_server: str
+    etcd: str
+    admin_kubeconfig: str
+    ca_file: str
+    pids: dict[str, int]
+
+    def to_json(self) -> str:
+        """Serialise for the state folder."""
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Endpoints:
+        """Parse what ``to_json`` wrote."""
+        return cls(**json.loads(text))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def check_port_free(port: int) -> None:
+    """Fail with a clear message when ``127.0.0.1:port`` is already taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise errors.SimError(
+                f"port 127.0.0.1:{port} is already in use ({err.strerror}); "
+                "stop whatever holds it or choose another port"
+            ) from err
+
+
+class _Pki:
+    """The files one control plane needs, generated once per state folder."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    def generate(self) -> None:
+        ca = pki.new_ca()
+        ca.write(self.dir, "ca")
+        pki.issue(
+            ca,
+            "kube-apiserver",
+            server=True,
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ip_addresses=("127.0.0.1", "10.0.0.1"),
+        ).write(self.dir, "apiserver")
+        pki.issue(
+            ca, "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
+        ).write(self.dir, "apiserver-kubelet-client")
+        pki.new_service_account_keys().write(self.dir, "sa")
+
+    def ca(self) -> pki.KeyPair:
+        return pki.KeyPair((self.dir / "ca.crt").read_bytes(), (self.dir / "ca.key").read_bytes())
+
+    def client_kubeconfig(
+        self, server: str, user: str, groups: tuple[str, ...], path: Path
+    ) -> Path:
+        ca = self.ca()
+        client = pki.issue(ca, user, organizations=groups, client=True)
+        path.touch(mode=0o600)
+        path.write_text(pki.kubeconfig(server=server, ca_pem=ca.cert_pem, client=client, user=user))
+        return path
+
+
+class ControlPlane:
+    """One control plane; ``run()`` serves until cancelled, ``ready`` is set when healthy."""
+
+    def __init__(self, settings: ControlPlaneSettings) -> None:
+        self._s = settings
+        self._children: list[procs.Child] = []
+        self.ready = asyncio.Event()
+        self.endpoints: Endpoints | None = None
+
+    @property
+    def _logs(self) -> Path:
+        return self._s.state_dir / "logs"
+
+    def _bin(self, name: str) -> str:
+        path = self._s.bin_dir / name
+        if not path.exists():
+            raise errors.SimError(f"{name} is not built ({path} missing): run `make setup`")
+        return str(path)
+
+    async def run(self) -> None:
+        """Start everything, wait for health, then serve until cancelled or a component dies."""
+        try:
+            await self._start_all()
+            self.ready.set()
+            logger.info("control plane ready at %s", self.endpoints and self.endpoints.api_server)
+            await self._watch_children()
+        finally:
+            await self._stop_all()
+
+    async def _start_all(self) -> None:
+        s = self._s
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        tls = _Pki(s.state_dir / "pki")
+        if not (tls.dir / "ca.crt").exists():
+            await asyncio.to_thread(tls.generate)
+        if s.api_port is not None:
+            check_port_free(s.api_port)
+        api_port = s.api_port or free_port()
+        etcd_port, etcd_peer = free_port(), free_port()
+        server = f"https://127.0.0.1:{api_port}"
+        kc_dir = s.state_dir / "kubeconfig"
+        kc_dir.mkdir(exist_ok=True)
+        admin = await asyncio.to_thread(
+            tls.client_kubeconfig, server, "admin", ("system:masters",), kc_dir / "admin.yaml"
+        )
+        kcm = await asyncio.to_thread(
+            tls.client_kubeconfig,
+            server,
+            "system:kube-controller-manager",
+            (),
+            kc_dir / "controller-manager.yaml",
+        )
+        sched = await asyncio.to_thread(
+            tls.client_kubeconfig, server, "system:kube-scheduler", (), kc_dir / "scheduler.yaml"
+        )
+
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        await self._start("etcd", self._etcd_argv(etcd_url, etcd_peer), health=f"{etcd_url}/health")
+        await self._start(
+            "kube-apiserver",
+            self._apiserver_argv(api_port, etcd_url, tls.dir),
+            health=f"{server}/readyz",
+            ca=tls.dir / "ca.crt",
+        )
+        kcm_port, sched_port = free_port(), free_port()
+        await asyncio.gather(
+            self._start(
+                "kube-controller-manager",
+                self._kcm_argv(kcm_port, kcm, tls.dir),
+                health=f"https://127.0.0.1:{kcm_port}/healthz",
+            ),
+            self._start(
+                "kube-scheduler",
+                self._scheduler_argv(sched_port, sched),
+                health=f"https://127.0.0.1:{sched_port}/healthz",
+            ),
+        )
+        self.endpoints = Endpoints(
+            api_server=server,
+            etcd=etcd_url,
+            admin_kubeconfig=str(admin),
+            ca_file=str(tls.dir / "ca.crt"),
+            pids={c.name: c.pid for c in self._children},
+        )
+        (s.state_dir / "endpoints.json").write_text(self.endpoints.to_json())
+
+    def _etcd_argv(self, url: str, peer_port: int) -> list[str]:
+        peer = f"http://127.0.0.1:{peer_port}"
+        return [
+            self._bin("etcd"),
+            "--name",
+            "sim",
+            "--data-dir",
+            str(self._s.state_dir / "etcd"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"sim={peer}",
+            "--initial-cluster-state",
+            "new",
+            # A throw-away test store: durability costs fsyncs the simulator does not need.
+            "--unsafe-no-fsync",
+            "--log-level",
+            "warn",
+        ]
+
+    def _apiserver_argv(self, port: int, etcd_url: str, tls: Path) -> list[str]:
+        tol = str(self._s.eviction_toleration_s)
+        return [
+            self._bin("kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={self._s.state_dir / 'apiserver-certs'}",
+            f"--tls-cert-file={tls / 'apiserver.crt'}",
+            f"--tls-private-key-file={tls / 'apiserver.key'}",
+            f"--client-ca-file={tls / 'ca.crt'}",
+            f"--kubelet-client-certificate={tls / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={tls / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={tls / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={tls / 'sa.crt'}",
+            f"--service-account-signing-key-file={tls / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--default-not-ready-toleration-seconds={tol}",
+            f"--default-unreachable-toleration-seconds={tol}",
+            "--profiling=false",
+            f"--v={self._s.verbosity}",
+        ]
+
+    def _kcm_argv(self, port: int, kubeconfig: Path, tls: Path) -> list[str]:
+        return [
+            self._bin("kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={self._s.state_dir / 'controller-manager-certs'}",
+            f"--service-account-private-key-file={tls / 'sa.key'}",
+            f"--root-ca-file={tls / 'ca.crt'}",
+            "--use-service-account-credentials=true",
+            "--controllers=*",
+            "--leader-elect=false",
+            "--node-monitor-period=1s",
+            f"--node-monitor-grace-period={self._s.node_monitor_grace_s}s",
+            "--profiling=false",
+            f"--v={self._s.verbosity}",
+        ]
+
+    def _scheduler_argv(self, port: int, kubeconfig: Path) -> list[str]:
+        return [
+            self._bin("kube-scheduler"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={self._s.state_dir / 'scheduler-certs'}",
+            "--leader-elect=false",
+            "--profiling=false",
+            f"--v={self._s.verbosity}",
+        ]
+
+    async def _start(
+        self, name: str, argv: Sequence[str], *, health: str, ca: Path | None = None
+    ) -> None:
+        child = await procs.start(name, argv, log_path=self._logs / f"{name}.log")
+        self._children.append(child)
+        await self._wait_healthy(child, health, ca)
+
+    async def _wait_healthy(self, child: procs.Child, url: str, ca: Path | None) -> None:
+        # Local health endpoints only; controller-manager and scheduler serve self-signed
+        # certificates they generate themselves, so those checks skip verification.
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca)) if ca else False
+        deadline = time.monotonic() + self._s.start_timeout_s
+        delay = 0.05
+        async with httpx.AsyncClient(verify=verify, timeout=2.0) as http:
+            while True:
+                if child.proc.returncode is not None:
+                    raise errors.SimError(self._died_message(child))
+                try:
+                    resp = await http.get(url)
+                    if resp.status_code == 200:
+                        logger.info("%s healthy (pid %d)", child.name, child.pid)
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise errors.SimError(
+                        f"{child.name} did not turn healthy within {self._s.start_timeout_s:.0f}s "
+                        f"(log: {child.log_path}):\n{child.log_tail()}"
+                    )
+                # Health endpoints have no watch; a short capped backoff while starting.
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+
+    def _died_message(self, child: procs.Child) -> str:
+        tail = child.log_tail()
+        hint = ""
+        if "address already in use" in tail:
+            hint = " (a port it needs is in use by another process)"
+        return (
+            f"{child.name} exited with code {child.proc.returncode}{hint}; "
+            f"log {child.log_path}:\n{tail}"
+        )
+
+    async def _watch_children(self) -> None:
+        waits = {asyncio.ensure_future(c.proc.wait()): c for c in self._children}
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in waits:
+                fut.cancel()
+        dead = waits[next(iter(done))]
+        raise errors.SimError(self._died_message(dead))
+
+    async def _stop_all(self) -> None:
+        for child in reversed(self._children):
+            rc = await child.stop()
+            logger.info("%s stopped (exit %d)", child.name, rc)
+        self._children.clear()

@@ -1,0 +1,162 @@
+"""Start, stop and inspect sims from another process (the CLI, test fixtures).
+
+``start`` launches the supervisor (``cdctl sim serve``) as its own process and waits until its
+record says ``ready`` (or ``failed``, whose reason becomes the error). ``stop`` sends SIGTERM,
+waits, and falls back to SIGKILL; the supervisor's children die with it. A folder whose
+supervisor is gone is *stale*: ``start`` removes it (killing any recorded component that
+somehow survived) and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from compute_domains.infra import errors
+from compute_domains.sim import procs, state
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Started:
+    """Result of ``start``: the sim's paths and whether it was already running."""
+
+    paths: state.SimPaths
+    already_running: bool
+    cleaned_stale: bool
+
+
+def _supervisor_argv(
+    paths: state.SimPaths, bin_dir: Path, api_port: int | None, die_with_parent: bool
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "compute_domains",
+        "sim",
+        "serve",
+        "--home",
+        str(paths.home),
+        "--name",
+        paths.name,
+        "--bin-dir",
+        str(bin_dir),
+    ]
+    if api_port is not None:
+        argv += ["--api-port", str(api_port)]
+    if die_with_parent:
+        argv.append("--die-with-parent")
+    return argv
+
+
+def _kill_recorded_children(paths: state.SimPaths) -> None:
+    endpoints = paths.endpoints()
+    if endpoints is None:
+        return
+    for pid in endpoints.pids.values():
+        # Only a process whose command line names this sim's folder is ours to end.
+        if procs.pid_alive(pid) and any(str(paths.root) in a for a in procs.pid_cmdline(pid)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def clean_stale(paths: state.SimPaths) -> bool:
+    """Remove the folder of a sim whose supervisor is gone; True when something was removed."""
+    if not paths.root.exists():
+        return False
+    recorded = state.read_state(paths)
+    if recorded is not None and state.supervisor_alive(paths, recorded):
+        return False
+    _kill_recorded_children(paths)
+    shutil.rmtree(paths.root, ignore_errors=True)
+    return True
+
+
+def start(
+    paths: state.SimPaths,
+    bin_dir: Path,
+    *,
+    api_port: int | None = None,
+    die_with_parent: bool = False,
+    timeout_s: float = 300.0,
+    on_wait: Callable[[str], None] | None = None,
+) -> Started:
+    """Start the sim unless it runs already; block until it is ready or has failed."""
+    recorded = state.read_state(paths)
+    if recorded is not None and state.supervisor_alive(paths, recorded):
+        if recorded.phase == "ready":
+            return Started(paths, already_running=True, cleaned_stale=False)
+        raise errors.SimError(
+            f"sim '{paths.name}' is already running but {recorded.phase}; "
+            f"see {paths.supervisor_log} or run `cdctl sim down --name {paths.name}`"
+        )
+    cleaned = clean_stale(paths)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with paths.supervisor_log.open("ab") as log:
+        proc = subprocess.Popen(
+            _supervisor_argv(paths, bin_dir, api_port, die_with_parent),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=not die_with_parent,
+        )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rec = state.read_state(paths)
+        if rec is not None and rec.supervisor_pid == proc.pid:
+            if rec.phase == "ready":
+                return Started(paths, already_running=False, cleaned_stale=cleaned)
+            if rec.phase == "failed":
+                proc.wait(timeout=60)
+                raise errors.SimError(rec.error)
+        if proc.poll() is not None:
+            tail = "\n".join(paths.supervisor_log.read_text(errors="replace").splitlines()[-15:])
+            raise errors.SimError(
+                f"the sim supervisor exited with code {proc.returncode} before the sim was "
+                f"ready; log {paths.supervisor_log}:\n{tail}"
+            )
+        if time.monotonic() > deadline:
+            proc.terminate()
+            proc.wait(timeout=60)
+            raise errors.SimError(
+                f"sim '{paths.name}' was not ready after {timeout_s:.0f}s; "
+                f"see {paths.supervisor_log}"
+            )
+        if on_wait is not None:
+            on_wait(rec.phase if rec else "starting")
+        # The supervisor is another process; its state file is the only channel. Short sleep.
+        time.sleep(0.2)
+
+
+def stop(paths: state.SimPaths, *, timeout_s: float = 60.0, remove: bool = True) -> bool:
+    """Stop the sim and (by default) remove its folder; False when there was nothing to stop."""
+    recorded = state.read_state(paths)
+    if recorded is None or not state.supervisor_alive(paths, recorded):
+        removed = clean_stale(paths)
+        return removed
+    pid = recorded.supervisor_pid
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while procs.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if procs.pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        while procs.pid_alive(pid):
+            time.sleep(0.05)
+    _kill_recorded_children(paths)
+    if remove:
+        shutil.rmtree(paths.root, ignore_errors=True)
+    return True
+
+
+def list_sims(home: Path) -> list[state.SimPaths]:
+    """Every sim folder under the sim home."""
+    base = home / "sims"
+    if not base.is_dir():
+        return []
+    return [state.SimPaths(home, d.name) for d in sorted(base.iterdir()) if d.is_dir()]

@@ -1,0 +1,116 @@
+"""Child processes of the simulator: started with their log in a file, never orphaned.
+
+Every child gets ``PR_SET_PDEATHSIG=SIGKILL``, so when the process that started it dies for any
+reason (even SIGKILL) the kernel kills the child too: no orphan etcd or kube-apiserver keeps a
+port busy after a crashed test run. Stopping is SIGTERM, a bounded wait, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: ask the kernel to SIGKILL this child when its parent exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclasses.dataclass(slots=True)
+class Child:
+    """One running child process with its log file."""
+
+    name: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the child's log (for error messages)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def stop(self, grace: float = 10.0) -> int:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace)
+            except TimeoutError:
+                logger.warning(
+                    "%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        rc = self.proc.returncode
+        assert rc is not None
+        return rc
+
+
+async def start(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Child:
+    """Start ``argv`` with stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            preexec_fn=die_with_parent,
+        )
+    logger.debug("started %s pid=%d: %s", name, proc.pid, " ".join(argv))
+    return Child(name=name, proc=proc, log_path=log_path)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this id exists (and is not a zombie of ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def pid_cmdline(pid: int) -> list[str]:
+    """The command line of a process, empty when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]

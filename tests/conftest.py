@@ -1,0 +1,1 @@
+"""Global test strictness lives in pyproject (warnings are errors, a timeout on every test)."""
