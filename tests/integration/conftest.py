@@ -35,9 +35,9 @@ def sim_home() -> Iterator[Path]:
 def sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.SimPaths]:
     """One running sim shared by the session; it dies with the test process if that crashes."""
     paths = state.SimPaths(sim_home, "it")
-    lifecycle.start(paths, toolset.bin_dir, die_with_parent=True)
+    started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True)
     yield paths
-    lifecycle.stop(paths)
+    lifecycle.stop(paths, process=started.process)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 
 T = TypeVar("T")
 
@@ -24,10 +25,15 @@ async def wait_for(
 
     async def follow() -> T:
         while True:
-            obj: Any = await client.get(res, name, namespace=namespace)
-            if predicate(obj):
+            try:
+                obj: Any = await client.get(res, name, namespace=namespace)
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
+                obj = None
+            if obj is not None and predicate(obj):
                 return obj  # type: ignore[no-any-return]
-            rv = obj.metadata.resourceVersion
+            rv = obj.metadata.resourceVersion if obj is not None else None
             async for _op, obj in client.watch(
                 res, namespace=namespace, resource_version=rv, fields={"metadata.name": name}
             ):

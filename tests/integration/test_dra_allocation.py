@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import (
     DeviceClass,
     ResourceClaim,
@@ -36,13 +36,15 @@ async def _make_ready(client: AsyncClient, name: str) -> None:
             {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test node"}
         ],
     }
-    await client.patch(Node, name, {"status": status}, subresource="status")
+    await client.patch(Node.Status, name, {"status": status})
 
 
 async def test_scheduler_allocates_device_from_slice_and_binds(client: AsyncClient) -> None:
     suffix = uuid.uuid4().hex[:6]
     ns, gpu_node, plain_node = f"dra-{suffix}", f"gpu-{suffix}", f"plain-{suffix}"
     await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    # The real ServiceAccount controller creates "default" shortly after the namespace.
+    await wait_for(client, ServiceAccount, "default", lambda _sa: True, namespace=ns)
     for name in (gpu_node, plain_node):
         await client.create(_node(name))
         await _make_ready(client, name)

@@ -30,6 +30,8 @@ class Started:
     paths: state.SimPaths
     already_running: bool
     cleaned_stale: bool
+    process: subprocess.Popen[bytes] | None = None
+    """The supervisor when this call started it; the caller reaps it after ``stop``."""
 
 
 def _supervisor_argv(
@@ -110,7 +112,8 @@ def start(
         rec = state.read_state(paths)
         if rec is not None and rec.supervisor_pid == proc.pid:
             if rec.phase == "ready":
-                return Started(paths, already_running=False, cleaned_stale=cleaned)
+                return Started(paths, already_running=False, cleaned_stale=cleaned,
+                               process=proc)
             if rec.phase == "failed":
                 proc.wait(timeout=60)
                 raise errors.SimError(rec.error)
@@ -133,8 +136,20 @@ def start(
         time.sleep(0.2)
 
 
-def stop(paths: state.SimPaths, *, timeout_s: float = 60.0, remove: bool = True) -> bool:
-    """Stop the sim and (by default) remove its folder; False when there was nothing to stop."""
+def stop(paths: state.SimPaths, *, timeout_s: float = 60.0, remove: bool = True,
+         process: subprocess.Popen[bytes] | None = None) -> bool:
+    """Stop the sim and (by default) remove its folder; False when there was nothing to stop.
+
+    ``process`` is the supervisor's ``Popen`` when the caller started it, so it is reaped.
+    """
+    try:
+        return _stop(paths, timeout_s=timeout_s, remove=remove)
+    finally:
+        if process is not None:
+            process.wait(timeout=timeout_s)
+
+
+def _stop(paths: state.SimPaths, *, timeout_s: float, remove: bool) -> bool:
     recorded = state.read_state(paths)
     if recorded is None or not state.supervisor_alive(paths, recorded):
         removed = clean_stale(paths)

@@ -1,0 +1,1 @@
+"""Generated stubs (scripts/gen_proto.sh)."""

@@ -1,0 +1,148 @@
+"""Opaque claim configs (channel and daemon): strict decoding by apiVersion/kind, with defaults.
+
+The controller embeds one of these in each generated ResourceClaimTemplate
+(``opaque.parameters``); the kubelet plugin decodes it when preparing a claim. Anything a user
+or a stale template got wrong must fail the claim *permanently* with a message a person can act
+on, because the kubelet shows it verbatim in a pod event. Decoding is therefore strict:
+- the document must be one JSON object with unique keys (duplicates are rejected, not "last wins");
+- ``apiVersion`` and ``kind`` are required and dispatched through an explicit table;
+- an unknown field fails with ``unknown field "<name>"`` (the same phrase Go's strict decoder uses);
+- wrong types and a missing or empty ``domainID`` fail;
+- ``allocationMode`` defaults to ``Single`` when absent, null or empty; any other value than
+  ``Single``/``All`` fails (a deliberate tightening: upstream quietly treats a typo as ``Single``).
+Every failure is a ``DecodeError``, which is an ``infra.errors.PermanentError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Self, TypeVar
+
+from compute_domains.api import _wire, names
+from compute_domains.api.computedomain import AllocationMode
+
+DecodeError = _wire.DecodeError
+"""Raised for every malformed config; a ``PermanentError``."""
+
+
+def _domain_id(data: Mapping[str, object]) -> str:
+    domain_id = _wire.req_str(data, "domainID", "")
+    if not domain_id:
+        raise DecodeError("domainID: must not be empty")
+    return domain_id
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeDomainChannelConfig:
+    """Config of a workload (channel) claim: which CD, and which channels to inject."""
+
+    KIND: ClassVar[str] = names.CHANNEL_CONFIG_KIND
+
+    domain_id: str
+    """UID of the ComputeDomain the claim belongs to."""
+    allocation_mode: AllocationMode = AllocationMode.SINGLE
+    """``Single``: channel 0 only; ``All``: every channel of the node."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
+        """Strictly decode the fields (apiVersion/kind are checked by ``decode``)."""
+        _wire.reject_unknown(data, ("apiVersion", "kind", "domainID", "allocationMode"), "")
+        mode = _wire.opt_enum(data, "allocationMode", "", AllocationMode)
+        return cls(domain_id=_domain_id(data), allocation_mode=mode or AllocationMode.SINGLE)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Encode to wire form, as the controller embeds it in the workload template."""
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": self.KIND,
+            "domainID": self.domain_id,
+            "allocationMode": self.allocation_mode.value,
+        }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeDomainDaemonConfig:
+    """Config of a daemon claim: which CD the daemon serves."""
+
+    KIND: ClassVar[str] = names.DAEMON_CONFIG_KIND
+
+    domain_id: str
+    """UID of the ComputeDomain the daemon serves."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
+        """Strictly decode the fields (apiVersion/kind are checked by ``decode``)."""
+        _wire.reject_unknown(data, ("apiVersion", "kind", "domainID"), "")
+        return cls(domain_id=_domain_id(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Encode to wire form, as the controller embeds it in the daemon template."""
+        return {"apiVersion": names.API_VERSION, "kind": self.KIND, "domainID": self.domain_id}
+
+
+OpaqueConfig = ComputeDomainChannelConfig | ComputeDomainDaemonConfig
+"""Any config this driver understands."""
+
+_DECODERS: Final[Mapping[tuple[str, str], Callable[[Mapping[str, object]], OpaqueConfig]]] = (
+    MappingProxyType(
+        {
+            (names.API_VERSION, names.CHANNEL_CONFIG_KIND): ComputeDomainChannelConfig.from_dict,
+            (names.API_VERSION, names.DAEMON_CONFIG_KIND): ComputeDomainDaemonConfig.from_dict,
+        }
+    )
+)
+"""The dispatch table: (apiVersion, kind) → strict decoder. Read-only."""
+
+C = TypeVar("C", ComputeDomainChannelConfig, ComputeDomainDaemonConfig)
+
+
+def decode(raw: bytes | str | Mapping[str, object]) -> OpaqueConfig:
+    """Strictly decode an opaque config from JSON text or an already-parsed object.
+
+    Pass the raw bytes whenever you have them: only then can duplicate keys be detected.
+
+    Raises:
+        DecodeError: the config is malformed; the message says how.
+    """
+    data = raw if isinstance(raw, Mapping) else _wire.loads_strict(raw)
+    try:
+        obj = _wire.as_object(data, "")
+        api_version = _wire.req_str(obj, "apiVersion", "")
+        kind = _wire.req_str(obj, "kind", "")
+    except DecodeError as err:
+        raise DecodeError(f"invalid opaque config: {err}") from err
+    decoder = _DECODERS.get((api_version, kind))
+    if decoder is None:
+        known_versions = {version for version, _ in _DECODERS}
+        problem = (
+            f'unknown kind "{kind}"'
+            if api_version in known_versions
+            else f'unsupported apiVersion "{api_version}"'
+        )
+        raise DecodeError(f"invalid opaque config: {problem} (driver {names.DRIVER_NAME})")
+    try:
+        return decoder(obj)
+    except DecodeError as err:
+        raise DecodeError(f"invalid {kind}: {err}") from err
+
+
+def decode_as(raw: bytes | str | Mapping[str, object], kind: type[C]) -> C:
+    """``decode``, then insist on one config class (a daemon claim must carry a daemon config).
+
+    Raises:
+        DecodeError: the config is malformed or of another kind.
+    """
+    config = decode(raw)
+    if not isinstance(config, kind):
+        raise DecodeError(
+            f'invalid opaque config: expected kind "{kind.KIND}", got "{config.KIND}"'
+        )
+    return config
+
+
+def encode(config: OpaqueConfig) -> bytes:
+    """The config as compact JSON, as it travels in ``opaque.parameters``."""
+    return json.dumps(config.to_dict(), separators=(",", ":")).encode()

@@ -1,0 +1,97 @@
+"""Names shared with upstream: API group and kinds, driver and DeviceClass names, label keys.
+
+Every string here is part of the compatibility contract (ARCHITECTURE.md §1): existing manifests,
+node labels, finalizers and the objects of a running cluster depend on these exact values, so they
+are never changed, only added to. Naming helpers build the per-ComputeDomain object names from a
+CD's UID so that the controller, the kubelet plugin and the daemon agree without talking.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "resource.nvidia.com"
+"""API group of both CRDs and of the opaque claim configs."""
+VERSION: Final = "v1beta1"
+"""The one served and stored version."""
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+"""``apiVersion`` of ComputeDomain, ComputeDomainClique and the opaque configs."""
+
+COMPUTE_DOMAIN_KIND: Final = "ComputeDomain"
+COMPUTE_DOMAIN_LIST_KIND: Final = "ComputeDomainList"
+COMPUTE_DOMAIN_PLURAL: Final = "computedomains"
+COMPUTE_DOMAIN_SINGULAR: Final = "computedomain"
+CLIQUE_KIND: Final = "ComputeDomainClique"
+CLIQUE_LIST_KIND: Final = "ComputeDomainCliqueList"
+CLIQUE_PLURAL: Final = "computedomaincliques"
+CLIQUE_SINGULAR: Final = "computedomainclique"
+CHANNEL_CONFIG_KIND: Final = "ComputeDomainChannelConfig"
+"""Opaque config kind carried by the workload (channel) claim."""
+DAEMON_CONFIG_KIND: Final = "ComputeDomainDaemonConfig"
+"""Opaque config kind carried by the daemon claim."""
+
+DRIVER_NAME: Final = "compute-domain.nvidia.com"
+"""The DRA driver name: ResourceSlices, opaque config ``driver``, plugin registration."""
+CHANNEL_DEVICE_CLASS: Final = "compute-domain-default-channel.nvidia.com"
+"""DeviceClass of workload claims (selects ``type == 'channel' && id == 0``)."""
+DAEMON_DEVICE_CLASS: Final = "compute-domain-daemon.nvidia.com"
+"""DeviceClass of daemon claims (selects ``type == 'daemon'``)."""
+CHANNEL_DEVICE_TYPE: Final = "channel"
+"""Value of the ``type`` attribute of the channel device."""
+DAEMON_DEVICE_TYPE: Final = "daemon"
+"""Value of the ``type`` attribute of the daemon device."""
+CHANNEL_REQUEST: Final = "channel"
+"""Request name in the workload ResourceClaimTemplate."""
+DAEMON_REQUEST: Final = "daemon"
+"""Request name in the daemon ResourceClaimTemplate."""
+DAEMON_POD_CLAIM: Final = "compute-domain-daemon"
+"""Name of the claim entry in the daemon pod spec (and of its container)."""
+
+COMPUTE_DOMAIN_LABEL: Final = "resource.nvidia.com/computeDomain"
+"""Label whose value is a CD UID: on nodes (pulls the daemon there), daemon objects, cliques."""
+FINALIZER: Final = COMPUTE_DOMAIN_LABEL
+"""Finalizer on the CD, its DaemonSet and both ResourceClaimTemplates (same string as the label)."""
+CLIQUE_ID_LABEL: Final = "resource.nvidia.com/computeDomain.cliqueID"
+"""Label on daemon pods and cliques: the node's clique ID, empty on non-fabric nodes."""
+TARGET_LABEL: Final = "resource.nvidia.com/computeDomainTarget"
+"""Label on the generated ResourceClaimTemplates; value ``TARGET_DAEMON`` or ``TARGET_WORKLOAD``."""
+TARGET_DAEMON: Final = "Daemon"
+TARGET_WORKLOAD: Final = "Workload"
+GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+"""Node label set by GPU Feature Discovery (``<clusterUUID>.<cliqueId>``); for user affinity."""
+
+DAEMON_SERVICE_ACCOUNT: Final = "compute-domain-daemon-service-account"
+"""ServiceAccount of the daemon pods, created by the Helm chart in the driver namespace."""
+DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
+"""Default number of daemon slots (indices ``0..17``) per clique of one CD."""
+NON_FABRIC_INDEX: Final = -1
+"""Index of a ``status.nodes`` entry for a node that has no clique (no IMEX daemon)."""
+
+_DAEMON_PREFIX: Final = "computedomain-daemon-"
+_IMEX_DNS_PREFIX: Final = "compute-domain-daemon-"
+
+
+def daemon_object_name(cd_uid: str) -> str:
+    """Name of a CD's daemon DaemonSet and daemon ResourceClaimTemplate (driver namespace)."""
+    return f"{_DAEMON_PREFIX}{cd_uid}"
+
+
+def clique_id(cluster_uuid: str, clique_number: int | str) -> str:
+    """A node's clique ID as upstream formats it: ``<clusterUUID>.<cliqueNumber>``."""
+    return f"{cluster_uuid}.{clique_number}"
+
+
+def clique_object_name(cd_uid: str, clique_id: str) -> str:
+    """Name of the ComputeDomainClique of one CD and one clique: ``<cdUID>.<cliqueID>``."""
+    return f"{cd_uid}.{clique_id}"
+
+
+def imex_dns_name(index: int) -> str:
+    """The IMEX peer DNS name of a daemon slot: ``compute-domain-daemon-%04d``.
+
+    Raises:
+        ValueError: ``index`` is negative (non-fabric nodes have no IMEX peer name).
+    """
+    if index < 0:
+        raise ValueError(f"IMEX daemon index must be >= 0, got {index}")
+    return f"{_IMEX_DNS_PREFIX}{index:04d}"

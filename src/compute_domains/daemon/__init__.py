@@ -1,0 +1,1 @@
+"""Per-node ComputeDomain daemon: writes the IMEX config, maps peer names, supervises nvidia-imex."""

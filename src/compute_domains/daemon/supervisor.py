@@ -1,0 +1,302 @@
+"""Supervise one child process (``nvidia-imex``): start, stream logs, reload, stop, restart on exit.
+
+Contract (STYLE §2.4):
+
+* The child is started with ``asyncio.create_subprocess_exec``; only :meth:`Supervisor.run`'s task
+  spawns it and awaits ``proc.wait()`` — nothing polls.
+* stdout and stderr are read line by line into our logger, bound with ``child=<name>``; IMEX's own
+  ``[ERROR]``/``[WARNING]`` tags map to our levels.
+* An unexpected exit is restarted after a capped exponential backoff (with jitter). The attempt
+  counter resets once a child has stayed up for ``healthy_after`` seconds, so a child that crashes
+  once a day restarts quickly, and a crash loop slows down. Each restart is counted and reported
+  through ``on_restart`` (metrics, Kubernetes Events); a failing hook never stops supervision.
+* :meth:`Supervisor.reload` sends SIGUSR1 and never restarts.
+* :meth:`Supervisor.stop` is SIGTERM, a wait bounded by ``stop_grace``, then SIGKILL and a wait.
+  Cancelling :meth:`Supervisor.run` stops the child the same way, so no child outlives us.
+* A failure to spawn on :meth:`Supervisor.start` is returned to that caller; a failure to respawn
+  after a crash is fatal (raised from :meth:`Supervisor.run`), as upstream treats it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import re
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from compute_domains.infra import backoff, errors
+
+logger = logging.getLogger(__name__)
+
+_LEVEL_TAG = re.compile(r"\[(CRITICAL|ERROR|WARNING|INFO|DEBUG)\]")
+_LEVELS = {"CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARNING": logging.WARNING}
+_READ_LIMIT = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SupervisorSettings:
+    """How one child process is supervised."""
+
+    name: str = "imex"
+    """Short child name, bound to every log record as ``child``."""
+
+    stop_grace: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping the child."""
+
+    healthy_after: float = 30.0
+    """Seconds a child must stay up before its restart backoff starts again from the beginning."""
+
+    backoff: backoff.Backoff = dataclasses.field(
+        default_factory=lambda: backoff.Backoff(initial=0.5, maximum=30.0)
+    )
+    """Delay policy between unexpected exits and restarts."""
+
+    drain_timeout: float = 2.0
+    """Seconds to wait for the child's output pipes to close after it exited."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildExit:
+    """One unexpected child exit, as reported to ``on_restart``."""
+
+    returncode: int
+    """Exit status; negative for death by signal."""
+
+    uptime: float
+    """Seconds the child was up."""
+
+    restart_delay: float
+    """Seconds until the restart."""
+
+    restarts: int
+    """Restarts so far, including this one."""
+
+
+def imex_line_level(line: str) -> int:
+    """The log level for one child output line, from an IMEX-style ``[LEVEL]`` tag."""
+    match = _LEVEL_TAG.search(line)
+    return _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
+
+
+class Supervisor:
+    """Owns one child process; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        settings: SupervisorSettings,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        rng: random.Random | None = None,
+        on_restart: Callable[[ChildExit], None] | None = None,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self._argv = list(argv)
+        self._settings = settings
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._rng = rng if rng is not None else random.Random()
+        self._on_restart = on_restart
+        self._log = logging.LoggerAdapter(log or logger, {"child": settings.name})
+        self._proc: asyncio.subprocess.Process | None = None
+        self._wanted = asyncio.Event()
+        self._unwanted = asyncio.Event()
+        self._unwanted.set()
+        self._start_waiters: list[asyncio.Future[bool]] = []
+        self._attempt = 0
+        self.restarts = 0
+        """Unexpected exits that led to a restart, over this supervisor's life."""
+
+    @property
+    def running(self) -> bool:
+        """Whether a child process exists and has not exited."""
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid, or None."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    async def run(self) -> None:
+        """Supervise until cancelled; stops the child on the way out.
+
+        Raises:
+            TemporaryError: The child could not be respawned after an unexpected exit.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await self._wanted.wait()
+                try:
+                    proc = await self._spawn()
+                except OSError as err:
+                    waiters = self._take_waiters()
+                    if not waiters:
+                        raise errors.TemporaryError(
+                            f"restarting child {self._settings.name} failed: {err}"
+                        ) from err
+                    self._set_unwanted()
+                    for fut in waiters:
+                        fut.set_exception(err)
+                    continue
+                if not self._wanted.is_set():
+                    await self._terminate()  # stop() raced the spawn
+                    continue
+                for fut in self._take_waiters():
+                    fut.set_result(True)
+                started = loop.time()
+                returncode = await self._watch(proc)
+                if not self._wanted.is_set():
+                    continue  # stopped on purpose; stop() reports the exit
+                await self._after_crash(returncode, loop.time() - started)
+        finally:
+            await self._terminate()
+            for fut in self._start_waiters:
+                fut.cancel()
+
+    async def start(self) -> bool:
+        """Ensure the child runs; True if this call (re)started it, False if it was running.
+
+        Needs :meth:`run` to be running. If the child is waiting out a restart backoff, this
+        returns once it has been restarted.
+
+        Raises:
+            OSError: The child could not be spawned (for example a missing executable).
+        """
+        if self.running:
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._start_waiters.append(fut)
+        self._unwanted.clear()
+        self._wanted.set()
+        return await fut
+
+    def reload(self) -> bool:
+        """Send SIGUSR1 to the running child; False (and nothing sent) if none is running."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return False
+        try:
+            proc.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            return False
+        self._log.info("sent SIGUSR1 to pid %d", proc.pid)
+        return True
+
+    async def stop(self) -> int | None:
+        """Stop the child (SIGTERM, bounded wait, SIGKILL); its exit status, None if none ran."""
+        self._set_unwanted()
+        for fut in self._start_waiters:
+            fut.cancel()
+        self._start_waiters.clear()
+        return await self._terminate()
+
+    async def restart(self) -> bool:
+        """Stop the child if it runs, then start it again."""
+        await self.stop()
+        return await self.start()
+
+    def _take_waiters(self) -> list[asyncio.Future[bool]]:
+        waiters = [fut for fut in self._start_waiters if not fut.done()]
+        self._start_waiters.clear()
+        return waiters
+
+    def _set_unwanted(self) -> None:
+        self._wanted.clear()
+        self._unwanted.set()
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._env,
+            cwd=self._cwd,
+            limit=_READ_LIMIT,
+            start_new_session=True,
+        )
+        self._proc = proc
+        self._log.info("started %s (pid %d)", self._argv[0], proc.pid)
+        return proc
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> int:
+        """Pump the child's output until it exits; its exit status."""
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [
+            asyncio.create_task(self._pump(proc.stdout), name=f"{self._settings.name}-stdout"),
+            asyncio.create_task(self._pump(proc.stderr), name=f"{self._settings.name}-stderr"),
+        ]
+        try:
+            returncode = await proc.wait()
+            # The pipes close with the child, unless a grandchild inherited them.
+            _, pending = await asyncio.wait(pumps, timeout=self._settings.drain_timeout)
+            for task in pending:
+                task.cancel()
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        return returncode
+
+    async def _pump(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:
+                # Longer than the read limit: asyncio has dropped it from the buffer.
+                self._log.warning("child output line longer than %d bytes dropped", _READ_LIMIT)
+                continue
+            if not raw:
+                return
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            self._log.log(imex_line_level(line), "%s", line)
+
+    async def _after_crash(self, returncode: int, uptime: float) -> None:
+        if uptime >= self._settings.healthy_after:
+            self._attempt = 0
+        delay = self._settings.backoff.delay(self._attempt, self._rng)
+        self._attempt += 1
+        self.restarts += 1
+        self._log.warning(
+            "child exited unexpectedly with status %d after %.1fs; restart #%d in %.2fs",
+            returncode,
+            uptime,
+            self.restarts,
+            delay,
+        )
+        if self._on_restart is not None:
+            try:
+                self._on_restart(ChildExit(returncode, uptime, delay, self.restarts))
+            except Exception:
+                # Not fatal: metrics and Events are reporting only; supervision must go on.
+                self._log.warning("restart hook failed", exc_info=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._unwanted.wait(), delay)
+
+    async def _terminate(self) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), self._settings.stop_grace)
+            except TimeoutError:
+                self._log.warning(
+                    "pid %d ignored SIGTERM for %.1fs; sending SIGKILL",
+                    proc.pid,
+                    self._settings.stop_grace,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            self._log.info("stopped pid %d (status %s)", proc.pid, proc.returncode)
+        return proc.returncode

@@ -1,0 +1,137 @@
+"""The first process of a simulated container: builds its private filesystem view, then execs.
+
+Run as ``python -m compute_domains.sim.container_init run SPEC`` by ``sim.runtime``. As root it
+unshares a mount namespace, assembles a root from read-only binds of the host's system folders,
+a private ``/dev`` (tmpfs with the usual nodes plus the CDI device nodes), the pod's own
+``/etc/hosts`` and every volume mount, then chroots there and execs the container command, so
+the command keeps this process's pid. Nothing of it is visible outside the namespace: the
+machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched.
+``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec probes).
+Without root there is no namespace: the command runs on the host view and the runtime says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None,
+           ) -> None:
+    libc = _libc()
+    rc = libc.mount(src.encode() if src else None, dst.encode(),
+                    fstype.encode() if fstype else None, flags,
+                    data.encode() if data else None)
+    _check(rc, f"mount {src} on {dst}")
+
+
+def _bind(src: str, dst: Path, readonly: bool) -> None:
+    if Path(src).is_dir():
+        dst.mkdir(parents=True, exist_ok=True)
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if not dst.exists():
+            dst.touch()
+    _mount(src, str(dst), None, _MS_BIND | _MS_REC)
+    if readonly:
+        _mount(None, str(dst), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_REC)
+
+
+def _inside(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def _build_root(spec: dict[str, Any]) -> Path:
+    root = Path(spec["rootfs"])
+    root.mkdir(parents=True, exist_ok=True)
+    _check(_libc().unshare(_CLONE_NEWNS), "unshare mount namespace")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    for host in spec["system"]:
+        target = _inside(root, host)
+        if os.path.islink(host):
+            if not target.is_symlink():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(os.readlink(host))
+            continue
+        _bind(host, target, readonly=True)
+    for sub in ("proc", "sys"):
+        _bind(f"/{sub}", root / sub, readonly=sub == "sys")
+    dev = root / "dev"
+    dev.mkdir(exist_ok=True)
+    _mount("tmpfs", str(dev), "tmpfs", _MS_NOSUID, "mode=755")
+    for name in _DEV_NODES:
+        if os.path.exists(f"/dev/{name}"):
+            _bind(f"/dev/{name}", dev / name, readonly=False)
+    (dev / "shm").mkdir()
+    _mount("tmpfs", str(dev / "shm"), "tmpfs", _MS_NOSUID, "mode=1777")
+    for node in spec["devices"]:
+        path = _inside(root, node["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kind = stat.S_IFBLK if node.get("type") == "b" else stat.S_IFCHR
+        os.mknod(path, kind | node.get("mode", 0o666), os.makedev(node["major"], node["minor"]))
+        os.chmod(path, node.get("mode", 0o666))
+    for mount in spec["mounts"]:
+        _bind(mount["source"], _inside(root, mount["target"]), mount.get("readonly", False))
+    return root
+
+
+def _enter(spec: dict[str, Any], pid: int) -> None:
+    fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+    try:
+        _check(_libc().setns(fd, _CLONE_NEWNS), f"setns into container pid {pid}")
+    finally:
+        os.close(fd)
+    os.chroot(spec["rootfs"])
+
+
+def _exec(spec: dict[str, Any], argv: list[str]) -> None:
+    env: dict[str, str] = spec["env"]
+    os.chdir(spec.get("workdir") or "/")
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        print(f'exec: "{argv[0]}": executable file not found in $PATH', file=sys.stderr)
+        sys.exit(127)
+    except PermissionError:
+        print(f'exec: "{argv[0]}": permission denied', file=sys.stderr)
+        sys.exit(126)
+
+
+def main(argv: list[str]) -> None:
+    """``run SPEC`` or ``enter SPEC PID -- CMD...``."""
+    mode, spec_path = argv[0], argv[1]
+    spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
+    if mode == "run":
+        if spec["isolate"]:
+            os.chroot(_build_root(spec))
+        _exec(spec, spec["command"])
+    elif mode == "enter":
+        pid, cmd = int(argv[2]), argv[argv.index("--") + 1:]
+        if spec["isolate"]:
+            _enter(spec, pid)
+        _exec(spec, cmd)
+    else:
+        raise SystemExit(f"container_init: unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,123 @@
+"""Wire format and vocabulary of the simulated IMEX service: frames, local states, link states.
+
+Peers and ``nvidia-imex-ctl`` talk over TCP (or a Unix socket for the command service) with
+length-prefixed frames: a 4-byte big-endian length, then a UTF-8 JSON object with a ``t`` (type)
+key. This stands in for IMEX's gRPC; only the observable behaviour (who is connected to whom, what
+the command service answers) matters.
+
+Peer port messages: ``hello`` (from, instance, map, version) → ``welcome`` (node, instance, map,
+version); then ``ping`` → ``pong``; either side may send ``shutdown`` (from, entry) before closing.
+Command port messages: ``query`` → ``status`` (this node's row); ``domain`` → ``report`` (every
+node's row, gathered by the local daemon from its peers' command ports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import struct
+from typing import Any
+
+MAX_FRAME = 1 << 20
+_HEADER = struct.Struct(">I")
+
+Message = dict[str, Any]
+
+
+class LocalState(enum.StrEnum):
+    """Daemon states as ``nvidia-imex-ctl -q`` prints them (DCGM numbers them 0..7 in order)."""
+
+    INITIALIZING = "INITIALIZING"
+    STARTING_AUTH_SERVER = "STARTING_AUTH_SERVER"
+    WAITING_FOR_PEERS = "WAITING_FOR_PEERS"
+    WAITING_FOR_RECOVERY = "WAITING_FOR_RECOVERY"
+    INIT_GPU = "INIT_GPU"
+    READY = "READY"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class Link(enum.StrEnum):
+    """State of one node's connection to another: value = JSON spelling, ``code`` = table cell.
+
+    CONNECTED, NEVER_CONNECTED and INVALID are the observed JSON spellings; the others are ours
+    (the real spellings are undocumented).
+    """
+
+    INVALID = "INVALID"
+    NEVER_CONNECTED = "NEVER_CONNECTED"
+    RECOVERING = "RECOVERING"
+    DISCONNECTED = "DISCONNECTED"
+    AUTHENTICATING = "AUTHENTICATING"
+    VERSION_MISMATCH = "VERSION_MISMATCH"
+    NODE_MAP_MISMATCH = "NODE_MAP_MISMATCH"
+    CONNECTED = "CONNECTED"
+
+    @property
+    def code(self) -> str:
+        """The cell text in the ``-N`` connectivity table."""
+        return _CODES[self]
+
+
+_CODES = {
+    Link.INVALID: "I",
+    Link.NEVER_CONNECTED: "N",
+    Link.RECOVERING: "R",
+    Link.DISCONNECTED: "D",
+    Link.AUTHENTICATING: "A",
+    Link.VERSION_MISMATCH: "!V!",
+    Link.NODE_MAP_MISMATCH: "!M!",
+    Link.CONNECTED: "C",
+}
+
+
+class ProtocolError(Exception):
+    """A peer sent something that is not a valid frame."""
+
+
+def encode(message: Message) -> bytes:
+    """One frame for ``message``."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(body)) + body
+
+
+async def send(writer: asyncio.StreamWriter, message: Message) -> None:
+    """Write one frame and wait until it is handed to the kernel."""
+    writer.write(encode(message))
+    await writer.drain()
+
+
+async def recv(reader: asyncio.StreamReader) -> Message | None:
+    """Read one frame; None at a clean end of stream.
+
+    Raises:
+        ProtocolError: A truncated or malformed frame.
+    """
+    try:
+        header = await reader.readexactly(_HEADER.size)
+    except asyncio.IncompleteReadError as err:
+        if err.partial:
+            raise ProtocolError("truncated frame header") from err
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    try:
+        body = await reader.readexactly(size)
+        message = json.loads(body)
+    except (asyncio.IncompleteReadError, ValueError) as err:
+        raise ProtocolError("truncated or malformed frame") from err
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        raise ProtocolError("frame is not a typed message")
+    return message
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    """Close a stream, ignoring errors of an already broken connection."""
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()

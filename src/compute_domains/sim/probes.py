@@ -1,0 +1,121 @@
+"""Startup, readiness and liveness probes of one simulated container (exec, tcpSocket, httpGet).
+
+Semantics follow the kubelet: the startup probe gates the others; readiness flips the
+container's ``ready``; a liveness (or startup) probe that fails ``failureThreshold`` times in a
+row kills the container (SIGTERM, grace, SIGKILL) so its restart policy applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx2 as httpx
+
+from compute_domains.sim import podstatus, runtime
+
+
+class Prober:
+    """Runs one container's probes until cancelled."""
+
+    def __init__(self, rt: runtime.Runtime, running: runtime.Running, container: Any,
+                 rec: podstatus.ContainerRecord, changed: Callable[[], None],
+                 log: logging.LoggerAdapter[logging.Logger]) -> None:
+        self._rt = rt
+        self._running = running
+        self._c = container
+        self._rec = rec
+        self._changed = changed
+        self._log = log
+        self.killed_reason = ""
+
+    async def _check(self, probe: Any) -> bool:
+        timeout = float(probe.timeoutSeconds or 1)
+        if probe.exec is not None:
+            rc, out = await self._rt.exec(self._running, list(probe.exec.command or []),
+                                          max(timeout, 5.0))
+            if rc != 0:
+                self._log.debug("exec probe failed (%d): %s", rc, out.strip()[-200:])
+            return rc == 0
+        if probe.tcpSocket is not None:
+            host = probe.tcpSocket.host or "127.0.0.1"
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, int(probe.tcpSocket.port)), timeout)
+            except (OSError, TimeoutError):
+                return False
+            writer.close()
+            return True
+        if probe.httpGet is not None:
+            g = probe.httpGet
+            url = f"{(g.scheme or 'HTTP').lower()}://{g.host or '127.0.0.1'}:{g.port}{g.path or '/'}"
+            try:
+                async with httpx.AsyncClient(verify=False, timeout=timeout) as http:
+                    resp = await http.get(url)
+            except httpx.HTTPError:
+                return False
+            return 200 <= resp.status_code < 400
+        return True
+
+    async def _loop(self, probe: Any, on_result: Callable[[bool], bool]) -> None:
+        """Probe periodically; ``on_result`` returns False to end this loop."""
+        await asyncio.sleep(float(probe.initialDelaySeconds or 0))
+        period = float(probe.periodSeconds or 10)
+        fails, successes = 0, 0
+        while True:
+            ok = await self._check(probe)
+            fails, successes = (0, successes + 1) if ok else (fails + 1, 0)
+            if ok and successes >= int(probe.successThreshold or 1):
+                if not on_result(True):
+                    return
+            elif not ok and fails >= int(probe.failureThreshold or 3):
+                if not on_result(False):
+                    return
+            await asyncio.sleep(period)
+
+    async def _kill(self, reason: str) -> None:
+        self.killed_reason = reason
+        self._log.info("%s", reason)
+        grace = 30.0
+        await self._running.child.stop(grace)
+
+    async def run(self) -> None:
+        """Startup probe first, then readiness and liveness side by side."""
+        c = self._c
+        if c.startupProbe is not None:
+            outcome: list[bool] = []
+            await self._loop(c.startupProbe, lambda ok: bool(outcome.append(ok)))
+            if not outcome[0]:
+                await self._kill(f"Container {c.name} failed startup probe, will be restarted")
+                return
+            self._rec.started = True
+            self._rec.ready = c.readinessProbe is None
+            self._changed()
+        tasks = []
+        if c.readinessProbe is not None:
+            def readiness(ok: bool) -> bool:
+                if self._rec.ready != ok:
+                    self._rec.ready = ok
+                    self._changed()
+                return True
+
+            tasks.append(self._loop(c.readinessProbe, readiness))
+        if c.livenessProbe is not None:
+            dead = asyncio.Event()
+
+            def liveness(ok: bool) -> bool:
+                if not ok:
+                    dead.set()
+                return ok
+
+            async def watch_liveness() -> None:
+                await self._loop(c.livenessProbe, liveness)
+                if dead.is_set():
+                    await self._kill(f"Container {c.name} failed liveness probe, will be "
+                                     "restarted")
+
+            tasks.append(watch_liveness())
+        if tasks:
+            await asyncio.gather(*tasks)

@@ -1,0 +1,156 @@
+"""The container runtime of simulated nodes: containers are local processes with their own view.
+
+A container is started through ``sim.container_init``, which (as root) gives it a private mount
+namespace with CDI device nodes, volume mounts and the pod's ``/etc/hosts``; its output goes to
+a log file that ``kubectl logs`` reads back. The image decides what runs (see ``images``):
+the project's own image runs the project's entry points, ``pause`` sleeps, anything else runs
+the container's command with the host's tools. A command that does not exist fails the
+container with exit code 127, as a real runtime reports a start error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from compute_domains.sim import procs
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+               "/root", "/home", "/work", "/srv")
+"""Host folders every container sees read-only (the "image" of a simulated container)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RuntimeSettings:
+    """How containers are run on one simulated node."""
+
+    isolate: bool
+    """Private mount namespace per container (needs root); False runs on the host's view."""
+    python: str = sys.executable
+    """Interpreter that runs ``container_init`` and the project's entry points."""
+    extra_system_dirs: tuple[str, ...] = ()
+    """More host folders to show read-only (e.g. where the interpreter lives)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Mount:
+    """A host path shown at ``target`` inside the container."""
+
+    source: str
+    target: str
+    readonly: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceNode:
+    """A device node created inside the container (from a CDI edit)."""
+
+    path: str
+    major: int
+    minor: int
+    type: str = "c"
+    mode: int = 0o666
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ContainerConfig:
+    """Everything needed to start one container process."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    workdir: str = ""
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
+
+
+@dataclasses.dataclass(slots=True)
+class Running:
+    """A started container: its process, log file and spec (for exec probes)."""
+
+    child: procs.Child
+    spec_path: Path
+
+
+def _system_dirs(settings: RuntimeSettings) -> list[str]:
+    dirs = [d for d in (*SYSTEM_DIRS, *settings.extra_system_dirs) if Path(d).exists()]
+    for path in (sys.prefix, sys.base_prefix):
+        if not any(path == d or path.startswith(d + "/") for d in dirs):
+            dirs.append(path)
+    return dirs
+
+
+class Runtime:
+    """Starts and execs into simulated containers of one node."""
+
+    def __init__(self, settings: RuntimeSettings, state_dir: Path) -> None:
+        self._s = settings
+        self._dir = state_dir
+        self._system = _system_dirs(settings)
+
+    def container_dir(self, cid: str) -> Path:
+        """Per-container folder (spec, rootfs mount points, private /tmp)."""
+        return self._dir / cid
+
+    def _spec(self, cid: str, cfg: ContainerConfig) -> dict[str, object]:
+        cdir = self.container_dir(cid)
+        tmp = cdir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        mounts = [dataclasses.asdict(m) for m in cfg.mounts]
+        mounts.insert(0, {"source": str(tmp), "target": "/tmp", "readonly": False})
+        return {
+            "isolate": self._s.isolate,
+            "rootfs": str(cdir / "rootfs"),
+            "system": self._system,
+            "mounts": mounts,
+            "devices": [dataclasses.asdict(d) for d in cfg.devices],
+            "env": cfg.env,
+            "workdir": cfg.workdir,
+            "command": list(cfg.argv),
+        }
+
+    async def start(self, cid: str, cfg: ContainerConfig, log_path: Path) -> Running:
+        """Start the container's process; its output is appended to ``log_path``."""
+        cdir = self.container_dir(cid)
+        cdir.mkdir(parents=True, exist_ok=True)
+        spec_path = cdir / "spec.json"
+        spec_path.write_text(json.dumps(self._spec(cid, cfg)))
+        child = await procs.start(
+            cid, [self._s.python, "-m", "compute_domains.sim.container_init", "run",
+                  str(spec_path)],
+            log_path=log_path,
+        )
+        return Running(child=child, spec_path=spec_path)
+
+    async def exec(self, running: Running, argv: Sequence[str], timeout: float,
+                   ) -> tuple[int, str]:
+        """Run ``argv`` inside a running container's view; (exit code, output). 124 on timeout."""
+        proc = await asyncio.create_subprocess_exec(
+            self._s.python, "-m", "compute_domains.sim.container_init", "enter",
+            str(running.spec_path), str(running.child.pid), "--", *argv,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, preexec_fn=procs.die_with_parent,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return 124, "probe timed out"
+        rc = proc.returncode
+        assert rc is not None
+        return rc, out.decode(errors="replace")
+
+    def remove(self, cid: str) -> None:
+        """Remove a stopped container's folder (its mounts died with its namespace)."""
+        shutil.rmtree(self.container_dir(cid), ignore_errors=True)

@@ -1,0 +1,135 @@
+"""The shape of a simulated cluster: racks of GB200 nodes, their NVLink domains and addresses.
+
+Each rack is one NVLink domain (an NVL72 rack of 18 nodes × 4 GPUs in the seeds): its nodes share
+a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the same. Addresses
+are loopback addresses derived from the node's position, so they are stable across restarts and
+never collide between nodes: node *n* is ``127.1.<n // 250>.<n % 250 + 1>`` and its pods draw
+from ``127.<64 + n // 256>.<n % 256>.2-254``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+FabricState = str
+"""``completed`` | ``in-progress`` | ``error`` | ``not-supported`` (see ``NodeSpec.fabric``)."""
+
+_NS = uuid.UUID("6c0d1d2e-8a55-4b1f-9f43-6a1cf0c0ffee")
+_MAX_NODES = 64 * 256
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Shape:
+    """What ``cdctl sim up`` builds: racks × nodes × GPUs, plus optional odd nodes."""
+
+    racks: int = 2
+    """Number of NVL72-like racks (one NVLink domain each)."""
+    nodes_per_rack: int = 18
+    """Nodes in every rack (18 in an NVL72)."""
+    gpus_per_node: int = 4
+    """GPUs per node (4 on GB200 A4X)."""
+    plain_nodes: int = 0
+    """Extra GPU nodes without multi-node NVLink (all-zero cluster UUID, like an H200 host)."""
+    fabric_faults: tuple[tuple[str, FabricState], ...] = ()
+    """(node name, fabric state) pairs that override a rack node's healthy fabric."""
+
+    def __post_init__(self) -> None:
+        if self.racks < 0 or self.nodes_per_rack < 1 or self.gpus_per_node < 1:
+            raise ValueError("racks must be >= 0, nodes per rack and GPUs per node >= 1")
+        if self.total_nodes > _MAX_NODES:
+            raise ValueError(f"at most {_MAX_NODES} nodes fit the loopback address plan")
+
+    @property
+    def total_nodes(self) -> int:
+        """Every node of the shape."""
+        return self.racks * self.nodes_per_rack + self.plain_nodes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class GpuSpec:
+    """One GPU of a simulated node."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSpec:
+    """One simulated node and everything derived from its position."""
+
+    name: str
+    ordinal: int
+    """Position in the cluster (0-based); decides the addresses."""
+    rack: int | None
+    """Rack number, None for a node without multi-node NVLink."""
+    cluster_uuid: str
+    """NVLink domain's cluster UUID; all zeros for a node without MNNVL."""
+    clique_id: int
+    fabric: FabricState
+    gpus: tuple[GpuSpec, ...]
+
+    @property
+    def address(self) -> str:
+        """The node's InternalIP (a loopback address of its own)."""
+        n = self.ordinal
+        return f"127.1.{n // 250}.{n % 250 + 1}"
+
+    @property
+    def clique(self) -> str:
+        """``<clusterUUID>.<cliqueId>``; empty without MNNVL or without a completed fabric."""
+        if self.rack is None or self.fabric != "completed":
+            return ""
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+    def pod_address(self, slot: int) -> str:
+        """The ``slot``-th pod address of this node (slot in 0..252)."""
+        if not 0 <= slot <= 252:
+            raise ValueError("pod address slot out of range 0..252")
+        n = self.ordinal
+        return f"127.{64 + n // 256}.{n % 256}.{slot + 2}"
+
+
+def _rack_uuid(rack: int) -> str:
+    return str(uuid.uuid5(_NS, f"rack-{rack}"))
+
+
+def _gpu_uuid(node: str, gpu: int) -> str:
+    return f"GPU-{uuid.uuid5(_NS, f'{node}/gpu{gpu}')}"
+
+
+def node_name(rack: int | None, index: int) -> str:
+    """Stable node names: ``gb200-r<rack>-n<index>``, ``gpu-plain-<index>`` without a rack."""
+    return f"gb200-r{rack}-n{index:02d}" if rack is not None else f"gpu-plain-{index:02d}"
+
+
+def nodes(shape: Shape) -> Iterator[NodeSpec]:
+    """Every node of the shape, racks first, in a stable order."""
+    faults = dict(shape.fabric_faults)
+    ordinal = 0
+    for rack in range(shape.racks):
+        for i in range(shape.nodes_per_rack):
+            name = node_name(rack, i)
+            yield NodeSpec(
+                name=name, ordinal=ordinal, rack=rack, cluster_uuid=_rack_uuid(rack),
+                clique_id=1, fabric=faults.get(name, "completed"),
+                gpus=_gpus(name, shape.gpus_per_node),
+            )
+            ordinal += 1
+    for i in range(shape.plain_nodes):
+        name = node_name(None, i)
+        yield NodeSpec(
+            name=name, ordinal=ordinal, rack=None, cluster_uuid=str(uuid.UUID(int=0)),
+            clique_id=0, fabric="completed", gpus=_gpus(name, shape.gpus_per_node),
+        )
+        ordinal += 1
+
+
+def _gpus(node: str, count: int) -> tuple[GpuSpec, ...]:
+    # GB200 A4X hosts expose their GPUs on distinct PCI domains; any stable, unique id works.
+    return tuple(
+        GpuSpec(index=g, uuid=_gpu_uuid(node, g), pci_bus_id=f"0000:{0x10 + g * 8:02x}:00.0")
+        for g in range(count)
+    )

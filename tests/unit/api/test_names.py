@@ -1,0 +1,44 @@
+"""Names and naming helpers shared with upstream."""
+
+from __future__ import annotations
+
+import pytest
+
+from compute_domains.api import names
+
+
+def test_api_version_joins_group_and_version() -> None:
+    assert names.API_VERSION == "resource.nvidia.com/v1beta1"
+
+
+def test_finalizer_is_the_compute_domain_label() -> None:
+    assert names.FINALIZER == names.COMPUTE_DOMAIN_LABEL == "resource.nvidia.com/computeDomain"
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [(0, "compute-domain-daemon-0000"), (7, "compute-domain-daemon-0007"),
+     (17, "compute-domain-daemon-0017"), (12345, "compute-domain-daemon-12345")],
+    ids=["zero", "one-digit", "two-digits", "wider-than-four"],
+)
+def test_imex_dns_name_is_zero_padded_to_four_digits(index: int, expected: str) -> None:
+    assert names.imex_dns_name(index) == expected
+
+
+def test_imex_dns_name_rejects_the_non_fabric_index() -> None:
+    with pytest.raises(ValueError, match="-1"):
+        names.imex_dns_name(names.NON_FABRIC_INDEX)
+
+
+def test_daemon_objects_are_named_after_the_cd_uid() -> None:
+    assert names.daemon_object_name("u-1") == "computedomain-daemon-u-1"
+
+
+def test_clique_object_name_is_uid_dot_clique_id() -> None:
+    clique = names.clique_id("c0ffee00-0000-0000-0000-000000000001", 3)
+    assert clique == "c0ffee00-0000-0000-0000-000000000001.3"
+    assert names.clique_object_name("u-1", clique) == f"u-1.{clique}"
+
+
+def test_default_max_nodes_per_imex_domain_is_18() -> None:
+    assert names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN == 18
