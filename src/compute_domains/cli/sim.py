@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -12,7 +15,7 @@ from rich.console import Console
 
 from compute_domains.cli import options, tools
 from compute_domains.infra import errors
-from compute_domains.sim import cluster, lifecycle, procs, state
+from compute_domains.sim import cluster, control, lifecycle, procs, state, topology
 
 _NAME = click.option(
     "--name",
@@ -32,25 +35,62 @@ def group() -> None:
     """The local simulated GB200 cluster (real control plane, simulated nodes)."""
 
 
+def _shape_options(f: Callable[..., None]) -> Callable[..., None]:
+    for opt in reversed(
+        [
+            click.option("--racks", type=click.IntRange(0), default=2, show_default=True,
+                         help="NVL72-like racks; each is one NVLink domain (clique)."),
+            click.option("--nodes-per-rack", type=click.IntRange(1), default=18,
+                         show_default=True),
+            click.option("--gpus-per-node", type=click.IntRange(1), default=4,
+                         show_default=True),
+            click.option("--plain-nodes", type=click.IntRange(0), default=0, show_default=True,
+                         help="GPU nodes without multi-node NVLink (all-zero cluster UUID)."),
+            click.option("--fabric", "fabric", multiple=True, metavar="NODE=STATE",
+                         help="Fabric fault for one node: in-progress, error, not-supported."),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def _shape(racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int,
+           fabric: tuple[str, ...]) -> topology.Shape:
+    faults = []
+    for item in fabric:
+        node, _, fstate = item.partition("=")
+        if fstate not in ("in-progress", "error", "not-supported", "completed"):
+            raise click.BadParameter(f"{item!r}: expected NODE=in-progress|error|not-supported",
+                                     param_hint="--fabric")
+        faults.append((node, fstate))
+    return topology.Shape(racks=racks, nodes_per_rack=nodes_per_rack,
+                          gpus_per_node=gpus_per_node, plain_nodes=plain_nodes,
+                          fabric_faults=tuple(faults))
+
+
 @group.command("up")
 @_NAME
 @click.option("--api-port", type=int, default=None, help="Fixed API server port (default: free).")
-def up(name: str, api_port: int | None) -> None:
+@_shape_options
+def up(name: str, api_port: int | None, racks: int, nodes_per_rack: int, gpus_per_node: int,
+       plain_nodes: int, fabric: tuple[str, ...]) -> None:
     """Build the tools if needed, start the sim and print how to use it."""
     console = Console(stderr=True)
+    shape = _shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
     toolset = tools.build_tools(console)
     paths = _paths(name)
     t0 = time.monotonic()
-    with console.status(
-        f"starting sim '{name}' (etcd, kube-apiserver, scheduler, controller-manager)..."
-    ):
-        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port)
+    with console.status(f"starting sim '{name}': control plane, then {shape.total_nodes} "
+                        f"simulated nodes ({racks} racks x {nodes_per_rack} nodes x "
+                        f"{gpus_per_node} GPUs)..."):
+        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port, shape=shape)
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
     if started.already_running:
         console.print(f"sim '{name}' is already running; not starting it twice")
     else:
-        console.print(f"sim '{name}' is up in {time.monotonic() - t0:.1f}s")
+        console.print(f"sim '{name}' is up in {time.monotonic() - t0:.1f}s "
+                      f"({shape.total_nodes} nodes)")
     _print_usage(paths, toolset.bin_dir)
 
 
@@ -135,15 +175,71 @@ def status(name: str, output: str) -> None:
 @click.option("--bin-dir", type=click.Path(path_type=Path), required=True)
 @click.option("--api-port", type=int, default=None)
 @click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
-def serve(
-    home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool
-) -> None:
+@_shape_options
+def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool,
+          racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int,
+          fabric: tuple[str, ...]) -> None:
     """Run the sim supervisor in the foreground (started by `up` and test fixtures)."""
     from compute_domains.infra import logs
 
     logs.setup("info")
     if die_with_parent:
         procs.die_with_parent()
-    settings = cluster.SimSettings(home=home, name=name, bin_dir=bin_dir, api_port=api_port)
+    isolate = os.geteuid() == 0
+    if not isolate:
+        logging.getLogger(__name__).warning(
+            "not running as root: containers share the host's filesystem view (no private "
+            "mount namespace, no CDI device nodes, /etc/hosts not private)")
+    settings = cluster.SimSettings(
+        home=home, name=name, bin_dir=bin_dir, api_port=api_port, isolate=isolate,
+        shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric))
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
+
+
+@group.group("node")
+def node_group() -> None:
+    """Faults on one simulated node: stop, start, reboot; and the node list."""
+
+
+def _node_op(name: str, op: str, node: str) -> None:
+    answer = control.request(_paths(name).root / "control.sock", {"op": op, "node": node})
+    click.echo(answer)
+
+
+@node_group.command("stop")
+@_NAME
+@click.argument("node")
+def node_stop(name: str, node: str) -> None:
+    """Stop heartbeats and kill the node's containers (a power cut)."""
+    _node_op(name, "stop", node)
+
+
+@node_group.command("start")
+@_NAME
+@click.argument("node")
+def node_start(name: str, node: str) -> None:
+    """Start a stopped node's kubelet again."""
+    _node_op(name, "start", node)
+
+
+@node_group.command("reboot")
+@_NAME
+@click.argument("node")
+def node_reboot(name: str, node: str) -> None:
+    """Stop and start the node with a new boot id."""
+    _node_op(name, "reboot", node)
+
+
+@node_group.command("list")
+@_NAME
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def node_list(name: str, output: str) -> None:
+    """The sim's nodes: address, clique, whether the kubelet runs."""
+    nodes = control.request(_paths(name).root / "control.sock", {"op": "nodes"})
+    if output == "json":
+        click.echo(json.dumps(nodes, indent=1))
+        return
+    for node, info in nodes.items():
+        state_word = "running" if info["running"] else "STOPPED"
+        click.echo(f"{node:<16} {info['address']:<14} {state_word:<8} {info['clique'] or '-'}")

@@ -45,3 +45,6 @@ def setup(level: str = "info", fmt: LogFormat = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Every API request is an INFO line in httpx; far too chatty for a component log.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)

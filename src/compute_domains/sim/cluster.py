@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from compute_domains.infra import errors
-from compute_domains.sim import controlplane, state
+from compute_domains.sim import agent, control, controlplane, pods, standins, state, topology
+from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,14 @@ class SimSettings:
     """Folder with the built upstream tools."""
     api_port: int | None = None
     """Fixed API server port, or None for a free one."""
+    shape: topology.Shape = dataclasses.field(
+        default_factory=lambda: topology.Shape(racks=0, nodes_per_rack=1)
+    )
+    """Simulated nodes to run (none by default: a bare control plane)."""
+    isolate: bool = True
+    """Private mount namespaces for containers (needs root)."""
+    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
+    """Timings of the simulated kubelets."""
 
 
 class SimCluster:
@@ -43,6 +52,7 @@ class SimCluster:
     def __init__(self, settings: SimSettings) -> None:
         self._s = settings
         self.paths = state.SimPaths(settings.home, settings.name)
+        self._nodes_ready = asyncio.Event()
 
     def _record(self, phase: state.Phase, error: str = "") -> None:
         state.write_state(
@@ -75,6 +85,19 @@ class SimCluster:
             if task in done:
                 task.result()  # raises the start-up failure
                 raise errors.SimError("control plane stopped before it was ready")
+            if self._s.shape.total_nodes:
+                nodes = asyncio.create_task(self._run_nodes(cp), name="nodes")
+                nodes_ready = asyncio.create_task(self._nodes_ready.wait())
+                done, _ = await asyncio.wait(
+                    {task, nodes, nodes_ready}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for t in (task, nodes):
+                    if t in done:
+                        t.result()
+                        raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                self._record("ready")
+                await asyncio.gather(task, nodes)
+                return
             self._record("ready")
             await task
         except asyncio.CancelledError:
@@ -87,6 +110,28 @@ class SimCluster:
             raise
         finally:
             ready.cancel()
+
+    async def _run_nodes(self, cp: controlplane.ControlPlane) -> None:
+        assert cp.endpoints is not None
+        root = self.paths.root
+        lib_dir = await asyncio.to_thread(nvml_build.build_library, root / "lib")
+        bin_dir = standins.install(root / "bin")
+        node_agent = agent.NodeAgent(
+            agent.AgentSettings(
+                shape=self._s.shape,
+                sim_root=root,
+                pki_dir=self.paths.control_plane / "pki",
+                api_server=cp.endpoints.api_server,
+                isolate=self._s.isolate,
+                nvml_lib_dir=lib_dir.parent,
+                stand_in_bin=bin_dir,
+                kubelet=self._s.kubelet,
+            )
+        )
+        server = control.ControlServer(root / "control.sock", node_agent)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(server.run(), name="control-socket")
+            tg.create_task(node_agent.run(self._nodes_ready), name="node-agent")
 
 
 async def serve(settings: SimSettings) -> int:

@@ -35,12 +35,21 @@ def _check(rc: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None,
-           ) -> None:
+def _mount(
+    src: str | None,
+    dst: str,
+    fstype: str | None,
+    flags: int,
+    data: str | None = None,
+) -> None:
     libc = _libc()
-    rc = libc.mount(src.encode() if src else None, dst.encode(),
-                    fstype.encode() if fstype else None, flags,
-                    data.encode() if data else None)
+    rc = libc.mount(
+        src.encode() if src else None,
+        dst.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
     _check(rc, f"mount {src} on {dst}")
 
 
@@ -125,7 +134,7 @@ def main(argv: list[str]) -> None:
             os.chroot(_build_root(spec))
         _exec(spec, spec["command"])
     elif mode == "enter":
-        pid, cmd = int(argv[2]), argv[argv.index("--") + 1:]
+        pid, cmd = int(argv[2]), argv[argv.index("--") + 1 :]
         if spec["isolate"]:
             _enter(spec, pid)
         _exec(spec, cmd)

@@ -50,8 +50,9 @@ class ImageRegistry:
             return ["sleep", "infinity"]
         argv = command + args
         if not argv:
-            raise ImageError(f'image "{image}" has no entrypoint here: give the container a '
-                             "command")
+            raise ImageError(
+                f'image "{image}" has no entrypoint here: give the container a command'
+            )
         return argv
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:

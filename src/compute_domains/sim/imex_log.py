@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from compute_domains.sim.imex_config import ImexConfig
+
 _SEVERITY = {"CRITICAL": 1, "ERROR": 2, "WARNING": 3, "INFO": 4, "DEBUG": 5}
 
 
@@ -83,7 +85,7 @@ def open_log(file_name: str, *, append: bool, level: int) -> ImexLog:
     """The daemon's log as configured by ``LOG_FILE_NAME`` / ``LOG_APPEND_TO_LOG``."""
     if file_name:
         try:
-            stream = open(file_name, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+            stream = open(file_name, "a" if append else "w", encoding="utf-8")
         except OSError as err:
             reason = err.strerror or str(err)
         else:
@@ -98,3 +100,21 @@ def open_log(file_name: str, *, append: bool, level: int) -> ImexLog:
     log.raw(f"WARNING: failed to chmod IMEX log file {file_name} errno = {reason}")
     log.raw(f"IMEX Log initializing at: {short_stamp(_default_now())}")
     return log
+
+
+def config_summary(log: ImexLog, config: ImexConfig, *, version: str, nogpu: bool) -> None:
+    """The daemon's first log lines: version and the effective configuration."""
+    if nogpu:
+        log.info(f"IMEX version {version} is running in NO GPU MODE")
+    else:
+        log.info(f"IMEX version {version} is running with the following configuration options:")
+    log.info(f"Logging level = {config.log_level}")
+    log.info(f"Logging file name/path = {config.log_file_name}")
+    log.info(f"Append to log file = {int(config.log_append)}")
+    log.info("Max Log file size = 1024 (MBs)")
+    log.info("Use Syslog file = 0")
+    log.info("Authentication and Encryption enabled = 0")
+    log.info(f"IMEX Library communication bind interface = {config.bind_interface_ip}")
+    log.info(f"IMEX library communication bind port = {config.server_port}")
+    if config.daemonize:
+        log.warning("DAEMONIZE=1 is not simulated; running in the foreground")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compute_domains.infra import errors
-from compute_domains.sim import procs, state
+from compute_domains.sim import procs, state, topology
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -35,7 +35,11 @@ class Started:
 
 
 def _supervisor_argv(
-    paths: state.SimPaths, bin_dir: Path, api_port: int | None, die_with_parent: bool
+    paths: state.SimPaths,
+    bin_dir: Path,
+    api_port: int | None,
+    die_with_parent: bool,
+    shape: topology.Shape,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -49,7 +53,17 @@ def _supervisor_argv(
         paths.name,
         "--bin-dir",
         str(bin_dir),
+        "--racks",
+        str(shape.racks),
+        "--nodes-per-rack",
+        str(shape.nodes_per_rack),
+        "--gpus-per-node",
+        str(shape.gpus_per_node),
+        "--plain-nodes",
+        str(shape.plain_nodes),
     ]
+    for node, fabric in shape.fabric_faults:
+        argv += ["--fabric", f"{node}={fabric}"]
     if api_port is not None:
         argv += ["--api-port", str(api_port)]
     if die_with_parent:
@@ -75,8 +89,16 @@ def clean_stale(paths: state.SimPaths) -> bool:
     if recorded is not None and state.supervisor_alive(paths, recorded):
         return False
     _kill_recorded_children(paths)
-    shutil.rmtree(paths.root, ignore_errors=True)
+    _remove(paths)
     return True
+
+
+def _remove(paths: state.SimPaths) -> None:
+    """Remove the sim's folder and its nodes' short-path folder (``<sim>/nodes`` links it)."""
+    nodes = paths.root / "nodes"
+    if nodes.is_symlink():
+        shutil.rmtree(nodes.resolve(), ignore_errors=True)
+    shutil.rmtree(paths.root, ignore_errors=True)
 
 
 def start(
@@ -84,8 +106,9 @@ def start(
     bin_dir: Path,
     *,
     api_port: int | None = None,
+    shape: topology.Shape | None = None,
     die_with_parent: bool = False,
-    timeout_s: float = 300.0,
+    timeout_s: float = 600.0,
     on_wait: Callable[[str], None] | None = None,
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed."""
@@ -101,7 +124,9 @@ def start(
     paths.root.mkdir(parents=True, exist_ok=True)
     with paths.supervisor_log.open("ab") as log:
         proc = subprocess.Popen(
-            _supervisor_argv(paths, bin_dir, api_port, die_with_parent),
+            _supervisor_argv(
+                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0)
+            ),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -112,8 +137,7 @@ def start(
         rec = state.read_state(paths)
         if rec is not None and rec.supervisor_pid == proc.pid:
             if rec.phase == "ready":
-                return Started(paths, already_running=False, cleaned_stale=cleaned,
-                               process=proc)
+                return Started(paths, already_running=False, cleaned_stale=cleaned, process=proc)
             if rec.phase == "failed":
                 proc.wait(timeout=60)
                 raise errors.SimError(rec.error)
@@ -136,8 +160,13 @@ def start(
         time.sleep(0.2)
 
 
-def stop(paths: state.SimPaths, *, timeout_s: float = 60.0, remove: bool = True,
-         process: subprocess.Popen[bytes] | None = None) -> bool:
+def stop(
+    paths: state.SimPaths,
+    *,
+    timeout_s: float = 60.0,
+    remove: bool = True,
+    process: subprocess.Popen[bytes] | None = None,
+) -> bool:
     """Stop the sim and (by default) remove its folder; False when there was nothing to stop.
 
     ``process`` is the supervisor's ``Popen`` when the caller started it, so it is reaped.
@@ -165,7 +194,7 @@ def _stop(paths: state.SimPaths, *, timeout_s: float, remove: bool) -> bool:
             time.sleep(0.05)
     _kill_recorded_children(paths)
     if remove:
-        shutil.rmtree(paths.root, ignore_errors=True)
+        _remove(paths)
     return True
 
 

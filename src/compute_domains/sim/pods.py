@@ -27,8 +27,9 @@ from compute_domains.sim import events, images, podstatus, probes, runtime, volu
 
 logger = logging.getLogger(__name__)
 
-CdiResolver = Callable[[list[str]], tuple[dict[str, str], list[runtime.DeviceNode],
-                                           list[runtime.Mount]]]
+CdiResolver = Callable[
+    [list[str]], tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]
+]
 
 
 class PrepareError(Exception):
@@ -91,8 +92,9 @@ class PodWorker:
         self._stop = asyncio.Event()
         self._grace = 30.0
         self._gone = False
-        self._log = logging.LoggerAdapter(logger, {"pod": f"{self.namespace}/{self.name}",
-                                                   "node": svc.name})
+        self._log = logging.LoggerAdapter(
+            logger, {"pod": f"{self.namespace}/{self.name}", "node": svc.name}
+        )
 
     @property
     def spec(self) -> Any:
@@ -117,8 +119,11 @@ class PodWorker:
         """Set up, run containers until told to stop, then clean up."""
         spec = self.spec
         for c in spec.initContainers or []:
-            self._records.append(podstatus.ContainerRecord(name=c.name, image=c.image or "",
-                                                           init=True, reason="PodInitializing"))
+            self._records.append(
+                podstatus.ContainerRecord(
+                    name=c.name, image=c.image or "", init=True, reason="PodInitializing"
+                )
+            )
         for c in spec.containers:
             self._records.append(podstatus.ContainerRecord(name=c.name, image=c.image or ""))
         publisher = asyncio.create_task(self._publisher(), name=f"status:{self.name}")
@@ -156,8 +161,7 @@ class PodWorker:
 
     async def _delete_object(self) -> None:
         try:
-            await self._svc.client.delete(Pod, self.name, namespace=self.namespace,
-                                          grace_period=0)
+            await self._svc.client.delete(Pod, self.name, namespace=self.namespace, grace_period=0)
         except ApiError as err:
             if err.status.code != 404:
                 self._log.warning("final delete failed: %s", err.status.message)
@@ -171,13 +175,19 @@ class PodWorker:
             self._dirty.clear()
             if self._gone:
                 continue
-            status = podstatus.build(self._records, sandbox_ready=self._sandbox_ready,
-                                     pod_ip=self.ip, host_ip=self._svc.ip,
-                                     start_time=self._start_time, since=self._since,
-                                     message=self._message)
+            status = podstatus.build(
+                self._records,
+                sandbox_ready=self._sandbox_ready,
+                pod_ip=self.ip,
+                host_ip=self._svc.ip,
+                start_time=self._start_time,
+                since=self._since,
+                message=self._message,
+            )
             try:
-                await self._svc.client.patch(Pod.Status, self.name, {"status": status},
-                                             namespace=self.namespace)
+                await self._svc.client.patch(
+                    Pod.Status, self.name, {"status": status}, namespace=self.namespace
+                )
             except ApiError as err:
                 if err.status.code == 404:
                     return
@@ -185,8 +195,7 @@ class PodWorker:
                 self._dirty.set()
                 await asyncio.sleep(0.5)
 
-    async def _retrying(self, what: Callable[[], Awaitable[Any]], reason: str,
-                        waiting: str) -> Any:
+    async def _retrying(self, what: Callable[[], Awaitable[Any]], reason: str, waiting: str) -> Any:
         delay = self._svc.settings.retry_backoff_s
         last = ""
         while True:
@@ -199,8 +208,10 @@ class PodWorker:
                     await self._svc.recorder.pod(self.pod, "Warning", reason, msg)
                     last = msg
                 for rec in self._records:
-                    if rec.state == "waiting" and rec.reason in ("ContainerCreating",
-                                                                 "PodInitializing"):
+                    if rec.state == "waiting" and rec.reason in (
+                        "ContainerCreating",
+                        "PodInitializing",
+                    ):
                         rec.message = waiting
                 self._changed()
             await asyncio.sleep(delay)
@@ -208,17 +219,25 @@ class PodWorker:
 
     async def _lifecycle(self) -> None:
         self._changed()
-        ctx = volumes.PodContext(pod=self.pod, node_name=self._svc.name, node_ip=self._svc.ip,
-                                 pod_ip=self.ip, node_root=self._svc.root,
-                                 api_host=self._svc.api_host, api_port=self._svc.api_port)
+        ctx = volumes.PodContext(
+            pod=self.pod,
+            node_name=self._svc.name,
+            node_ip=self._svc.ip,
+            pod_ip=self.ip,
+            node_root=self._svc.root,
+            api_host=self._svc.api_host,
+            api_port=self._svc.api_port,
+        )
         vol_paths: dict[str, str] = await self._retrying(
-            lambda: volumes.setup_volumes(self._svc.client, ctx), "FailedMount",
-            "volumes not ready")
+            lambda: volumes.setup_volumes(self._svc.client, ctx), "FailedMount", "volumes not ready"
+        )
         claims: dict[str, list[tuple[list[str], list[str]]]] = {}
         if self.spec.resourceClaims:
             claims = await self._retrying(
-                lambda: self._prepare(), "FailedPrepareDynamicResources",
-                "waiting for dynamic resources")
+                lambda: self._prepare(),
+                "FailedPrepareDynamicResources",
+                "waiting for dynamic resources",
+            )
         self._write_hosts()
         self._sandbox_ready = True
         self._changed()
@@ -227,35 +246,48 @@ class PodWorker:
             if rc != 0:
                 return
         mains = [r for r in self._records if not r.init]
-        await asyncio.gather(*(self._container_loop(c, rec, ctx, vol_paths, claims)
-                               for c, rec in zip(self.spec.containers, mains, strict=True)))
+        await asyncio.gather(
+            *(
+                self._container_loop(c, rec, ctx, vol_paths, claims)
+                for c, rec in zip(self.spec.containers, mains, strict=True)
+            )
+        )
 
     async def _prepare(self) -> dict[str, list[tuple[list[str], list[str]]]]:
         try:
             return await self._svc.prepare(self.pod)
         except PrepareError as err:
-            raise PrepareError(f"Failed to prepare dynamic resources: prepare dynamic "
-                               f"resources: {err}") from err
+            raise PrepareError(
+                f"Failed to prepare dynamic resources: prepare dynamic resources: {err}"
+            ) from err
 
     def _hosts_path(self) -> Path:
         return self._svc.root / "var/lib/kubelet/pods" / self.uid / "etc-hosts"
 
     def _write_hosts(self) -> None:
         name = self.spec.hostname or self.name
-        lines = ["# Kubernetes-managed hosts file.", "127.0.0.1\tlocalhost",
-                 "::1\tlocalhost ip6-localhost ip6-loopback", f"{self.ip}\t{name}"]
+        lines = [
+            "# Kubernetes-managed hosts file.",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            f"{self.ip}\t{name}",
+        ]
         path = self._hosts_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
 
-    async def _config(self, c: Any, ctx: volumes.PodContext, vol_paths: dict[str, str],
-                      claims: dict[str, list[tuple[list[str], list[str]]]],
-                      ) -> runtime.ContainerConfig:
+    async def _config(
+        self,
+        c: Any,
+        ctx: volumes.PodContext,
+        vol_paths: dict[str, str],
+        claims: dict[str, list[tuple[list[str], list[str]]]],
+    ) -> runtime.ContainerConfig:
         env = await volumes.container_env(self._svc.client, ctx, c)
         mounts = volumes.container_mounts(c, vol_paths)
         mounts.append(runtime.Mount(source=str(self._hosts_path()), target="/etc/hosts"))
         cdi_ids: list[str] = []
-        for ref in (c.resources.claims if c.resources and c.resources.claims else []):
+        for ref in c.resources.claims if c.resources and c.resources.claims else []:
             for requests, ids in claims.get(ref.name, []):
                 if not ref.request or not requests or ref.request in requests:
                     cdi_ids.extend(ids)
@@ -266,8 +298,13 @@ class PodWorker:
             mounts.extend(cdi_mounts)
         argv = self._svc.images.command(c.image or "", list(c.command or []), list(c.args or []))
         env = self._svc.images.environment(env)
-        return runtime.ContainerConfig(argv=tuple(argv), env=env, workdir=c.workingDir or "",
-                                       mounts=tuple(mounts), devices=tuple(devices))
+        return runtime.ContainerConfig(
+            argv=tuple(argv),
+            env=env,
+            workdir=c.workingDir or "",
+            mounts=tuple(mounts),
+            devices=tuple(devices),
+        )
 
     def _should_restart(self, rec: podstatus.ContainerRecord, rc: int) -> bool:
         policy = self.spec.restartPolicy or "Always"
@@ -275,21 +312,28 @@ class PodWorker:
             return rc != 0 and policy != "Never"
         return policy == "Always" or (policy == "OnFailure" and rc != 0)
 
-    async def _container_loop(self, c: Any, rec: podstatus.ContainerRecord,
-                              ctx: volumes.PodContext, vol_paths: dict[str, str],
-                              claims: dict[str, list[tuple[list[str], list[str]]]]) -> int:
+    async def _container_loop(
+        self,
+        c: Any,
+        rec: podstatus.ContainerRecord,
+        ctx: volumes.PodContext,
+        vol_paths: dict[str, str],
+        claims: dict[str, list[tuple[list[str], list[str]]]],
+    ) -> int:
         delay = self._svc.settings.restart_backoff_s
         while True:
             try:
                 cfg = await self._config(c, ctx, vol_paths, claims)
             except (volumes.EnvError, images.ImageError) as err:
-                reason = ("CreateContainerConfigError" if isinstance(err, volumes.EnvError)
-                          else "ErrImagePull")
+                reason = (
+                    "CreateContainerConfigError"
+                    if isinstance(err, volumes.EnvError)
+                    else "ErrImagePull"
+                )
                 if rec.reason != reason or rec.message != str(err):
                     rec.wait(reason, str(err))
                     self._changed()
-                    await self._svc.recorder.pod(self.pod, "Warning", "Failed",
-                                                 f"Error: {err}")
+                    await self._svc.recorder.pod(self.pod, "Warning", "Failed", f"Error: {err}")
                 await asyncio.sleep(delay)
                 continue
             rc = await self._run_once(c, rec, cfg)
@@ -301,17 +345,21 @@ class PodWorker:
             msg = f"back-off {delay:.0f}s restarting failed container={c.name} pod={self.name}"
             rec.wait("CrashLoopBackOff", msg)
             self._changed()
-            await self._svc.recorder.pod(self.pod, "Warning", "BackOff",
-                                         "Back-off restarting failed container "
-                                         f"{c.name} in pod {self.name}")
+            await self._svc.recorder.pod(
+                self.pod,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {c.name} in pod {self.name}",
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
             if self._stop.is_set():
                 return rc
             delay = min(delay * 2, self._svc.settings.restart_backoff_cap_s)
 
-    async def _run_once(self, c: Any, rec: podstatus.ContainerRecord,
-                        cfg: runtime.ContainerConfig) -> int:
+    async def _run_once(
+        self, c: Any, rec: podstatus.ContainerRecord, cfg: runtime.ContainerConfig
+    ) -> int:
         if self._stop.is_set():
             return 143
         cid = self._cid(c.name)
@@ -324,11 +372,14 @@ class PodWorker:
         rec.started = c.startupProbe is None
         rec.ready = c.readinessProbe is None and rec.started
         self._changed()
-        await self._svc.recorder.pod(self.pod, "Normal", "Started",
-                                     f"Started container {c.name}",
-                                     f"spec.containers{{{c.name}}}")
-        prober = probes.Prober(self._svc.runtime, running, c, rec, self._changed,
-                               self._log)
+        await self._svc.recorder.pod(
+            self.pod,
+            "Normal",
+            "Started",
+            f"Started container {c.name}",
+            f"spec.containers{{{c.name}}}",
+        )
+        prober = probes.Prober(self._svc.runtime, running, c, rec, self._changed, self._log)
         probe_task = asyncio.create_task(prober.run(), name=f"probes:{self.name}/{c.name}")
         try:
             rc = await running.child.proc.wait()
@@ -346,8 +397,9 @@ class PodWorker:
     async def _kill_all(self, grace: float) -> None:
         running = list(self._running.items())
         for name, _ in running:
-            await self._svc.recorder.pod(self.pod, "Normal", "Killing",
-                                         f"Stopping container {name}")
+            await self._svc.recorder.pod(
+                self.pod, "Normal", "Killing", f"Stopping container {name}"
+            )
         await asyncio.gather(*(r.child.stop(grace) for _, r in running))
         for rec in self._records:
             if rec.state == "running":

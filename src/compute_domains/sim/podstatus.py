@@ -44,17 +44,27 @@ class ContainerRecord:
         if self.state == "running":
             state = {"running": {"startedAt": self.started_at}}
         elif self.state == "terminated":
-            state = {"terminated": {"exitCode": self.exit_code, "reason": self.reason,
-                                    "message": self.message or None,
-                                    "startedAt": self.started_at or None,
-                                    "finishedAt": self.finished_at,
-                                    "containerID": self.container_id or None}}
+            state = {
+                "terminated": {
+                    "exitCode": self.exit_code,
+                    "reason": self.reason,
+                    "message": self.message or None,
+                    "startedAt": self.started_at or None,
+                    "finishedAt": self.finished_at,
+                    "containerID": self.container_id or None,
+                }
+            }
         else:
             state = {"waiting": {"reason": self.reason, "message": self.message or None}}
         out: dict[str, Any] = {
-            "name": self.name, "image": self.image, "imageID": f"sim://{self.image}",
-            "ready": self.ready, "started": self.started, "restartCount": self.restart_count,
-            "state": state, "lastState": {},
+            "name": self.name,
+            "image": self.image,
+            "imageID": f"sim://{self.image}",
+            "ready": self.ready,
+            "started": self.started,
+            "restartCount": self.restart_count,
+            "state": state,
+            "lastState": {},
         }
         if self.container_id:
             out["containerID"] = self.container_id
@@ -75,10 +85,13 @@ class ContainerRecord:
     def wait(self, reason: str, message: str = "") -> None:
         """Record a waiting state (before a start or a restart)."""
         if self.state == "terminated":
-            self.last_terminated = {"exitCode": self.exit_code, "reason": self.reason,
-                                    "startedAt": self.started_at or None,
-                                    "finishedAt": self.finished_at,
-                                    "containerID": self.container_id or None}
+            self.last_terminated = {
+                "exitCode": self.exit_code,
+                "reason": self.reason,
+                "startedAt": self.started_at or None,
+                "finishedAt": self.finished_at,
+                "containerID": self.container_id or None,
+            }
         self.state = "waiting"
         self.reason = reason
         self.message = message
@@ -89,34 +102,47 @@ def phase(records: list[ContainerRecord], sandbox_ready: bool) -> str:
     """Pod phase from its containers (restartPolicy already folded into ``will_restart``)."""
     inits = [r for r in records if r.init]
     mains = [r for r in records if not r.init]
-    if not sandbox_ready or any(not (r.state == "terminated" and r.exit_code == 0)
-                                for r in inits):
-        if any(r.state == "terminated" and r.exit_code != 0 and not r.will_restart
-               for r in inits):
+    if not sandbox_ready or any(not (r.state == "terminated" and r.exit_code == 0) for r in inits):
+        if any(r.state == "terminated" and r.exit_code != 0 and not r.will_restart for r in inits):
             return "Failed"
         return "Pending"
     if mains and all(r.state == "terminated" and not r.will_restart for r in mains):
         return "Succeeded" if all(r.exit_code == 0 for r in mains) else "Failed"
-    if any(r.state == "running" or r.restart_count > 0 or r.state == "terminated"
-           for r in mains):
+    if any(r.state == "running" or r.restart_count > 0 or r.state == "terminated" for r in mains):
         return "Running"
     return "Pending"
 
 
-def _cond(kind: str, ok: bool, reason: str = "", since: dict[str, str] | None = None,
-          ) -> dict[str, Any]:
+def _cond(
+    kind: str,
+    ok: bool,
+    reason: str = "",
+    since: dict[str, str] | None = None,
+) -> dict[str, Any]:
     status = "True" if ok else "False"
     key = f"{kind}={status}"
     stamp = (since or {}).setdefault(key, now())
-    out: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": stamp,
-                           "lastProbeTime": None}
+    out: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "lastTransitionTime": stamp,
+        "lastProbeTime": None,
+    }
     if reason and not ok:
         out["reason"] = reason
     return out
 
 
-def build(records: list[ContainerRecord], *, sandbox_ready: bool, pod_ip: str, host_ip: str,
-          start_time: str, since: dict[str, str], message: str = "") -> dict[str, Any]:
+def build(
+    records: list[ContainerRecord],
+    *,
+    sandbox_ready: bool,
+    pod_ip: str,
+    host_ip: str,
+    start_time: str,
+    since: dict[str, str],
+    message: str = "",
+) -> dict[str, Any]:
     """The pod's ``status`` object (PodScheduled is the scheduler's and left out)."""
     mains = [r for r in records if not r.init]
     inits = [r for r in records if r.init]
@@ -124,7 +150,8 @@ def build(records: list[ContainerRecord], *, sandbox_ready: bool, pod_ip: str, h
     ready = sandbox_ready and bool(mains) and all(r.ready for r in mains)
     status: dict[str, Any] = {
         "phase": phase(records, sandbox_ready),
-        "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
         "startTime": start_time,
         "conditions": [
             _cond("PodReadyToStartContainers", sandbox_ready, since=since),

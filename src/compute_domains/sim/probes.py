@@ -20,9 +20,15 @@ from compute_domains.sim import podstatus, runtime
 class Prober:
     """Runs one container's probes until cancelled."""
 
-    def __init__(self, rt: runtime.Runtime, running: runtime.Running, container: Any,
-                 rec: podstatus.ContainerRecord, changed: Callable[[], None],
-                 log: logging.LoggerAdapter[logging.Logger]) -> None:
+    def __init__(
+        self,
+        rt: runtime.Runtime,
+        running: runtime.Running,
+        container: Any,
+        rec: podstatus.ContainerRecord,
+        changed: Callable[[], None],
+        log: logging.LoggerAdapter[logging.Logger],
+    ) -> None:
         self._rt = rt
         self._running = running
         self._c = container
@@ -34,8 +40,9 @@ class Prober:
     async def _check(self, probe: Any) -> bool:
         timeout = float(probe.timeoutSeconds or 1)
         if probe.exec is not None:
-            rc, out = await self._rt.exec(self._running, list(probe.exec.command or []),
-                                          max(timeout, 5.0))
+            rc, out = await self._rt.exec(
+                self._running, list(probe.exec.command or []), max(timeout, 5.0)
+            )
             if rc != 0:
                 self._log.debug("exec probe failed (%d): %s", rc, out.strip()[-200:])
             return rc == 0
@@ -43,14 +50,17 @@ class Prober:
             host = probe.tcpSocket.host or "127.0.0.1"
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(probe.tcpSocket.port)), timeout)
+                    asyncio.open_connection(host, int(probe.tcpSocket.port)), timeout
+                )
             except (OSError, TimeoutError):
                 return False
             writer.close()
             return True
         if probe.httpGet is not None:
             g = probe.httpGet
-            url = f"{(g.scheme or 'HTTP').lower()}://{g.host or '127.0.0.1'}:{g.port}{g.path or '/'}"
+            url = (
+                f"{(g.scheme or 'HTTP').lower()}://{g.host or '127.0.0.1'}:{g.port}{g.path or '/'}"
+            )
             try:
                 async with httpx.AsyncClient(verify=False, timeout=timeout) as http:
                     resp = await http.get(url)
@@ -86,7 +96,12 @@ class Prober:
         c = self._c
         if c.startupProbe is not None:
             outcome: list[bool] = []
-            await self._loop(c.startupProbe, lambda ok: bool(outcome.append(ok)))
+
+            def startup(ok: bool) -> bool:
+                outcome.append(ok)
+                return False
+
+            await self._loop(c.startupProbe, startup)
             if not outcome[0]:
                 await self._kill(f"Container {c.name} failed startup probe, will be restarted")
                 return
@@ -95,6 +110,7 @@ class Prober:
             self._changed()
         tasks = []
         if c.readinessProbe is not None:
+
             def readiness(ok: bool) -> bool:
                 if self._rec.ready != ok:
                     self._rec.ready = ok
@@ -113,8 +129,7 @@ class Prober:
             async def watch_liveness() -> None:
                 await self._loop(c.livenessProbe, liveness)
                 if dead.is_set():
-                    await self._kill(f"Container {c.name} failed liveness probe, will be "
-                                     "restarted")
+                    await self._kill(f"Container {c.name} failed liveness probe, will be restarted")
 
             tasks.append(watch_liveness())
         if tasks:

@@ -24,8 +24,21 @@ from compute_domains.sim import procs
 
 logger = logging.getLogger(__name__)
 
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-               "/root", "/home", "/work", "/srv")
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/root",
+    "/home",
+    "/work",
+    "/srv",
+)
 """Host folders every container sees read-only (the "image" of a simulated container)."""
 
 
@@ -125,20 +138,32 @@ class Runtime:
         spec_path = cdir / "spec.json"
         spec_path.write_text(json.dumps(self._spec(cid, cfg)))
         child = await procs.start(
-            cid, [self._s.python, "-m", "compute_domains.sim.container_init", "run",
-                  str(spec_path)],
+            cid,
+            [self._s.python, "-m", "compute_domains.sim.container_init", "run", str(spec_path)],
             log_path=log_path,
         )
         return Running(child=child, spec_path=spec_path)
 
-    async def exec(self, running: Running, argv: Sequence[str], timeout: float,
-                   ) -> tuple[int, str]:
+    async def exec(
+        self,
+        running: Running,
+        argv: Sequence[str],
+        timeout: float,
+    ) -> tuple[int, str]:
         """Run ``argv`` inside a running container's view; (exit code, output). 124 on timeout."""
         proc = await asyncio.create_subprocess_exec(
-            self._s.python, "-m", "compute_domains.sim.container_init", "enter",
-            str(running.spec_path), str(running.child.pid), "--", *argv,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, preexec_fn=procs.die_with_parent,
+            self._s.python,
+            "-m",
+            "compute_domains.sim.container_init",
+            "enter",
+            str(running.spec_path),
+            str(running.child.pid),
+            "--",
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=procs.die_with_parent,
         )
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)

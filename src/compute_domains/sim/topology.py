@@ -1,6 +1,6 @@
 """The shape of a simulated cluster: racks of GB200 nodes, their NVLink domains and addresses.
 
-Each rack is one NVLink domain (an NVL72 rack of 18 nodes × 4 GPUs in the seeds): its nodes share
+Each rack is one NVLink domain (an NVL72 rack of 18 nodes x 4 GPUs in the seeds): its nodes share
 a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the same. Addresses
 are loopback addresses derived from the node's position, so they are stable across restarts and
 never collide between nodes: node *n* is ``127.1.<n // 250>.<n % 250 + 1>`` and its pods draw
@@ -10,19 +10,22 @@ from ``127.<64 + n // 256>.<n % 256>.2-254``.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Iterator
+
+from compute_domains.sim.nvml import config as nvml_config
+from compute_domains.sim.nvml import profiles
 
 FabricState = str
 """``completed`` | ``in-progress`` | ``error`` | ``not-supported`` (see ``NodeSpec.fabric``)."""
 
-_NS = uuid.UUID("6c0d1d2e-8a55-4b1f-9f43-6a1cf0c0ffee")
+_PLAIN_RACK_BASE = 1000
+"""Identity seed for nodes without a rack (their GPUs still need stable UUIDs)."""
 _MAX_NODES = 64 * 256
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Shape:
-    """What ``cdctl sim up`` builds: racks × nodes × GPUs, plus optional odd nodes."""
+    """What ``cdctl sim up`` builds: racks x nodes x GPUs, plus optional odd nodes."""
 
     racks: int = 2
     """Number of NVL72-like racks (one NVLink domain each)."""
@@ -92,14 +95,6 @@ class NodeSpec:
         return f"127.{64 + n // 256}.{n % 256}.{slot + 2}"
 
 
-def _rack_uuid(rack: int) -> str:
-    return str(uuid.uuid5(_NS, f"rack-{rack}"))
-
-
-def _gpu_uuid(node: str, gpu: int) -> str:
-    return f"GPU-{uuid.uuid5(_NS, f'{node}/gpu{gpu}')}"
-
-
 def node_name(rack: int | None, index: int) -> str:
     """Stable node names: ``gb200-r<rack>-n<index>``, ``gpu-plain-<index>`` without a rack."""
     return f"gb200-r{rack}-n{index:02d}" if rack is not None else f"gpu-plain-{index:02d}"
@@ -113,23 +108,53 @@ def nodes(shape: Shape) -> Iterator[NodeSpec]:
         for i in range(shape.nodes_per_rack):
             name = node_name(rack, i)
             yield NodeSpec(
-                name=name, ordinal=ordinal, rack=rack, cluster_uuid=_rack_uuid(rack),
-                clique_id=1, fabric=faults.get(name, "completed"),
-                gpus=_gpus(name, shape.gpus_per_node),
+                name=name,
+                ordinal=ordinal,
+                rack=rack,
+                cluster_uuid=profiles.cluster_uuid(rack),
+                clique_id=profiles.DEFAULT_CLIQUE_ID,
+                fabric=faults.get(name, "completed"),
+                gpus=_gpus(rack, i, shape.gpus_per_node),
             )
             ordinal += 1
     for i in range(shape.plain_nodes):
         name = node_name(None, i)
         yield NodeSpec(
-            name=name, ordinal=ordinal, rack=None, cluster_uuid=str(uuid.UUID(int=0)),
-            clique_id=0, fabric="completed", gpus=_gpus(name, shape.gpus_per_node),
+            name=name,
+            ordinal=ordinal,
+            rack=None,
+            cluster_uuid=nvml_config.ZERO_CLUSTER_UUID,
+            clique_id=0,
+            fabric="completed",
+            gpus=_gpus(_PLAIN_RACK_BASE, ordinal, shape.gpus_per_node),
         )
         ordinal += 1
 
 
-def _gpus(node: str, count: int) -> tuple[GpuSpec, ...]:
+def _gpus(rack: int, node: int, count: int) -> tuple[GpuSpec, ...]:
     # GB200 A4X hosts expose their GPUs on distinct PCI domains; any stable, unique id works.
     return tuple(
-        GpuSpec(index=g, uuid=_gpu_uuid(node, g), pci_bus_id=f"0000:{0x10 + g * 8:02x}:00.0")
+        GpuSpec(
+            index=g,
+            uuid=profiles.gpu_uuid(rack, node, g),
+            pci_bus_id=f"0000:{0x10 + g * 8:02x}:00.0",
+        )
         for g in range(count)
+    )
+
+
+def nvml_for(spec: NodeSpec) -> nvml_config.NodeNvmlConfig:
+    """What the node's NVML stand-in answers (same identities as the node's labels)."""
+    count = len(spec.gpus)
+    if spec.rack is None:
+        return profiles.h200(_PLAIN_RACK_BASE, spec.ordinal, gpus=count)
+    index = int(spec.name.rsplit("-n", 1)[1])
+    if spec.fabric == "in-progress":
+        return profiles.fabric_in_progress(spec.rack, index, gpus=count)
+    if spec.fabric == "error":
+        return profiles.fabric_error(spec.rack, index, gpus=count)
+    if spec.fabric == "not-supported":
+        return profiles.no_fabric(spec.rack, index, gpus=count)
+    return profiles.gb200(
+        spec.rack, index, gpus=count, clique_id=spec.clique_id, cluster=spec.cluster_uuid
     )

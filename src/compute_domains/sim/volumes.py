@@ -18,8 +18,8 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
-from lightkube.resources.authentication_v1 import TokenRequest
-from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, ServiceAccount
 
 from compute_domains.infra import atomicfile
 from compute_domains.sim import runtime
@@ -75,23 +75,30 @@ def field_ref(ctx: PodContext, path: str) -> str:
     meta, spec = ctx.pod.metadata, ctx.pod.spec
     assert meta is not None and spec is not None
     simple = {
-        "metadata.name": meta.name, "metadata.namespace": meta.namespace,
-        "metadata.uid": meta.uid, "spec.nodeName": ctx.node_name,
+        "metadata.name": meta.name,
+        "metadata.namespace": meta.namespace,
+        "metadata.uid": meta.uid,
+        "spec.nodeName": ctx.node_name,
         "spec.serviceAccountName": spec.serviceAccountName or "default",
-        "status.hostIP": ctx.node_ip, "status.podIP": ctx.pod_ip,
-        "status.hostIPs": ctx.node_ip, "status.podIPs": ctx.pod_ip,
+        "status.hostIP": ctx.node_ip,
+        "status.podIP": ctx.pod_ip,
+        "status.hostIPs": ctx.node_ip,
+        "status.podIPs": ctx.pod_ip,
     }
     if path in simple:
-        return simple[path] or ""
-    for prefix, mapping in (("metadata.labels", meta.labels), ("metadata.annotations",
-                                                                 meta.annotations)):
+        return str(simple[path] or "")
+    for prefix, mapping in (
+        ("metadata.labels", meta.labels),
+        ("metadata.annotations", meta.annotations),
+    ):
         if path.startswith(prefix + "['") and path.endswith("']"):
-            return (mapping or {}).get(path[len(prefix) + 2:-2], "")
+            return str((mapping or {}).get(path[len(prefix) + 2 : -2], ""))
     raise EnvError(f'unsupported fieldRef "{path}"')
 
 
-async def _key(client: AsyncClient, res: type[Any], ns: str, name: str, key: str,
-               optional: bool) -> str | None:
+async def _key(
+    client: AsyncClient, res: type[Any], ns: str, name: str, key: str, optional: bool
+) -> str | None:
     obj = await _get(client, res, name, ns)
     kind = "configmap" if res is ConfigMap else "secret"
     if obj is None:
@@ -122,8 +129,9 @@ async def container_env(client: AsyncClient, ctx: PodContext, container: Any) ->
         if obj is None:
             if ref.optional:
                 continue
-            raise EnvError(f'{"configmap" if res is ConfigMap else "secret"} "{ref.name}" '
-                           "not found")
+            raise EnvError(
+                f'{"configmap" if res is ConfigMap else "secret"} "{ref.name}" not found'
+            )
         for k, v in _data_of(obj).items():
             env[(src.prefix or "") + k] = v.decode(errors="replace")
     for var in container.env or []:
@@ -155,18 +163,24 @@ def _write_files(target: Path, files: dict[str, bytes], mode: int) -> None:
         atomicfile.write_atomic(target / rel, data, mode=mode)
 
 
-async def _token(client: AsyncClient, ctx: PodContext, audience: str | None,
-                 expiration: int | None) -> bytes:
+async def _token(
+    client: AsyncClient, ctx: PodContext, audience: str | None, expiration: int | None
+) -> bytes:
     meta, spec = ctx.pod.metadata, ctx.pod.spec
     assert meta is not None and spec is not None and meta.name and meta.uid
-    req = TokenRequest(spec=TokenRequestSpec(
-        audiences=[audience] if audience else [],
-        expirationSeconds=expiration or 3607,
-        boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=meta.name,
-                                            uid=meta.uid),
-    ))
     sa = spec.serviceAccountName or "default"
-    resp = await client.create(req, name=sa, namespace=meta.namespace)  # type: ignore[call-overload]
+    req = ServiceAccount.Token(
+        metadata=ObjectMeta(name=sa, namespace=meta.namespace),
+        spec=TokenRequestSpec(
+            audiences=[audience] if audience else [],
+            expirationSeconds=expiration or 3607,
+            boundObjectRef=BoundObjectReference(
+                kind="Pod", apiVersion="v1", name=meta.name, uid=meta.uid
+            ),
+        )
+    )
+    resp = await client.create(req, name=sa, namespace=meta.namespace)
+    assert resp.status is not None
     return str(resp.status.token).encode()
 
 
@@ -178,8 +192,9 @@ async def _projected(client: AsyncClient, ctx: PodContext, vol: Any) -> dict[str
             t = src.serviceAccountToken
             files[t.path] = await _token(client, ctx, t.audience, t.expirationSeconds)
         elif src.configMap is not None or src.secret is not None:
-            ref, res = ((src.configMap, ConfigMap) if src.configMap is not None
-                        else (src.secret, Secret))
+            ref, res = (
+                (src.configMap, ConfigMap) if src.configMap is not None else (src.secret, Secret)
+            )
             obj = await _get(client, res, ref.name, ns or "")
             if obj is None:
                 if ref.optional:
@@ -217,40 +232,49 @@ async def setup_volumes(client: AsyncClient, ctx: PodContext) -> dict[str, str]:
                 host.parent.mkdir(parents=True, exist_ok=True)
                 host.touch()
             elif kind in ("Directory", "File", "Socket") and not host.exists():
-                raise VolumeError(f"hostPath type check failed: {vol.hostPath.path} is not a "
-                                  f"{kind.lower()}")
+                raise VolumeError(
+                    f"hostPath type check failed: {vol.hostPath.path} is not a {kind.lower()}"
+                )
             paths[vol.name] = str(host)
             continue
         if vol.emptyDir is not None:
             target.mkdir(parents=True, exist_ok=True)
         elif vol.configMap is not None or vol.secret is not None:
             is_cm = vol.configMap is not None
-            ref = vol.configMap if is_cm else vol.secret
-            name = ref.name if is_cm else ref.secretName
+            ref: Any = vol.configMap if is_cm else vol.secret
+            name = str(ref.name if is_cm else ref.secretName)
             obj = await _get(client, ConfigMap if is_cm else Secret, name, meta.namespace or "")
             if obj is None:
                 if ref.optional:
                     target.mkdir(parents=True, exist_ok=True)
                 else:
                     kind = "configmap" if is_cm else "secret"
-                    raise VolumeError(f'MountVolume.SetUp failed for volume "{vol.name}" : '
-                                      f'{kind} "{name}" not found')
+                    raise VolumeError(
+                        f'MountVolume.SetUp failed for volume "{vol.name}" : '
+                        f'{kind} "{name}" not found'
+                    )
             else:
                 _write_files(target, _select(_data_of(obj), ref.items), 0o644)
         elif vol.projected is not None:
             try:
                 files = await _projected(client, ctx, vol)
             except VolumeError as err:
-                raise VolumeError(f'MountVolume.SetUp failed for volume "{vol.name}" : {err}'
-                                  ) from err
+                raise VolumeError(
+                    f'MountVolume.SetUp failed for volume "{vol.name}" : {err}'
+                ) from err
             _write_files(target, files, 0o644)
         elif vol.downwardAPI is not None:
-            files = {it.path: field_ref(ctx, it.fieldRef.fieldPath).encode()
-                     for it in vol.downwardAPI.items or [] if it.fieldRef is not None}
+            files = {
+                it.path: field_ref(ctx, it.fieldRef.fieldPath).encode()
+                for it in vol.downwardAPI.items or []
+                if it.fieldRef is not None
+            }
             _write_files(target, files, 0o644)
         else:
-            raise VolumeError(f'volume "{vol.name}": this simulated kubelet supports hostPath, '
-                              "emptyDir, configMap, secret, projected and downwardAPI volumes")
+            raise VolumeError(
+                f'volume "{vol.name}": this simulated kubelet supports hostPath, '
+                "emptyDir, configMap, secret, projected and downwardAPI volumes"
+            )
         paths[vol.name] = str(target)
     return paths
 
@@ -264,7 +288,5 @@ def container_mounts(container: Any, volume_paths: dict[str, str]) -> list[runti
             raise EnvError(f'volume "{vm.name}" referenced by a volumeMount is not defined')
         if vm.subPath:
             src = str(Path(src) / vm.subPath)
-        mounts.append(runtime.Mount(source=src, target=vm.mountPath,
-                                    readonly=bool(vm.readOnly)))
+        mounts.append(runtime.Mount(source=src, target=vm.mountPath, readonly=bool(vm.readOnly)))
     return mounts
-

@@ -22,7 +22,9 @@ dns_names = st.from_regex(validation.DNS_SUBDOMAIN_REGEX, fullmatch=True).filter
     lambda s: len(s) <= validation.DNS_SUBDOMAIN_MAX_LENGTH
 )
 texts = st.text(max_size=40)
-clique_ids = st.one_of(st.just(""), st.builds(lambda u, n: f"{u}.{n}", st.uuids(), st.integers(0, 99)))
+clique_ids = st.one_of(
+    st.just(""), st.builds(lambda u, n: f"{u}.{n}", st.uuids(), st.integers(0, 99))
+)
 indices = st.integers(min_value=-1, max_value=2**31 - 1)
 
 specs = st.builds(
@@ -53,9 +55,7 @@ metas = st.builds(
     dns_names,
     st.uuids(),
 )
-computedomains = st.builds(
-    ComputeDomain, metadata=metas, spec=specs, status=st.none() | statuses
-)
+computedomains = st.builds(ComputeDomain, metadata=metas, spec=specs, status=st.none() | statuses)
 daemons = st.builds(
     CliqueDaemon,
     node_name=dns_names,

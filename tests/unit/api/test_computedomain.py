@@ -63,10 +63,20 @@ def test_wire_form_uses_exact_camel_case_names() -> None:
             status={
                 "status": "Ready",
                 "nodes": [
-                    {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0,
-                     "status": "Ready"},
-                    {"name": "n2", "ipAddress": "10.0.0.2", "cliqueID": "", "index": -1,
-                     "status": "NotReady"},
+                    {
+                        "name": "n1",
+                        "ipAddress": "10.0.0.1",
+                        "cliqueID": "c.1",
+                        "index": 0,
+                        "status": "Ready",
+                    },
+                    {
+                        "name": "n2",
+                        "ipAddress": "10.0.0.2",
+                        "cliqueID": "",
+                        "index": -1,
+                        "status": "NotReady",
+                    },
                 ],
             },
         )
@@ -75,15 +85,27 @@ def test_wire_form_uses_exact_camel_case_names() -> None:
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
         "metadata": {"name": "compute-domain-0", "namespace": "default", "uid": "uid-1"},
-        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t"},
-                                            "allocationMode": "All"}},
+        "spec": {
+            "numNodes": 2,
+            "channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "All"},
+        },
         "status": {
             "status": "Ready",
             "nodes": [
-                {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.1", "index": 0,
-                 "status": "Ready"},
-                {"name": "n2", "ipAddress": "10.0.0.2", "cliqueID": "", "index": -1,
-                 "status": "NotReady"},
+                {
+                    "name": "n1",
+                    "ipAddress": "10.0.0.1",
+                    "cliqueID": "c.1",
+                    "index": 0,
+                    "status": "Ready",
+                },
+                {
+                    "name": "n2",
+                    "ipAddress": "10.0.0.2",
+                    "cliqueID": "",
+                    "index": -1,
+                    "status": "NotReady",
+                },
             ],
             "readyNodes": 1,
             "totalNodes": 2,
@@ -104,19 +126,32 @@ def test_wire_form_uses_exact_camel_case_names() -> None:
                 nodes=(ComputeDomainNode(name="n", ip_address="ip", clique_id=""),)
             ),
         ),
-        ({"status": "Ready", "readyNodes": 99, "totalNodes": 99},
-         ComputeDomainStatus(status=Readiness.READY)),
+        (
+            {"status": "Ready", "readyNodes": 99, "totalNodes": 99},
+            ComputeDomainStatus(status=Readiness.READY),
+        ),
     ],
-    ids=["ready", "empty-is-notready", "absent-is-notready", "null-nodes", "node-defaults",
-         "counters-ignored"],
+    ids=[
+        "ready",
+        "empty-is-notready",
+        "absent-is-notready",
+        "null-nodes",
+        "node-defaults",
+        "counters-ignored",
+    ],
 )
-def test_status_decoding_applies_defaults(raw: dict[str, Any], expected: ComputeDomainStatus) -> None:
+def test_status_decoding_applies_defaults(
+    raw: dict[str, Any], expected: ComputeDomainStatus
+) -> None:
     assert ComputeDomainStatus.from_dict(raw) == expected
 
 
 def test_empty_node_list_is_omitted_but_counters_are_written() -> None:
-    assert ComputeDomainStatus().to_dict() == {"status": "NotReady", "readyNodes": 0,
-                                               "totalNodes": 0}
+    assert ComputeDomainStatus().to_dict() == {
+        "status": "NotReady",
+        "readyNodes": 0,
+        "totalNodes": 0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -125,25 +160,50 @@ def test_empty_node_list_is_omitted_but_counters_are_written() -> None:
         ({k: v for k, v in _cd().items() if k != "spec"}, "spec: required field missing"),
         (_cd(spec={}), "spec.channel: required field missing"),
         (_cd(spec={"channel": {}}), "spec.channel.resourceClaimTemplate: required field missing"),
-        (_cd(spec={"channel": {"resourceClaimTemplate": {"name": 3}}}),
-         "spec.channel.resourceClaimTemplate.name: expected string, got integer"),
-        (_cd(spec={"numNodes": True, "channel": {"resourceClaimTemplate": {"name": "a"}}}),
-         "spec.numNodes: expected integer, got boolean"),
-        (_cd(spec={"numNodes": 1.0, "channel": {"resourceClaimTemplate": {"name": "a"}}}),
-         "spec.numNodes: expected integer, got number"),
-        (_cd(spec={"channel": {"resourceClaimTemplate": {"name": "a"}, "allocationMode": "x"}}),
-         'spec.channel.allocationMode: unsupported value "x"'),
+        (
+            _cd(spec={"channel": {"resourceClaimTemplate": {"name": 3}}}),
+            "spec.channel.resourceClaimTemplate.name: expected string, got integer",
+        ),
+        (
+            _cd(spec={"numNodes": True, "channel": {"resourceClaimTemplate": {"name": "a"}}}),
+            "spec.numNodes: expected integer, got boolean",
+        ),
+        (
+            _cd(spec={"numNodes": 1.0, "channel": {"resourceClaimTemplate": {"name": "a"}}}),
+            "spec.numNodes: expected integer, got number",
+        ),
+        (
+            _cd(spec={"channel": {"resourceClaimTemplate": {"name": "a"}, "allocationMode": "x"}}),
+            'spec.channel.allocationMode: unsupported value "x"',
+        ),
         (_cd(spec=[]), "spec: expected object, got array"),
-        (_cd(status={"status": "Ready", "nodes": [{"name": "n", "ipAddress": "i"}]}),
-         "status.nodes[0].cliqueID: required field missing"),
+        (
+            _cd(status={"status": "Ready", "nodes": [{"name": "n", "ipAddress": "i"}]}),
+            "status.nodes[0].cliqueID: required field missing",
+        ),
         (_cd(status={"nodes": ["n"]}), "status.nodes[0]: expected object, got string"),
         (_cd(kind="ComputeDomainClique"), 'expected kind "ComputeDomain"'),
-        (_cd(apiVersion="resource.nvidia.com/v1"), 'unsupported apiVersion "resource.nvidia.com/v1"'),
+        (
+            _cd(apiVersion="resource.nvidia.com/v1"),
+            'unsupported apiVersion "resource.nvidia.com/v1"',
+        ),
         (_cd(metadata={"name": 5}), "metadata:"),
     ],
-    ids=["no-spec", "no-channel", "no-template", "name-not-string", "bool-num-nodes",
-         "float-num-nodes", "unknown-mode", "spec-not-object", "node-missing-clique",
-         "node-not-object", "wrong-kind", "wrong-api-version", "bad-metadata"],
+    ids=[
+        "no-spec",
+        "no-channel",
+        "no-template",
+        "name-not-string",
+        "bool-num-nodes",
+        "float-num-nodes",
+        "unknown-mode",
+        "spec-not-object",
+        "node-missing-clique",
+        "node-not-object",
+        "wrong-kind",
+        "wrong-api-version",
+        "bad-metadata",
+    ],
 )
 def test_malformed_objects_fail_permanently_naming_the_field(
     obj: dict[str, Any], message: str
@@ -169,8 +229,14 @@ def test_unknown_fields_of_stored_objects_are_tolerated() -> None:
         ([Readiness.READY, Readiness.NOT_READY], 0, Readiness.NOT_READY),
         ([Readiness.READY] * 3, 2, Readiness.READY),
     ],
-    ids=["no-nodes-no-wait", "waits-for-num-nodes", "all-ready", "too-few", "one-not-ready",
-         "more-than-num-nodes"],
+    ids=[
+        "no-nodes-no-wait",
+        "waits-for-num-nodes",
+        "all-ready",
+        "too-few",
+        "one-not-ready",
+        "more-than-num-nodes",
+    ],
 )
 def test_computed_status_follows_upstream_rule(
     statuses: list[Readiness], num_nodes: int, expected: Readiness
@@ -194,7 +260,11 @@ def test_resource_classes_are_namespaced_with_status_subresource() -> None:
     info = api_info(ComputeDomainResource)
     assert issubclass(ComputeDomainResource, NamespacedResource)
     assert (info.resource.group, info.resource.version, info.resource.kind, info.plural) == (
-        names.GROUP, names.VERSION, "ComputeDomain", "computedomains")
+        names.GROUP,
+        names.VERSION,
+        "ComputeDomain",
+        "computedomains",
+    )
     status_info = api_info(ComputeDomainStatusResource)
     assert (status_info.action, status_info.plural) == ("status", "computedomains")
 
@@ -203,7 +273,9 @@ def test_lightkube_resources_round_trip() -> None:
     cd = ComputeDomain.from_dict(_cd(status={"status": "Ready"}))
     resource = cd.to_resource()
     assert isinstance(resource, ComputeDomainResource)
-    assert resource.metadata == ObjectMeta(name="compute-domain-0", namespace="default", uid="uid-1")
+    assert resource.metadata == ObjectMeta(
+        name="compute-domain-0", namespace="default", uid="uid-1"
+    )
     assert ComputeDomain.from_resource(resource) == cd
     assert ComputeDomain.from_resource(ComputeDomainResource.from_dict(_cd())).status is None
     assert isinstance(cd.to_status_resource(), ComputeDomainStatusResource)

@@ -17,8 +17,12 @@ def test_finalizer_is_the_compute_domain_label() -> None:
 
 @pytest.mark.parametrize(
     ("index", "expected"),
-    [(0, "compute-domain-daemon-0000"), (7, "compute-domain-daemon-0007"),
-     (17, "compute-domain-daemon-0017"), (12345, "compute-domain-daemon-12345")],
+    [
+        (0, "compute-domain-daemon-0000"),
+        (7, "compute-domain-daemon-0007"),
+        (17, "compute-domain-daemon-0017"),
+        (12345, "compute-domain-daemon-12345"),
+    ],
     ids=["zero", "one-digit", "two-digits", "wider-than-four"],
 )
 def test_imex_dns_name_is_zero_padded_to_four_digits(index: int, expected: str) -> None:

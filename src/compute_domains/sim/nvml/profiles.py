@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import types
 import uuid
 
 from compute_domains.sim.nvml import config
@@ -90,6 +91,24 @@ _A100 = _Model(
 )
 
 
+class GpuModel(enum.StrEnum):
+    """The GPU models the profiles use, for building ``GpuSpec``s with other identities."""
+
+    GB200 = "gb200"
+    H200 = "h200"
+    A100 = "a100"
+
+
+_MODELS = types.MappingProxyType(
+    {GpuModel.GB200: _GB200, GpuModel.H200: _H200, GpuModel.A100: _A100}
+)
+
+
+def gpu_spec(model: GpuModel, *, uuid: str, pci_bus_id: str) -> config.GpuSpec:
+    """A GPU of ``model`` with identities chosen by the caller (e.g. the sim's topology)."""
+    return _spec(_MODELS[model], uuid, pci_bus_id)
+
+
 def gpu_uuid(rack: int, node: int, gpu: int) -> str:
     """The simulated GPU's NVML UUID (``GPU-`` + UUIDv5), stable for (rack, node, gpu)."""
     return f"GPU-{uuid.uuid5(_NAMESPACE, f'gpu/{rack}/{node}/{gpu}')}"
@@ -100,20 +119,21 @@ def cluster_uuid(rack: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"cluster/{rack}"))
 
 
+def _spec(model: _Model, ident: str, pci_bus_id: str) -> config.GpuSpec:
+    return config.GpuSpec(
+        uuid=ident,
+        pci_bus_id=pci_bus_id,
+        name=model.name,
+        architecture=model.architecture,
+        compute_capability=model.compute_capability,
+        memory_total_bytes=model.memory_mib * _MIB,
+        pci_device_id=model.pci_device_id,
+    )
+
+
 def _gpus(model: _Model, rack: int, node: int, count: int | None) -> tuple[config.GpuSpec, ...]:
     n = model.default_gpus if count is None else count
-    return tuple(
-        config.GpuSpec(
-            uuid=gpu_uuid(rack, node, i),
-            pci_bus_id=model.bus_id(i),
-            name=model.name,
-            architecture=model.architecture,
-            compute_capability=model.compute_capability,
-            memory_total_bytes=model.memory_mib * _MIB,
-            pci_device_id=model.pci_device_id,
-        )
-        for i in range(n)
-    )
+    return tuple(_spec(model, gpu_uuid(rack, node, i), model.bus_id(i)) for i in range(n))
 
 
 def gb200(

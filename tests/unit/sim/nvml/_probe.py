@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +33,14 @@ def loaded_nvml() -> list[str]:
         return sorted({ln.split()[-1] for ln in maps if "libnvidia-ml" in ln})
 
 
+def text(value: str | bytes) -> str:
+    """nvidia-ml-py returns char arrays as str in some versions and bytes in others."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def fabric_v1(handle: Any) -> dict[str, Any]:
     info = pynvml.c_nvmlGpuFabricInfo_t()
+    ctypes.memset(ctypes.byref(info), 0xFF, ctypes.sizeof(info))  # the library must write it all
     res = attempt(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info))
     if "error" in res:
         return res
@@ -47,6 +54,9 @@ def fabric_v1(handle: Any) -> dict[str, Any]:
 
 def fabric_v(handle: Any, struct: type[Any]) -> dict[str, Any]:
     info = struct()
+    version = info.version
+    ctypes.memset(ctypes.byref(info), 0xFF, ctypes.sizeof(info))
+    info.version = version
     res = attempt(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
     if "error" in res:
         return res
@@ -70,14 +80,14 @@ def device(index: int) -> dict[str, Any]:
     mem2 = pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2)
     dev_uuid = pynvml.nvmlDeviceGetUUID(h)
     by_uuid = pynvml.nvmlDeviceGetHandleByUUID(dev_uuid)
-    by_pci = pynvml.nvmlDeviceGetHandleByPciBusId(pci.busId.decode())
+    by_pci = pynvml.nvmlDeviceGetHandleByPciBusId(text(pci.busId))
     return {
         "uuid": dev_uuid,
         "name": pynvml.nvmlDeviceGetName(h),
         "index": pynvml.nvmlDeviceGetIndex(h),
         "minor": pynvml.nvmlDeviceGetMinorNumber(h),
-        "bus_id": pci.busId.decode(),
-        "bus_id_legacy": pci.busIdLegacy.decode(),
+        "bus_id": text(pci.busId),
+        "bus_id_legacy": text(pci.busIdLegacy),
         "pci": [pci.domain, pci.bus, pci.device, pci.pciDeviceId, pci.pciSubSystemId],
         "memory": [mem.total, mem.free, mem.used],
         "memory_v2": [mem2.total, mem2.reserved, mem2.free, mem2.used],
@@ -136,6 +146,12 @@ def misuse() -> dict[str, Any]:
     bad_v.version = 0x01000020
     out["bad_version"] = attempt(pynvml.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(bad_v))
     out["bad_memory_version"] = attempt(pynvml.nvmlDeviceGetMemoryInfo, h, 0x01000018)
+    # A version-2 caller's buffer ends before healthSummary: the library must not write there.
+    v3 = pynvml.c_nvmlGpuFabricInfo_v3_t()
+    ctypes.memset(ctypes.byref(v3), 0xFF, ctypes.sizeof(v3))
+    v3.version = pynvml.nvmlGpuFabricInfo_v2
+    pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v3))
+    out["v2_leaves_summary"] = [v3.state, v3.healthSummary]
     raw = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetUUID")
     out["small_buffer"] = raw(h, ctypes.create_string_buffer(8), ctypes.c_uint(8))
     out["error_string"] = pynvml.nvmlErrorString(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -146,6 +162,35 @@ def misuse() -> dict[str, Any]:
     out["count_after_shutdown"] = attempt(pynvml.nvmlDeviceGetCount)
     out["extra_shutdown"] = attempt(pynvml.nvmlShutdown)
     return out
+
+
+def threads() -> dict[str, Any]:
+    """Many threads opening sessions and querying at once (NVML is thread-safe)."""
+    failures: list[str] = []
+    want = {}
+    pynvml.nvmlInitWithFlags(pynvml.NVML_INIT_FLAG_NO_GPUS)
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        want[i] = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+    pynvml.nvmlShutdown()
+
+    def work() -> None:
+        for _ in range(300):
+            try:
+                pynvml.nvmlInitWithFlags(pynvml.NVML_INIT_FLAG_NO_GPUS)
+                for i, expected in want.items():
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    if pynvml.nvmlDeviceGetUUID(h) != expected or "error" in fabric_v1(h):
+                        failures.append(f"gpu {i}: wrong answer")
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError as err:
+                failures.append(str(err))
+
+    pool = [threading.Thread(target=work) for _ in range(8)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return {"failures": failures[:5], "after": attempt(pynvml.nvmlDeviceGetCount)}
 
 
 def reload(second_config: str) -> dict[str, Any]:
@@ -168,6 +213,8 @@ def main() -> None:
         out = init(int(sys.argv[2]))
     elif scenario == "misuse":
         out = misuse()
+    elif scenario == "threads":
+        out = threads()
     elif scenario == "reload":
         out = reload(sys.argv[2])
     else:

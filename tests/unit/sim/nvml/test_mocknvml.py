@@ -165,12 +165,20 @@ def test_misuse_gets_nvml_error_codes(tmp_path: Path, probe: Probe) -> None:
     assert out["unknown_pci"] == not_found
     assert out["bad_version"] == {"error": "NVMLError_ArgumentVersionMismatch", "code": 25}
     assert out["bad_memory_version"] == {"error": "NVMLError_ArgumentVersionMismatch", "code": 25}
+    assert out["v2_leaves_summary"] == [3, 0xFF]
     assert out["small_buffer"] == 7  # NVML_ERROR_INSUFFICIENT_SIZE
     assert out["error_string"] == "Not Supported"
     assert out["missing_symbol"] == {"error": "NVMLError_FunctionNotFound", "code": 13}
     assert out["count_after_one_shutdown"] == {"ok": 4}  # init is reference counted
     assert out["count_after_shutdown"] == uninit
     assert out["extra_shutdown"] == uninit
+
+
+def test_concurrent_sessions(tmp_path: Path, probe: Probe) -> None:
+    res = probe(_write(tmp_path, profiles.gb200(0, 0)), "threads")
+    assert res.returncode == 0, res.stderr
+    assert res.data["failures"] == []
+    assert res.data["after"] == {"error": "NVMLError_Uninitialized", "code": 1}
 
 
 def test_config_is_reread_at_the_next_init(tmp_path: Path, probe: Probe) -> None:
@@ -184,7 +192,9 @@ def test_config_is_reread_at_the_next_init(tmp_path: Path, probe: Probe) -> None
 
 
 def test_zero_gpus_needs_the_no_gpus_flag(tmp_path: Path, probe: Probe) -> None:
-    cfg = _write(tmp_path, config.NodeNvmlConfig(driver_version="580.1", cuda_version="13.0", gpus=()))
+    cfg = _write(
+        tmp_path, config.NodeNvmlConfig(driver_version="580.1", cuda_version="13.0", gpus=())
+    )
     with_flag = probe(cfg, "init", NO_GPUS)
     assert with_flag.data["ok"] is None and with_flag.data["count"] == 0
     without = probe(cfg, "init", "0")
@@ -231,20 +241,31 @@ GPU = "[gpu]\nuuid=GPU-a\nname=NVIDIA GB200\npci_bus_id=00000008:01:00.0\n"
         pytest.param(HEAD + GPU + "compute_capability=9\n", "<major>.<minor>", id="cc"),
         pytest.param(HEAD + GPU + "fabric_cluster_uuid=abc\n", "32 hex digits", id="uuid"),
         pytest.param(HEAD + "[gpu]\nuuid=GPU-a\nname=x\npci_bus_id=zz\n", "PCI bus id", id="bus"),
-        pytest.param(HEAD + "[gpu]\nuuid=GPU-a\nname=x\n", "lacks required key: pci_bus_id", id="req"),
-        pytest.param(HEAD + "[gpu]\nname=x\n" + GPU, ":7: the section before", id="req-mid"),
+        pytest.param(
+            HEAD + "[gpu]\nuuid=GPU-a\nname=x\n", "lacks required key: pci_bus_id", id="req"
+        ),
+        pytest.param(HEAD + "[gpu]\nname=x\n" + GPU, ":6: the section before", id="req-mid"),
         pytest.param(HEAD + GPU + GPU, "duplicate GPU uuid", id="dup-uuid"),
         pytest.param(HEAD + GPU + "name2\n", "expected key=value", id="no-equals"),
         pytest.param(HEAD + "[cpu]\n", "unknown section: [cpu]", id="section"),
         pytest.param("driver_version=1\ncuda_driver_version=1\n", "key: format", id="no-format"),
         pytest.param(HEAD.replace("format=1", "format=2"), "unsupported format", id="format"),
-        pytest.param(HEAD + GPU.replace("name=NVIDIA GB200", "name=" + "x" * 96), "too long", id="long"),
-        pytest.param(HEAD + "".join(
-            f"[gpu]\nuuid=GPU-{i}\nname=x\npci_bus_id={i:x}:01:00.0\n" for i in range(65)
-        ), "too many [gpu] blocks", id="too-many"),
+        pytest.param(
+            HEAD + GPU.replace("name=NVIDIA GB200", "name=" + "x" * 96), "too long", id="long"
+        ),
+        pytest.param(
+            HEAD
+            + "".join(
+                f"[gpu]\nuuid=GPU-{i}\nname=x\npci_bus_id={i:x}:01:00.0\n" for i in range(65)
+            ),
+            "too many [gpu] blocks",
+            id="too-many",
+        ),
     ],
 )
-def test_malformed_config_is_reported(tmp_path: Path, probe: Probe, text: str, message: str) -> None:
+def test_malformed_config_is_reported(
+    tmp_path: Path, probe: Probe, text: str, message: str
+) -> None:
     path = tmp_path / "bad.cfg"
     path.write_text(text)
     res = probe(path, "init", NO_GPUS)

@@ -1,0 +1,329 @@
+"""Discover this node's GPUs, NVLink clique and IMEX device majors (NVML + /proc files).
+
+``NvmlDiscovery.discover()`` is the production ``Discovery``; everything it calls is blocking, so
+the plugin runs it through ``asyncio.to_thread``. The NVML module is a parameter (default: the
+real ``pynvml``), so tests and the simulator can pass their own.
+
+Rules (shared/spec/upstream-plugin-and-daemon.md §2.3, §5.4):
+- One NVML session, opened with ``NVML_INIT_FLAG_NO_GPUS`` (zero GPUs is no error) and always shut
+  down. GPUs are visited in index order; ``DGX Display`` devices are skipped.
+- Strict fabric mode (the default): NVML "not supported" or fabric state NOT_SUPPORTED skips a GPU;
+  state NOT_STARTED/IN_PROGRESS, a non-success fabric status, or any other NVML error is fatal.
+  Non-strict mode skips every GPU whose fabric is not fully up instead.
+- An all-zero cluster UUID means "NVLink but not multi-node": no clique from that GPU.
+- The clique ID is ``<clusterUUID>.<cliqueId>`` if every GPU that reported one agrees, empty if
+  none did; GPUs that disagree are fatal.
+- Char majors come from the "Character devices:" section of ``/proc/devices``; a name must match
+  exactly once. With a clique ID set, both the IMEX-channel and the nvidia-caps majors must exist.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import logging
+import re
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+PROC_DEVICES = Path("/proc/devices")
+"""Default path of the kernel's device-major table."""
+FABRIC_IMEX_MGMT_CAPABILITY = Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt")
+"""Default path of the fabric-imex-mgmt capability description."""
+IMEX_CHANNELS_DEVICE = "nvidia-caps-imex-channels"
+"""``/proc/devices`` name of the IMEX channel char devices."""
+CAPS_DEVICE = "nvidia-caps"
+"""``/proc/devices`` name of the NVIDIA capability char devices."""
+_SKIPPED_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})
+_ZERO_UUID = str(uuid.UUID(int=0))
+
+
+class FabricState(enum.IntEnum):
+    """NVML GPU fabric state (``NVML_GPU_FABRIC_STATE_*``)."""
+
+    NOT_SUPPORTED = 0
+    NOT_STARTED = 1
+    IN_PROGRESS = 2
+    COMPLETED = 3
+
+
+class DiscoveryError(errors.ConfigError):
+    """The node's hardware state forbids starting (fabric not ready, cliques disagree, ...)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class GpuInfo:
+    """One visited GPU."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    name: str
+    fabric_state: FabricState | None
+    """None when NVML reports fabric info as not supported."""
+    cluster_uuid: str = ""
+    """The NVLink cluster UUID; empty when the GPU contributes no clique."""
+    clique: int | None = None
+    """The clique number within the cluster; None when the GPU contributes no clique."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeInfo:
+    """Everything discovery found on this node."""
+
+    driver_version: str
+    gpus: tuple[GpuInfo, ...]
+    clique_id: str
+    """``<clusterUUID>.<cliqueId>``, or empty when the node is not part of an MNNVL domain."""
+    channel_major: int | None
+    """Char major of ``nvidia-caps-imex-channels``; None when absent (allowed without clique)."""
+    caps_major: int | None
+    """Char major of ``nvidia-caps``; None when absent (only allowed without clique)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CapabilityDevice:
+    """The device file of an NVIDIA capability (``/proc/driver/nvidia/capabilities/*``)."""
+
+    minor: int
+    file_mode: int
+    modify: int
+
+
+class Nvml(Protocol):
+    """The part of ``pynvml`` discovery uses (a module or any object with these members)."""
+
+    NVMLError: type[Exception]
+    NVML_SUCCESS: int
+    NVML_ERROR_NOT_SUPPORTED: int
+    NVML_ERROR_FUNCTION_NOT_FOUND: int
+    NVML_INIT_FLAG_NO_GPUS: int
+    c_nvmlGpuFabricInfo_t: type[ctypes.Structure]
+    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure]
+
+    def nvmlInitWithFlags(self, flags: int) -> None: ...  # noqa: D102
+    def nvmlShutdown(self) -> None: ...  # noqa: D102
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...  # noqa: D102
+    def nvmlDeviceGetCount(self) -> int: ...  # noqa: D102
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...  # noqa: D102
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...  # noqa: D102
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...  # noqa: D102
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...  # noqa: D102
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int: ...  # noqa: D102
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int: ...  # noqa: D102
+
+
+class Discovery(Protocol):
+    """What the plugin needs from hardware discovery (tests pass plain data instead)."""
+
+    def discover(self) -> NodeInfo:
+        """Inspect the node; blocking."""
+        ...
+
+
+class NvmlDiscovery:
+    """``Discovery`` through NVML and ``/proc/devices``."""
+
+    def __init__(
+        self,
+        *,
+        proc_devices: Path = PROC_DEVICES,
+        strict_fabric: bool = True,
+        nvml: Nvml | None = None,
+    ) -> None:
+        """Args: proc_devices: device-major table; strict_fabric: the CrashOnNVLinkFabricErrors
+        semantics; nvml: the NVML module (default: the real ``pynvml``)."""
+        self._proc_devices = proc_devices
+        self._strict = strict_fabric
+        self._nvml = nvml
+
+    def discover(self) -> NodeInfo:
+        """Inspect the node (blocking; NVML session opened and closed here).
+
+        Raises:
+            DiscoveryError: fabric not ready (strict), cliques disagree, NVML failed, or a needed
+                char major is missing or ambiguous.
+        """
+        nvml = self._nvml if self._nvml is not None else _real_nvml()
+        driver, gpus = discover_gpus(nvml, strict_fabric=self._strict)
+        clique_id = clique_id_of(gpus)
+        text = self._proc_devices.read_text()
+        channel_major = find_char_major(text, IMEX_CHANNELS_DEVICE)
+        caps_major = find_char_major(text, CAPS_DEVICE)
+        if clique_id and (channel_major is None or caps_major is None):
+            raise DiscoveryError(
+                f"clique {clique_id} found but {self._proc_devices} lacks "
+                f"'{IMEX_CHANNELS_DEVICE}' or '{CAPS_DEVICE}': is the NVIDIA driver loaded?"
+            )
+        return NodeInfo(
+            driver_version=driver,
+            gpus=gpus,
+            clique_id=clique_id,
+            channel_major=channel_major,
+            caps_major=caps_major,
+        )
+
+
+def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple[GpuInfo, ...]]:
+    """The driver version and the visited GPUs, in one NVML session (blocking).
+
+    Raises:
+        DiscoveryError: an NVML call failed or (strict) the fabric is not in a usable state.
+    """
+    try:
+        nvml.nvmlInitWithFlags(nvml.NVML_INIT_FLAG_NO_GPUS)
+    except nvml.NVMLError as err:
+        raise DiscoveryError(f"NVML initialisation failed: {err}") from err
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = _text(nvml.nvmlDeviceGetName(handle))
+            if name in _SKIPPED_NAMES:
+                continue
+            gpus.append(_gpu(nvml, handle, index, name, strict_fabric))
+        return driver, tuple(gpus)
+    except nvml.NVMLError as err:
+        raise DiscoveryError(f"NVML query failed: {err}") from err
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as err:  # the answers are already read; a failed close is noise
+            logger.warning("NVML shutdown failed: %s", err)
+
+
+def clique_id_of(gpus: tuple[GpuInfo, ...]) -> str:
+    """``<clusterUUID>.<cliqueId>`` shared by all GPUs that have one, or empty.
+
+    Raises:
+        DiscoveryError: GPUs report more than one cluster UUID or clique.
+    """
+    seen = {(g.cluster_uuid, g.clique) for g in gpus if g.clique is not None}
+    if not seen:
+        return ""
+    if len(seen) > 1:
+        found = ", ".join(sorted(f"{u}.{c}" for u, c in seen))
+        raise DiscoveryError(f"GPUs on this node disagree about their NVLink clique: {found}")
+    cluster, clique = seen.pop()
+    return f"{cluster}.{clique}"
+
+
+def find_char_major(text: str, name: str) -> int | None:
+    """The major of char device ``name`` in ``/proc/devices`` content; None when not listed.
+
+    Raises:
+        DiscoveryError: the content has no "Character devices:" section followed by a
+            "Block devices:" one, ``name`` is listed more than once, or the major exceeds 32 bits.
+    """
+    start = text.find("Character devices:")
+    end = text.find("Block devices:", start + 1)
+    if start < 0 or end < 0:
+        raise DiscoveryError("unexpected /proc/devices layout: missing section headers")
+    pattern = re.compile(rf"^\s*(\d+) {re.escape(name)}$", re.MULTILINE)
+    majors = [int(m.group(1)) for m in pattern.finditer(text, start, end)]
+    if len(majors) > 1:
+        raise DiscoveryError(f"char device {name!r} listed {len(majors)} times in /proc/devices")
+    if majors and majors[0] > 0xFFFF_FFFF:
+        raise DiscoveryError(f"char device {name!r} has an out-of-range major {majors[0]}")
+    return majors[0] if majors else None
+
+
+def read_char_major(name: str, path: Path = PROC_DEVICES) -> int | None:
+    """``find_char_major`` on the file at ``path`` (blocking)."""
+    return find_char_major(path.read_text(), name)
+
+
+def parse_capability(text: str) -> CapabilityDevice:
+    """Parse a capability file's ``Key: Value`` lines (``DeviceFileMinor``/``Mode``/``Modify``).
+
+    Raises:
+        DiscoveryError: a key is missing or not a decimal integer.
+    """
+    fields = dict(
+        (key.strip(), value.strip())
+        for key, sep, value in (line.partition(":") for line in text.splitlines())
+        if sep
+    )
+    try:
+        return CapabilityDevice(
+            minor=int(fields["DeviceFileMinor"]),
+            file_mode=int(fields["DeviceFileMode"]),
+            modify=int(fields["DeviceFileModify"]),
+        )
+    except (KeyError, ValueError) as err:
+        raise DiscoveryError(f"invalid NVIDIA capability file: {err!r}") from err
+
+
+def _gpu(nvml: Nvml, handle: Any, index: int, name: str, strict: bool) -> GpuInfo:
+    gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    bus_id = _text(getattr(nvml.nvmlDeviceGetPciInfo(handle), "busId", b""))
+    base = GpuInfo(index=index, uuid=gpu_uuid, pci_bus_id=bus_id, name=name, fabric_state=None)
+    info = _fabric_info(nvml, handle)
+    if info is None:
+        return base
+    state = FabricState(info.state)
+    base = dataclasses.replace(base, fabric_state=state)
+    where = f"GPU {index} ({gpu_uuid})"
+    if state is FabricState.NOT_SUPPORTED:
+        return base
+    if state is not FabricState.COMPLETED:
+        if strict:
+            raise DiscoveryError(
+                f"{where}: NVLink fabric state is {state.name}; refusing to start until the "
+                "fabric manager finished (or disable strict fabric checks)"
+            )
+        return base
+    if info.status != nvml.NVML_SUCCESS:
+        if strict:
+            raise DiscoveryError(
+                f"{where}: NVLink fabric registration failed (status {info.status})"
+            )
+        return base
+    cluster = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
+    if cluster == _ZERO_UUID:
+        return base  # NVLink-capable, but not part of a multi-node NVLink domain
+    return dataclasses.replace(base, cluster_uuid=cluster, clique=int(info.cliqueId))
+
+
+def _fabric_info(nvml: Nvml, handle: Any) -> Any:
+    """The fabric info structure, or None when NVML does not support it for this GPU."""
+    info: ctypes.Structure = nvml.c_nvmlGpuFabricInfo_t()
+    try:
+        # Passed by reference: pynvml hands the argument to C as it is, and a structure passed
+        # by value is read as garbage or crashes.
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    except nvml.NVMLError as err:
+        code = getattr(err, "value", None)
+        if code == nvml.NVML_ERROR_NOT_SUPPORTED:
+            return None
+        if code != nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise
+        # Drivers that dropped the deprecated entry point only offer the versioned one.
+        info = nvml.c_nvmlGpuFabricInfoV_t()
+        try:
+            nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+        except nvml.NVMLError as err_v:
+            if getattr(err_v, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+                return None
+            raise
+    return info
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def _real_nvml() -> Nvml:
+    import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+
+    nvml: Nvml = pynvml
+    return nvml

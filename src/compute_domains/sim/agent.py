@@ -1,0 +1,228 @@
+"""The node agent: many simulated nodes in one process, with their folders and credentials.
+
+For each node of the shape it prepares the node's "host" filesystem (kubelet folders, CDI
+folders, a ``/proc/devices`` stand-in, a boot id, the NVML stand-in's config under
+``/var/lib/nvml-mock``), issues the node's client and serving certificates from the sim's CA,
+and runs a ``SimNode``. Node faults (stop, start, reboot) act on one node without touching the
+others. Node roots live under a short ``/tmp/cd-<hash>/`` folder because unix socket paths of
+kubelet plugins must stay under 108 bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import uuid
+from pathlib import Path
+
+from lightkube import AsyncClient
+
+from compute_domains.infra import atomicfile, kube
+from compute_domains.sim import images, kubeletapi, node, pki, pods, runtime, topology
+from compute_domains.sim.nvml import config as nvml_config
+
+logger = logging.getLogger(__name__)
+
+IMEX_CHANNEL_MAJOR = 238
+"""``nvidia-caps-imex-channels`` major in the ``/proc/devices`` stand-in (real hosts differ)."""
+NVIDIA_CAPS_MAJOR = 239
+"""``nvidia-caps`` major in the ``/proc/devices`` stand-in."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSettings:
+    """What the agent needs to run a shape of nodes."""
+
+    shape: topology.Shape
+    sim_root: Path
+    """The sim's folder (``nodes`` there links to the node roots)."""
+    pki_dir: Path
+    """The control plane's PKI folder (CA that signs node certificates)."""
+    api_server: str
+    """``https://127.0.0.1:<port>``."""
+    isolate: bool
+    """Private mount namespaces for containers (root only)."""
+    nvml_lib_dir: Path | None = None
+    """Folder holding the NVML stand-in ``libnvidia-ml.so.1`` (copied to every node)."""
+    stand_in_bin: Path | None = None
+    """Folder with stand-in executables put on every container's PATH."""
+    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
+
+
+def nodes_base(sim_root: Path) -> Path:
+    """Short folder holding every node root of one sim."""
+    digest = hashlib.sha256(str(sim_root.resolve()).encode()).hexdigest()[:8]
+    return Path("/tmp") / f"cd-{digest}"
+
+
+def proc_devices() -> str:
+    """The ``/proc/devices`` stand-in of a GB200 node (majors as a real host lists them)."""
+    return (
+        "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n 10 misc\n"
+        f"195 nvidia-frontend\n{IMEX_CHANNEL_MAJOR} nvidia-caps-imex-channels\n"
+        f"{NVIDIA_CAPS_MAJOR} nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  8 sd\n259 blkext\n"
+    )
+
+
+class NodeAgent:
+    """Runs the shape's nodes until cancelled; offers per-node faults."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self._s = settings
+        self.base = nodes_base(settings.sim_root)
+        self.specs = {spec.name: spec for spec in topology.nodes(settings.shape)}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._clients: dict[str, AsyncClient] = {}
+        self.nodes: dict[str, node.SimNode] = {}
+        self._credentialed: set[str] = set()
+        self._registry = images.ImageRegistry(stand_in_bin=settings.stand_in_bin)
+        api = settings.api_server.removeprefix("https://")
+        self._api_host, self._api_port = api.rsplit(":", 1)
+
+    def root_of(self, name: str) -> Path:
+        """A node's root folder."""
+        return self.base / name
+
+    def _prepare_root(self, spec: topology.NodeSpec, new_boot: bool) -> Path:
+        root = self.root_of(spec.name)
+        for sub in (
+            "var/lib/kubelet/plugins",
+            "var/lib/kubelet/plugins_registry",
+            "var/run/cdi",
+            "etc/cdi",
+            "var/log/pods",
+            "proc/sys/kernel/random",
+            "var/lib/nvml-mock/lib",
+            "etc/kubernetes",
+            "containers",
+        ):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        atomicfile.write_atomic(root / "proc/devices", proc_devices())
+        boot = root / "proc/sys/kernel/random/boot_id"
+        if new_boot or not boot.exists():
+            atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n")
+        atomicfile.write_atomic(
+            root / "var/lib/nvml-mock/config", nvml_config.render(topology.nvml_for(spec))
+        )
+        if self._s.nvml_lib_dir is not None:
+            # A copy, not a link: containers see the node root, not the sim's own folder.
+            lib = self._s.nvml_lib_dir / nvml_config.LIBRARY_NAME
+            atomicfile.write_atomic(
+                root / "var/lib/nvml-mock/lib" / nvml_config.LIBRARY_NAME,
+                lib.read_bytes(),
+                mode=0o755,
+            )
+        return root
+
+    def _credentials(self, spec: topology.NodeSpec, root: Path) -> tuple[Path, kubeletapi.TlsFiles]:
+        ca = pki.KeyPair(
+            (self._s.pki_dir / "ca.crt").read_bytes(), (self._s.pki_dir / "ca.key").read_bytes()
+        )
+        kc = root / "etc/kubernetes/kubelet.conf"
+        # Fresh credentials once per agent: a folder left by an earlier sim at the same path
+        # would otherwise point the node at that sim's API server and CA.
+        if spec.name not in self._credentialed:
+            client = pki.issue(ca, f"system:node:{spec.name}", organizations=("system:nodes",),
+                               client=True)
+            kc.touch(mode=0o600)
+            kc.write_text(pki.kubeconfig(server=self._s.api_server, ca_pem=ca.cert_pem,
+                                         client=client, user=f"system:node:{spec.name}"))
+            serving = pki.issue(ca, spec.name, server=True, dns_names=(spec.name,),
+                                ip_addresses=(spec.address,))
+            serving.write(root / "etc/kubernetes", "kubelet")
+            (root / "etc/kubernetes/ca.crt").write_bytes(ca.cert_pem)
+            self._credentialed.add(spec.name)
+        tls = kubeletapi.TlsFiles(
+            cert=root / "etc/kubernetes/kubelet.crt",
+            key=root / "etc/kubernetes/kubelet.key",
+            ca=root / "etc/kubernetes/ca.crt",
+        )
+        return kc, tls
+
+    async def _make_node(self, name: str, new_boot: bool = False) -> node.SimNode:
+        spec = self.specs[name]
+        root = await asyncio.to_thread(self._prepare_root, spec, new_boot)
+        kc, tls = await asyncio.to_thread(self._credentials, spec, root)
+        client = kube.client(kube.KubeSettings(kubeconfig=kc, field_manager="kubelet"))
+        old = self._clients.pop(name, None)
+        if old is not None:
+            await old.close()
+        self._clients[name] = client
+        extra = (str(self._s.stand_in_bin),) if self._s.stand_in_bin else ()
+        rt = runtime.Runtime(
+            runtime.RuntimeSettings(isolate=self._s.isolate, extra_system_dirs=extra),
+            root / "containers",
+        )
+        settings = node.NodeSettings(
+            spec=spec,
+            root=root,
+            api_host=self._api_host,
+            api_port=int(self._api_port),
+            kubelet=self._s.kubelet,
+        )
+        return node.SimNode(settings, client, rt, self._registry, tls)
+
+    async def start_node(self, name: str, new_boot: bool = False) -> None:
+        """Start (or restart) one node's kubelet."""
+        if name not in self.specs:
+            raise KeyError(f"no node named {name!r} in this sim")
+        if name in self._tasks and not self._tasks[name].done():
+            return
+        sim_node = await self._make_node(name, new_boot)
+        self.nodes[name] = sim_node
+        self._tasks[name] = asyncio.create_task(self._guard(sim_node), name=f"node:{name}")
+        await sim_node.registered.wait()
+
+    def running(self, name: str) -> bool:
+        """True while the node's kubelet runs (not stopped)."""
+        task = self._tasks.get(name)
+        return task is not None and not task.done()
+
+    async def _guard(self, sim_node: node.SimNode) -> None:
+        try:
+            await sim_node.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("node %s failed", sim_node.name)
+
+    async def stop_node(self, name: str) -> None:
+        """Stop one node: heartbeats end, its containers are killed (a power cut)."""
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        logger.info("node %s stopped", name)
+
+    async def reboot_node(self, name: str) -> None:
+        """Stop and start one node with a new boot id."""
+        await self.stop_node(name)
+        await self.start_node(name, new_boot=True)
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Start every node (a few at a time), then serve until cancelled."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        link = self._s.sim_root / "nodes"
+        if not link.is_symlink():
+            link.symlink_to(self.base)
+        sem = asyncio.Semaphore(8)
+
+        async def one(name: str) -> None:
+            async with sem:
+                await self.start_node(name)
+
+        try:
+            await asyncio.gather(*(one(n) for n in self.specs))
+            logger.info("%d nodes registered", len(self.specs))
+            if ready is not None:
+                ready.set()
+            await asyncio.Event().wait()
+        finally:
+            for name in list(self._tasks):
+                await self.stop_node(name)
+            for client in self._clients.values():
+                with contextlib.suppress(Exception):
+                    await client.close()

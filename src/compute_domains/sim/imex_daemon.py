@@ -1,0 +1,300 @@
+"""The simulated ``nvidia-imex`` daemon: start-up, peer server, links, signals, shutdown.
+
+Start-up follows the real daemon's order and log lines: config summary, host-name notices, node
+identification (first nodes-file entry whose address is one of ours; otherwise the real "No
+matching network interface" error and exit 1), IMEX session, peer port bound on the bind address
+(a port still held by a leftover process fails start-up with "Address already in use"), command
+service, then one outgoing link per listed node (itself included). The local state is ``READY``
+as soon as that is done; it never waits for peers (``IMEX_WAIT_FOR_QUORUM`` recovery is not
+simulated: there is no persistence file).
+
+Signals: SIGTERM/SIGINT/SIGQUIT notify every connected peer and exit 0; SIGUSR1, honoured at most
+once per ``reload_interval`` (5 s), restarts all outgoing links, re-resolving names, while the
+node ID and instance stay the same; SIGHUP re-reads the fault flags.
+
+"Local addresses" are a setting (``--local-address``): simulated pods share the host's loopback
+interface, so every 127.x address is local to every process. Without the flag, the configured
+``BIND_INTERFACE_IP`` and ``IMEX_CMD_BIND_INTERFACE_IP`` (the pod IP, as the daemon renders it)
+stand in for the interface addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import ipaddress
+import os
+import random
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from compute_domains.sim import imex_cmd, imex_config, imex_links, imex_log, imex_peers
+from compute_domains.sim.imex_wire import LocalState
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ImexOptions:
+    """Command-line settings of one simulated daemon."""
+
+    config_path: Path
+    nogpu: bool = False
+    port: int | None = None
+    """``-p``: overrides ``SERVER_PORT``."""
+    hosts_file: Path | None = None
+    """Hosts file for name resolution; None uses the system resolver."""
+    local_addresses: tuple[str, ...] = ()
+    """Addresses of this simulated node's interfaces."""
+    fault_dir: Path | None = None
+    session_file: Path | None = None
+    """Lock file standing for the node's single IMEX session (held while running)."""
+    version: str = "595.71.05"
+    reload_interval: float = 5.0
+    peer_query_timeout: float = 2.0
+
+
+class ImexDaemon:
+    """One simulated daemon process; :meth:`run` returns its exit status."""
+
+    def __init__(self, options: ImexOptions, *, rng: random.Random | None = None) -> None:
+        self._opts = options
+        self._rng = rng or random.Random()
+        self._state = LocalState.INITIALIZING
+        self._stop = asyncio.Event()
+        self._links: list[imex_links.OutgoingLink] = []
+        self._last_reload: float | None = None
+        self._faults = imex_config.Faults()
+        self._session_fd: int | None = None
+        self._node_id = -1
+        self._entries: list[str] = []
+        self._log = imex_log.ImexLog(sys.stderr)
+
+    @property
+    def _version(self) -> str:
+        return "NO_GPU" if self._opts.nogpu else self._opts.version
+
+    async def run(self) -> int:
+        """Run until a stop signal; 0 after a clean shutdown, 1 when start-up fails."""
+        try:
+            config = imex_config.load_config(self._opts.config_path)
+        except OSError as err:
+            self._log.error(f"Failed to open config file {self._opts.config_path}: {err.strerror}")
+            return 1
+        if self._opts.port is not None:
+            config = dataclasses.replace(config, server_port=self._opts.port)
+        log = imex_log.open_log(
+            config.log_file_name, append=config.log_append, level=config.log_level
+        )
+        self._log = log
+        try:
+            return await self._serve(config, log)
+        finally:
+            if self._session_fd is not None:
+                os.close(self._session_fd)
+            log.close()
+
+    async def _serve(self, config: imex_config.ImexConfig, log: imex_log.ImexLog) -> int:
+        imex_log.config_summary(log, config, version=self._opts.version, nogpu=self._opts.nogpu)
+        resolver = imex_config.Resolver(self._opts.hosts_file)
+        try:
+            self._entries = imex_config.read_nodes_file(config.node_config_file)
+        except OSError:
+            log.error(f"Failed to read node configuration file {config.node_config_file}.")
+            return 1
+        for entry in self._entries:
+            if not imex_config.is_ip(entry):
+                log.info(f"Treating node config entry '{entry}' as a host name.")
+        identified = await self._identify(config, resolver)
+        if identified is None:
+            log.error(
+                "No matching network interface found for any IP addresses in the node "
+                f"configuration file {config.node_config_file}."
+            )
+            return 1
+        self._node_id, bind_ip = identified
+        entry = self._entries[self._node_id]
+        if imex_config.is_ip(entry):
+            log.info(
+                f"Identified this node as ID {self._node_id}, using bind IP of '{bind_ip}', "
+                "and network interface of lo"
+            )
+        else:
+            log.info(f"Identified this node as ID {self._node_id}, using bind address of '{entry}'")
+        log.info(
+            "nvidia-imex persistence file /var/run/nvidia-imex/persist.dat does not exist.  "
+            "Assuming no previous importers."
+        )
+        self._faults = imex_config.read_faults(config, self._opts.fault_dir)
+        if self._faults.session_in_use or not self._take_session():
+            log.error("NV_ERR_IN_USE Failed to allocate Imex session")
+            return 1
+        if not self._opts.nogpu:
+            log.info("NvGpu Library version matched with GPU Driver version")
+        peers = imex_peers.PeerServer(
+            node_id=self._node_id,
+            entries=self._entries,
+            version=self._version,
+            log=log,
+            hanging=lambda: self._faults.hang,
+        )
+        servers = await self._bind(config, bind_ip, resolver, peers, log)
+        if servers is None:
+            return 1
+        instance = uuid.uuid4().hex
+        ctx = imex_links.LinkContext(
+            node_id=self._node_id,
+            instance=instance,
+            entries=tuple(self._entries),
+            version=self._version,
+            server_port=config.server_port,
+            bind_ip=bind_ip,
+            grace_time=config.disconnected_grace_time,
+            resolver=resolver,
+            log=log,
+            faults=lambda: self._faults,
+            rng=self._rng,
+        )
+        self._links = [imex_links.OutgoingLink(ctx, k) for k in range(len(self._entries))]
+        self._install_signals(config, log)
+        for _ in range(3):
+            log.info("Started processing of incoming messages.")
+        log.info(f"Creating gRPC channels to all peers (nPeers = {len(self._entries)}).")
+        log.info(
+            "IMEX_WAIT_FOR_QUORUM != FULL, continuing initialization without waiting for "
+            "connections to all nodes."
+        )
+        self._state = LocalState.READY
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(link.run(), name=f"imex-link-{link.target}")
+                    for link in self._links
+                ]
+                await self._stop.wait()
+                self._state = LocalState.SHUTTING_DOWN
+                for server in servers:
+                    server.close()  # no new links while peers are told we are leaving
+                await peers.notify_shutdown(instance)
+                for task in tasks:
+                    task.cancel()
+        finally:
+            for server in servers:
+                server.close()
+            if config.cmd_unix_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(config.cmd_unix_path)
+        log.info("IMEX daemon shut down.")
+        return 0
+
+    async def _identify(
+        self, config: imex_config.ImexConfig, resolver: imex_config.Resolver
+    ) -> tuple[int, str] | None:
+        if config.bind_interface_ip:
+            local = {config.bind_interface_ip}
+        elif self._opts.local_addresses:
+            local = set(self._opts.local_addresses)
+        else:
+            local = {config.cmd_bind_ip} - {""}
+        wanted = {ipaddress.ip_address(a) for a in local if imex_config.is_ip(a)}
+        for node_id, entry in enumerate(self._entries):
+            address = await resolver.resolve(entry)
+            if address is not None and ipaddress.ip_address(address) in wanted:
+                return node_id, address
+        return None
+
+    def _take_session(self) -> bool:
+        path = self._opts.session_file
+        if path is None:
+            return True
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._session_fd = fd
+        return True
+
+    async def _bind(
+        self,
+        config: imex_config.ImexConfig,
+        bind_ip: str,
+        resolver: imex_config.Resolver,
+        peers: imex_peers.PeerServer,
+        log: imex_log.ImexLog,
+    ) -> list[asyncio.Server] | None:
+        servers: list[asyncio.Server] = []
+        cmd = imex_cmd.CommandService(
+            node_id=self._node_id,
+            entries=self._entries,
+            cmd_port=config.cmd_port,
+            resolver=resolver,
+            row=self._row,
+            hanging=lambda: self._faults.hang,
+            peer_timeout=self._opts.peer_query_timeout,
+        )
+        what = f"{bind_ip}:{config.server_port}"
+        try:
+            servers.append(await asyncio.start_server(peers.handle, bind_ip, config.server_port))
+            if config.cmd_enabled and config.cmd_port is not None:
+                what = f"{config.cmd_bind_ip or '0.0.0.0'}:{config.cmd_port}"
+                host = config.cmd_bind_ip or None
+                servers.append(await asyncio.start_server(cmd.handle, host, config.cmd_port))
+            if config.cmd_enabled and config.cmd_unix_path:
+                what = config.cmd_unix_path
+                servers.append(await asyncio.start_unix_server(cmd.handle, config.cmd_unix_path))
+        except OSError as err:
+            reason = os.strerror(err.errno) if err.errno else str(err)
+            log.error(f"Failed to bind to {what}: {reason}")
+            for server in servers:
+                server.close()
+            return None
+        return servers
+
+    def _install_signals(self, config: imex_config.ImexConfig, log: imex_log.ImexLog) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            loop.add_signal_handler(sig, self._on_stop_signal, sig, log)
+        loop.add_signal_handler(signal.SIGUSR1, self._on_reload, log)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hup, config, log)
+
+    def _on_stop_signal(self, sig: signal.Signals, log: imex_log.ImexLog) -> None:
+        if self._faults.hang:
+            return
+        log.info(f"Received signal {sig.name}, shutting down IMEX daemon")
+        self._stop.set()
+
+    def _on_reload(self, log: imex_log.ImexLog) -> None:
+        if self._faults.hang:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._last_reload is not None and now - self._last_reload < self._opts.reload_interval:
+            log.info(
+                f"SIGUSR1 received less than {self._opts.reload_interval:g} seconds after the "
+                "previous one; ignoring it"
+            )
+            return
+        self._last_reload = now
+        log.info("SIGUSR1 received: re-establishing all outgoing connections")
+        for link in self._links:
+            link.restart()
+
+    def _on_hup(self, config: imex_config.ImexConfig, log: imex_log.ImexLog) -> None:
+        log.info("SIGHUP received: flushing the verbose log buffer")
+        self._faults = imex_config.read_faults(config, self._opts.fault_dir)
+        for link in self._links:
+            link.poke()
+
+    def _row(self) -> dict[str, Any]:
+        return {
+            "t": "status",
+            "node": self._node_id,
+            "state": self._state.value,
+            "host": self._entries[self._node_id],
+            "version": self._version,
+            "connections": {str(link.target): link.state.value for link in self._links},
+        }

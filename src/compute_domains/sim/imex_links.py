@@ -1,0 +1,260 @@
+"""One outgoing peer link of the simulated nvidia-imex: connect, handshake, keep alive, reconnect.
+
+Each daemon keeps one link to every node of its nodes file, itself included. A link:
+
+* resolves the node's entry afresh on every attempt (a fresh "channel" per try, so changed hosts
+  entries are picked up), connects from our bind address to ``<address>:SERVER_PORT``, and
+  retries with backoff from 0.5 s up to 3 s;
+* on ``welcome``, compares node maps and versions: a mismatch marks the link ``!M!``/``!V!`` and
+  blocks it for the life of the process (communication disabled until everything restarts);
+  an answer from a different node ID than expected is treated as a failed attempt;
+* while connected, pings every ``ping_interval`` and treats a missing pong after ``ping_timeout``
+  as a lost connection (a hung peer);
+* on loss: ``R`` (recovering) while the disconnect grace time runs (-1: forever), then ``D``;
+  a peer's ``shutdown`` notice means clean-up starts at once: ``D``;
+* on :meth:`OutgoingLink.restart` (SIGUSR1) closes and re-opens, keeping its state unless the
+  reconnect fails; on :meth:`OutgoingLink.poke` re-checks injected faults (drop-link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from collections.abc import Callable, Sequence
+
+from compute_domains.infra import backoff
+from compute_domains.sim import imex_config, imex_log, imex_wire
+from compute_domains.sim.imex_wire import Link
+
+RECONNECT = backoff.Backoff(initial=0.5, maximum=3.0, jitter=0.2)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LinkContext:
+    """What every link of one daemon shares."""
+
+    node_id: int
+    instance: str
+    entries: Sequence[str]
+    version: str
+    server_port: int
+    bind_ip: str
+    grace_time: int
+    resolver: imex_config.Resolver
+    log: imex_log.ImexLog
+    faults: Callable[[], imex_config.Faults]
+    rng: random.Random
+    connect_timeout: float = 2.0
+    ping_interval: float = 1.0
+    ping_timeout: float = 4.0
+
+
+class OutgoingLink:
+    """This daemon's connection to node ``target``; :attr:`state` is its cell in the table."""
+
+    def __init__(self, ctx: LinkContext, target: int) -> None:
+        self._ctx = ctx
+        self.target = target
+        self.state = Link.NEVER_CONNECTED
+        self.times_connected = 0
+        self._wake = asyncio.Event()
+        self._restart = False
+        self._notified: set[str] = set()
+        self._loss_generation = 0
+
+    @property
+    def _entry(self) -> str:
+        return self._ctx.entries[self.target]
+
+    def restart(self) -> None:
+        """Close and re-open the connection (re-resolving the name); SIGUSR1."""
+        self._restart = True
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Re-check injected faults now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Keep the link up until cancelled."""
+        attempt = 0
+        while True:
+            if self.state in (Link.NODE_MAP_MISMATCH, Link.VERSION_MISMATCH):
+                await asyncio.Event().wait()  # communication disabled for good
+            if self._ctx.faults().drops(self.target):
+                await self._wait_wake(None)
+                continue
+            self._restart = False
+            attempt += 1
+            if attempt == 1 or attempt % 10 == 0:
+                self._ctx.log.info(
+                    f"Attempting connection for target node {self.target} - "
+                    f"{self._entry}:{self._ctx.server_port}, attempt #{attempt}"
+                )
+            session = await self._open()
+            if session is None:
+                if self.state is Link.CONNECTED:
+                    self._lost()
+                await self._wait_wake(RECONNECT.delay(min(attempt - 1, 8), self._ctx.rng))
+                continue
+            attempt = 0
+            reader, writer, address = session
+            self._loss_generation += 1  # cancels a pending grace timer
+            self.times_connected += 1
+            self.state = Link.CONNECTED
+            via = "ip address" if imex_config.is_ip(self._entry) else "address"
+            self._ctx.log.info(
+                f"Connection established to node {self.target} with {via} {self._entry}. "
+                f"Number of times connected: {self.times_connected}"
+            )
+            outcome = await self._session(reader, writer)
+            if outcome == "restart":
+                continue
+            if outcome == "shutdown":
+                self._disconnected(address)
+            else:
+                self._lost(address)
+            await self._wait_wake(RECONNECT.delay(0, self._ctx.rng))
+
+    async def _wait_wake(self, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    async def _open(
+        self,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str] | None:
+        ctx = self._ctx
+        address = await ctx.resolver.resolve(self._entry)
+        if address is None:
+            return None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    address, ctx.server_port, local_addr=(ctx.bind_ip, 0) if ctx.bind_ip else None
+                ),
+                ctx.connect_timeout,
+            )
+        except (OSError, TimeoutError):
+            return None
+        try:
+            hello = {
+                "t": "hello",
+                "from": ctx.node_id,
+                "instance": ctx.instance,
+                "map": list(ctx.entries),
+                "version": ctx.version,
+            }
+            await imex_wire.send(writer, hello)
+            welcome = await asyncio.wait_for(imex_wire.recv(reader), ctx.ping_timeout)
+        except (OSError, TimeoutError, imex_wire.ProtocolError):
+            await imex_wire.close(writer)
+            return None
+        if welcome is None or welcome.get("t") != "welcome":
+            await imex_wire.close(writer)
+            return None
+        if welcome.get("map") != list(ctx.entries):
+            self.state = Link.NODE_MAP_MISMATCH
+            ctx.log.error(
+                f"Node configuration mapping mismatch with node {self.target} "
+                f"({self._entry}); communication disabled"
+            )
+        elif welcome.get("version") != ctx.version:
+            self.state = Link.VERSION_MISMATCH
+            ctx.log.error(
+                f"IMEX version mismatch with node {self.target}: local {ctx.version}, "
+                f"remote {welcome.get('version')}; communication disabled"
+            )
+        elif welcome.get("node") != self.target:
+            ctx.log.warning(
+                f"Address {address} of node {self.target} is answered by node "
+                f"{welcome.get('node')}; retrying"
+            )
+        else:
+            return reader, writer, address
+        await imex_wire.close(writer)
+        return None
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+        """Keep a connected link alive; why it ended: restart, shutdown, lost or dropped."""
+        ctx = self._ctx
+        loop = asyncio.get_running_loop()
+        last_pong = loop.time()
+
+        async def read_frames() -> str:
+            nonlocal last_pong
+            while True:
+                try:
+                    message = await imex_wire.recv(reader)
+                except (OSError, imex_wire.ProtocolError):
+                    return "lost"
+                if message is None:
+                    return "lost"
+                if message["t"] == "pong":
+                    last_pong = loop.time()
+                elif message["t"] == "shutdown":
+                    self._shutdown_notice(message)
+                    return "shutdown"
+
+        frames = asyncio.create_task(read_frames(), name=f"imex-link-{self.target}-read")
+        try:
+            while True:
+                try:
+                    await imex_wire.send(writer, {"t": "ping"})
+                except OSError:
+                    return "lost"
+                wake = asyncio.create_task(self._wake.wait())
+                done, _ = await asyncio.wait(
+                    {frames, wake}, timeout=ctx.ping_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+                wake.cancel()
+                if frames in done:
+                    return frames.result()
+                if wake in done:
+                    self._wake.clear()
+                    if ctx.faults().drops(self.target):
+                        return "dropped"
+                    if self._restart:
+                        return "restart"
+                if loop.time() - last_pong > ctx.ping_timeout:
+                    return "lost"
+        finally:
+            frames.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await frames
+            await imex_wire.close(writer)
+
+    def _shutdown_notice(self, message: imex_wire.Message) -> None:
+        instance = str(message.get("instance", ""))
+        if self.target != self._ctx.node_id and instance not in self._notified:
+            self._notified.add(instance)
+            self._ctx.log.info(
+                f"Received notification of shutdown from node {self.target} - {self._entry}"
+            )
+
+    def _lost(self, address: str | None = None) -> None:
+        self._ctx.log.error(
+            f"Node disconnect event detected for node {self.target} with address "
+            f"{address or self._entry}"
+        )
+        grace = self._ctx.grace_time
+        if grace == 0:
+            self.state = Link.DISCONNECTED
+            return
+        self.state = Link.RECOVERING
+        if grace > 0:
+            self._loss_generation += 1
+            generation = self._loss_generation
+            asyncio.get_running_loop().call_later(grace, self._grace_expired, generation)
+
+    def _grace_expired(self, generation: int) -> None:
+        if generation == self._loss_generation and self.state is Link.RECOVERING:
+            self.state = Link.DISCONNECTED
+
+    def _disconnected(self, address: str) -> None:
+        self._ctx.log.error(
+            f"Node disconnect event detected for node {self.target} with address {address}"
+        )
+        self.state = Link.DISCONNECTED

@@ -1,0 +1,19 @@
+"""Process entry of the simulated IMEX tools: ``python -m compute_domains.sim.imex_main imex|ctl``.
+
+Importing this module runs the tool named by ``sys.argv[1]`` and exits with its status, the way a
+package's ``__main__`` does; nothing else should import it.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+# SIGUSR1 and SIGHUP would kill the interpreter while it is still importing; the supervising
+# daemon may reload the daemon at any time after spawning it.
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+from compute_domains.sim import imex  # noqa: E402
+
+sys.exit(imex.main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""The kubelet's HTTPS endpoint of a simulated node, enough for ``kubectl logs``.
+
+Serves ``GET /containerLogs/<ns>/<pod>/<container>`` (with ``tailLines``, ``follow`` and
+``previous`` ignored) and ``/healthz`` on the node's own address, with a serving certificate
+from the sim's CA; only clients with a certificate of that CA (the API server's kubelet
+client) are accepted, as the API server's ``--kubelet-certificate-authority`` expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import ssl
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TlsFiles:
+    """Serving certificate, key and the CA that signs allowed clients."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+class _HasLogs(Protocol):
+    def container_log(self, name: str) -> Path: ...
+
+
+def _response(status: str, body: bytes, ctype: str = "text/plain") -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class KubeletApi:
+    """``run()`` serves the endpoint until cancelled."""
+
+    def __init__(
+        self, address: str, port: int, tls: TlsFiles, lookup: Callable[[str, str], _HasLogs | None]
+    ) -> None:
+        self._addr = address
+        self._port = port
+        self._tls = tls
+        self._lookup = lookup
+
+    def _context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self._tls.ca))
+        ctx.load_cert_chain(str(self._tls.cert), str(self._tls.key))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        server = await asyncio.start_server(
+            self._handle, self._addr, self._port, ssl=self._context()
+        )
+        async with server:
+            await server.serve_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            line = request.split(b"\r\n", 1)[0].decode(errors="replace")
+            method, target = line.split(" ")[:2]
+            await self._serve(method, target, writer)
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+                await writer.wait_closed()
+
+    async def _serve(self, method: str, target: str, writer: asyncio.StreamWriter) -> None:
+        url = urllib.parse.urlsplit(target)
+        query = urllib.parse.parse_qs(url.query)
+        parts = [p for p in url.path.split("/") if p]
+        if url.path == "/healthz":
+            writer.write(_response("200 OK", b"ok"))
+            return
+        if method != "GET" or len(parts) != 4 or parts[0] != "containerLogs":
+            writer.write(_response("404 Not Found", b"not found"))
+            return
+        _, ns, pod, container = parts
+        worker = self._lookup(ns, pod)
+        path = worker.container_log(container) if worker is not None else None
+        if path is None or not path.exists():
+            writer.write(
+                _response(
+                    "404 Not Found",
+                    f"container {container} of pod {ns}/{pod} has no log on this node".encode(),
+                )
+            )
+            return
+        data = path.read_bytes()
+        tail = query.get("tailLines", [""])[0]
+        if tail.isdigit():
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-int(tail) :]) if int(tail) else b""
+        if query.get("follow", ["false"])[0] != "true":
+            writer.write(_response("200 OK", data))
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+        writer.write(data)
+        offset = path.stat().st_size
+        # Following a growing file: the log is a plain file written by another process.
+        while not writer.is_closing():
+            await writer.drain()
+            size = path.stat().st_size if path.exists() else offset
+            if size > offset:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    writer.write(fh.read(size - offset))
+                offset = size
+            await asyncio.sleep(0.5)

@@ -1,0 +1,316 @@
+"""One simulated GB200 node: the kubelet's API side (Node object, Lease, pods, logs, DRA).
+
+``SimNode.run()`` registers the Node with the labels, capacity and addresses the seeds' GPU
+nodes carry, renews its Lease in ``kube-node-lease`` (so the real node-lifecycle controller
+sees it alive), watches the pods bound to it and runs one ``PodWorker`` each. It acts with the
+node's own credentials (``system:node:<name>``), so the Node authorizer and NodeRestriction
+admission apply as they do to a real kubelet. Cancelling ``run()`` is a node stop: heartbeats
+end and every container is killed at once, as when a machine loses power.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node, Pod
+
+from compute_domains.sim import dra, events, images, kubeletapi, pods, runtime, topology
+
+logger = logging.getLogger(__name__)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSettings:
+    """One node's identity, folders and timings."""
+
+    spec: topology.NodeSpec
+    root: Path
+    """The node's "host" filesystem (kubelet dirs, CDI dirs, /proc/devices stand-in)."""
+    api_host: str
+    api_port: int
+    kubelet_port: int = 10250
+    """Port of the node's kubelet endpoint (logs) on its own address."""
+    lease_renew_s: float = 2.0
+    """Lease renewal interval; must stay well under the controller-manager's grace period."""
+    status_update_s: float = 10.0
+    """How often the Ready condition's heartbeat is refreshed."""
+    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SimNode:
+    """A node's kubelet; ``run()`` serves until cancelled (a node stop)."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        client: AsyncClient,
+        rt: runtime.Runtime,
+        registry: images.ImageRegistry,
+        tls: kubeletapi.TlsFiles,
+    ) -> None:
+        self._s = settings
+        self._client = client
+        self._runtime = rt
+        self._tls = tls
+        self.name = settings.spec.name
+        self._workers: dict[str, pods.PodWorker] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._used_slots: set[int] = set()
+        self._next_slot = 0
+        self.dra = dra.DraManager(
+            dra.DraSettings(node=self.name, root=settings.root),
+            client,
+            active_pods=lambda: set(self._workers),
+        )
+        self.services = pods.NodeServices(
+            name=self.name,
+            ip=settings.spec.address,
+            root=settings.root,
+            client=client,
+            runtime=rt,
+            recorder=events.EventRecorder(client, self.name),
+            images=registry,
+            settings=settings.kubelet,
+            api_host=settings.api_host,
+            api_port=settings.api_port,
+            prepare=self.dra.prepare,
+            unprepare=self.dra.unprepare,
+            resolve_cdi=self.dra.resolve_cdi,
+            release_ip=self._release_ip,
+            logs_dir=settings.root / "var/log/pods",
+        )
+        self.registered = asyncio.Event()
+        self._log = logging.LoggerAdapter(logger, {"node": self.name})
+
+    def labels(self) -> dict[str, str]:
+        """The labels a GB200 node of the seeds carries (GPU operator and GFD style)."""
+        spec = self._s.spec
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.count": str(len(spec.gpus)),
+            "nvidia.com/gpu.product": "NVIDIA-GB200" if spec.rack is not None else "NVIDIA-H200",
+        }
+        if spec.rack is not None:
+            labels["nvidia.com/gpu.clusteruuid"] = spec.cluster_uuid
+            if spec.clique:
+                labels["nvidia.com/gpu.clique"] = spec.clique
+        return labels
+
+    def _status(self) -> dict[str, Any]:
+        gpus = str(len(self._s.spec.gpus))
+        cap = {
+            "cpu": "72",
+            "memory": "480Gi",
+            "pods": "110",
+            "ephemeral-storage": "1Ti",
+            GPU_RESOURCE: gpus,
+        }
+        now = _stamp()
+        return {
+            "capacity": cap,
+            "allocatable": cap,
+            "addresses": [
+                {"type": "InternalIP", "address": self._s.spec.address},
+                {"type": "Hostname", "address": self.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._s.kubelet_port}},
+            "conditions": [
+                {
+                    "type": t,
+                    "status": "False",
+                    "reason": r,
+                    "message": m,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+                for t, r, m in (
+                    ("MemoryPressure", "KubeletHasSufficientMemory", "ok"),
+                    ("DiskPressure", "KubeletHasNoDiskPressure", "ok"),
+                    ("PIDPressure", "KubeletHasSufficientPID", "ok"),
+                )
+            ]
+            + [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated kubelet is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.34.4-sim",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "sim://1",
+                "osImage": "simulated GB200",
+                "kernelVersion": "sim",
+                "machineID": self.name,
+                "systemUUID": self.name,
+                "bootID": self.dra.boot_id(),
+            },
+        }
+
+    async def _register(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self._register_once()
+                return
+            except (ApiError, OSError, httpx.HTTPError) as err:
+                self._log.warning("registration failed (%s); retrying in %.1fs", err, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    async def _register_once(self) -> None:
+        node = Node(metadata=ObjectMeta(name=self.name, labels=self.labels()))
+        try:
+            await self._client.create(node)
+        except ApiError as err:
+            if err.status.code != 409:
+                raise
+            await self._client.patch(Node, self.name, {"metadata": {"labels": self.labels()}})
+        await self._client.patch(Node.Status, self.name, {"status": self._status()})
+        self.registered.set()
+        self._log.info("registered")
+
+    async def _lease_loop(self) -> None:
+        ns, renew = "kube-node-lease", self._s.lease_renew_s
+        lease = Lease(
+            metadata=ObjectMeta(name=self.name, namespace=ns),
+            spec=LeaseSpec(
+                holderIdentity=self.name,
+                leaseDurationSeconds=max(int(renew * 4), 10),
+                renewTime=datetime.datetime.now(datetime.UTC),
+            ),
+        )
+        with contextlib.suppress(ApiError):
+            await self._client.create(lease)
+        last_status = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(renew)
+            try:
+                await self._client.patch(
+                    Lease,
+                    self.name,
+                    {"spec": {"renewTime": _stamp(), "holderIdentity": self.name}},
+                    namespace=ns,
+                )
+                now = asyncio.get_running_loop().time()
+                if now - last_status >= self._s.status_update_s:
+                    conditions = self._status()["conditions"]
+                    await self._client.patch(
+                        Node.Status, self.name, {"status": {"conditions": conditions}}
+                    )
+                    last_status = now
+            except ApiError as err:
+                self._log.warning("heartbeat failed: %s", err.status.message)
+
+    def _allocate_ip(self, pod: Pod) -> str:
+        if pod.spec is not None and pod.spec.hostNetwork:
+            return self._s.spec.address
+        for step in range(253):
+            slot = (self._next_slot + step) % 253
+            if slot not in self._used_slots:
+                self._used_slots.add(slot)
+                # Rotate, so a re-created pod gets a new address (as with a CNI's IPAM).
+                self._next_slot = (slot + 1) % 253
+                return self._s.spec.pod_address(slot)
+        raise RuntimeError(f"node {self.name} ran out of pod addresses")
+
+    def _release_ip(self, ip: str) -> None:
+        if ip == self._s.spec.address:
+            return
+        self._used_slots.discard(int(ip.rsplit(".", 1)[1]) - 2)
+
+    def _on_pod(self, op: str, pod: Pod) -> None:
+        meta = pod.metadata
+        assert meta is not None and meta.uid
+        worker = self._workers.get(meta.uid)
+        if op == "DELETED":
+            if worker is not None:
+                worker.terminate(0, gone=True)
+            return
+        if worker is None:
+            if meta.deletionTimestamp is not None or (
+                pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
+            ):
+                return
+            worker = pods.PodWorker(self.services, pod, self._allocate_ip(pod))
+            self._workers[meta.uid] = worker
+            self._tasks[meta.uid] = asyncio.create_task(
+                self._run_worker(worker), name=f"pod:{meta.name}"
+            )
+            return
+        worker.update(pod)
+        if meta.deletionTimestamp is not None:
+            worker.terminate(float(meta.deletionGracePeriodSeconds or 0))
+
+    async def _run_worker(self, worker: pods.PodWorker) -> None:
+        try:
+            await worker.run()
+        except Exception:
+            self._log.exception("pod %s/%s failed", worker.namespace, worker.name)
+        finally:
+            self._workers.pop(worker.uid, None)
+            self._tasks.pop(worker.uid, None)
+
+    async def _pod_watch(self) -> None:
+        fields: dict[str, Any] = {"spec.nodeName": self.name}
+        while True:
+            try:
+                async for op, pod in self._client.watch(Pod, namespace="*", fields=fields):
+                    self._on_pod(op, pod)
+            except ApiError as err:
+                self._log.warning("pod watch ended: %s; restarting", err.status.message)
+                await asyncio.sleep(1)
+
+    def worker(self, namespace: str, name: str) -> pods.PodWorker | None:
+        """The worker of a pod on this node (for logs)."""
+        for w in self._workers.values():
+            if (w.namespace, w.name) == (namespace, name):
+                return w
+        return None
+
+    async def run(self) -> None:
+        """Register, then serve heartbeats, pods, DRA and logs until cancelled."""
+        await self._register()
+        logs = kubeletapi.KubeletApi(
+            self._s.spec.address, self._s.kubelet_port, self._tls, self.worker
+        )
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._lease_loop(), name=f"lease:{self.name}")
+                tg.create_task(self.dra.run(), name=f"dra:{self.name}")
+                tg.create_task(logs.run(), name=f"kubelet-api:{self.name}")
+                tg.create_task(self._pod_watch(), name=f"pods:{self.name}")
+        finally:
+            # A stop is a power cut: cancelled workers SIGKILL their containers and make no
+            # API call (no status, no unprepare, no delete).
+            tasks = list(self._tasks.values())
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,236 @@
+import dataclasses
+import datetime
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from compute_domains.infra import errors
+from compute_domains.plugin import checkpoint as cp
+
+T0 = datetime.datetime(2026, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(seconds=3)
+BOOT = "6f1f6f3e-8a3b-4c1e-9d7a-2b1c3d4e5f60"
+OTHER_BOOT = "00000000-1111-2222-3333-444444444444"
+
+
+def _entry(
+    uid: str = "uid-1", state: cp.ClaimState = cp.ClaimState.PREPARE_COMPLETED
+) -> cp.ClaimEntry:
+    return cp.ClaimEntry(
+        uid=uid,
+        namespace="ns",
+        name="claim",
+        state=state,
+        started_at=T0,
+        updated_at=T1,
+        devices=(
+            cp.PreparedDevice(
+                pool_name="node-a",
+                device_name="channel-0",
+                request_names=("channel",),
+                cdi_device_ids=(f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0",),
+                kind="channel",
+                domain_id="cd-uid",
+            ),
+        ),
+        status={"allocation": {"devices": {"results": [{"device": "channel-0"}]}}},
+    )
+
+
+def _sample() -> cp.Checkpoint:
+    return (
+        cp.Checkpoint(boot_id=BOOT)
+        .with_claim(_entry())
+        .with_claim(_entry("uid-2", cp.ClaimState.PREPARE_STARTED))
+    )
+
+
+def test_round_trip_through_a_file_keeps_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "plugin" / cp.FILE_NAME
+    cp.save(path, _sample())
+    assert cp.load(path) == _sample()
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_empty_checkpoint_bytes_are_pinned() -> None:
+    # Golden file: changing the layout or the checksum rule must be a new format version.
+    canonical = f'{{"claims":{{}},"nodeBootID":"{BOOT}","version":1}}'.encode()
+    digest = hashlib.sha256(canonical).hexdigest()
+    assert digest == "410d236a6925bc06238f4a2d536d39ae5a06b07d139a071210f71efb7e9ddad7"
+    expected = (
+        "{\n"
+        f'  "checksum": "sha256:{digest}",\n'
+        '  "claims": {},\n'
+        f'  "nodeBootID": "{BOOT}",\n'
+        '  "version": 1\n'
+        "}\n"
+    )
+    assert cp.encode(cp.Checkpoint(boot_id=BOOT)).decode() == expected
+
+
+def test_golden_entry_layout() -> None:
+    doc = json.loads(cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(_entry())))
+    assert doc["claims"]["uid-1"] == {
+        "uid": "uid-1",
+        "namespace": "ns",
+        "name": "claim",
+        "state": "PrepareCompleted",
+        "startedAt": "2026-05-01T12:00:00Z",
+        "updatedAt": "2026-05-01T12:00:03Z",
+        "devices": [
+            {
+                "poolName": "node-a",
+                "deviceName": "channel-0",
+                "requestNames": ["channel"],
+                "cdiDeviceIDs": ["k8s.compute-domain.nvidia.com/claim=uid-1-channel-0"],
+                "kind": "channel",
+                "domainID": "cd-uid",
+            }
+        ],
+        "status": {"allocation": {"devices": {"results": [{"device": "channel-0"}]}}},
+    }
+
+
+def test_reformatting_the_file_keeps_it_valid() -> None:
+    data = cp.encode(_sample())
+    compact = json.dumps(json.loads(data), separators=(",", ":"))
+    assert cp.decode(compact) == _sample()
+
+
+def _tamper_value(data: bytes) -> bytes:
+    doc = json.loads(data)
+    doc["claims"]["uid-1"]["state"] = "PrepareStarted"
+    return json.dumps(doc).encode()
+
+
+def _resign(doc: dict[str, object]) -> bytes:
+    doc.pop("checksum", None)
+    doc["checksum"] = cp._checksum(doc)
+    return json.dumps(doc).encode()
+
+
+def _unknown_field(data: bytes) -> bytes:
+    doc = json.loads(data)
+    doc["claims"]["uid-1"]["extra"] = 1
+    return _resign(doc)
+
+
+def _bad_state(data: bytes) -> bytes:
+    doc = json.loads(data)
+    doc["claims"]["uid-1"]["state"] = "Prepared"
+    return _resign(doc)
+
+
+def _naive_time(data: bytes) -> bytes:
+    doc = json.loads(data)
+    doc["claims"]["uid-1"]["startedAt"] = "2026-05-01T12:00:00"
+    return _resign(doc)
+
+
+def _future_version(data: bytes) -> bytes:
+    doc = json.loads(data)
+    doc["version"] = 2
+    return _resign(doc)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda d: d[: len(d) // 2], cp.CorruptionReason.INVALID_JSON),
+        (lambda d: b"\xff\xfe", cp.CorruptionReason.INVALID_JSON),
+        (lambda d: b"[1, 2]", cp.CorruptionReason.INVALID_LAYOUT),
+        (_tamper_value, cp.CorruptionReason.CHECKSUM_MISMATCH),
+        (lambda d: d.replace(b'"checksum"', b'"checksun"'), cp.CorruptionReason.CHECKSUM_MISMATCH),
+        (_future_version, cp.CorruptionReason.UNKNOWN_VERSION),
+        (_unknown_field, cp.CorruptionReason.INVALID_LAYOUT),
+        (_bad_state, cp.CorruptionReason.INVALID_LAYOUT),
+        (_naive_time, cp.CorruptionReason.INVALID_LAYOUT),
+    ],
+    ids=[
+        "truncated",
+        "not-utf8",
+        "not-an-object",
+        "value-changed",
+        "checksum-missing",
+        "future-version",
+        "unknown-field",
+        "unknown-state",
+        "naive-timestamp",
+    ],
+)
+def test_corruption_is_reported_with_a_reason(
+    tmp_path: Path, damage: object, reason: cp.CorruptionReason
+) -> None:
+    path = tmp_path / cp.FILE_NAME
+    assert callable(damage)
+    path.write_bytes(damage(cp.encode(_sample())))
+    with pytest.raises(cp.CheckpointCorruptError) as caught:
+        cp.load(path)
+    assert caught.value.reason is reason
+    assert caught.value.path == path
+    assert isinstance(caught.value, errors.PermanentError)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_file_loads_as_none(tmp_path: Path) -> None:
+    assert cp.load(tmp_path / "nope.json") is None
+
+
+def test_with_and_without_claim_do_not_mutate() -> None:
+    base = cp.Checkpoint(boot_id=BOOT)
+    one = base.with_claim(_entry())
+    assert base.claims == {}
+    assert one.get("uid-1") == _entry()
+    assert one.without_claim("uid-1").claims == {}
+    assert one.without_claim("absent") == one
+
+
+@pytest.mark.parametrize(
+    ("stored_boot", "keeps_claims", "discarded"),
+    [
+        (BOOT, True, 0),
+        ("", True, 0),
+        (OTHER_BOOT, False, 2),
+    ],
+    ids=["same-boot", "unstamped-is-adopted", "reboot-resets"],
+)
+def test_open_for_boot(
+    tmp_path: Path, stored_boot: str, keeps_claims: bool, discarded: int
+) -> None:
+    path = tmp_path / cp.FILE_NAME
+    stored = cp.Checkpoint(boot_id=stored_boot, claims=_sample().claims)
+    cp.save(path, stored)
+    result = cp.open_for_boot(path, BOOT)
+    assert result.checkpoint.boot_id == BOOT
+    assert (result.checkpoint.claims == _sample().claims) is keeps_claims
+    assert len(result.discarded) == discarded
+    assert result.previous_boot_id == stored_boot
+    assert cp.load(path) == result.checkpoint
+
+
+def test_open_for_boot_creates_a_missing_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "dir" / cp.FILE_NAME
+    result = cp.open_for_boot(path, BOOT)
+    assert result.checkpoint == cp.Checkpoint(boot_id=BOOT)
+    assert cp.load(path) == cp.Checkpoint(boot_id=BOOT)
+
+
+def test_open_for_boot_leaves_a_corrupt_file_alone_and_quarantine_moves_it(tmp_path: Path) -> None:
+    path = tmp_path / cp.FILE_NAME
+    path.write_text("{not json")
+    with pytest.raises(cp.CheckpointCorruptError):
+        cp.open_for_boot(path, BOOT)
+    assert path.read_text() == "{not json"
+    moved = cp.quarantine(path, now=T0)
+    assert moved.name == "checkpoint.json.corrupt-20260501T120000.000000Z"
+    assert moved.read_text() == "{not json"
+    assert not path.exists()
+    assert cp.open_for_boot(path, BOOT).checkpoint == cp.Checkpoint(boot_id=BOOT)
+
+
+def test_naive_timestamps_are_refused_on_encode() -> None:
+    bad = dataclasses.replace(_entry(), started_at=T0.replace(tzinfo=None))
+    with pytest.raises(ValueError, match="timezone"):
+        cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(bad))

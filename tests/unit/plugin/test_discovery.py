@@ -1,0 +1,247 @@
+import ctypes
+import dataclasses
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pynvml
+import pytest
+
+from compute_domains.infra import errors
+from compute_domains.plugin import discovery
+
+PROC_DEVICES = """Character devices:
+  1 mem
+195 nvidia
+234 nvidia-caps-imex-channels
+235 nvidia-caps
+236 nvidia-caps-extra
+
+Block devices:
+  8 sd
+242 nvidia-caps-imex-channels
+"""
+CLUSTER = UUID("8f0e6c1a-3b2d-4e5f-9a8b-7c6d5e4f3a2b")
+_BYREF_TYPE = type(ctypes.byref(ctypes.c_int()))
+
+
+@dataclasses.dataclass
+class FakeGpu:
+    name: str = "NVIDIA GB200"
+    uuid: str = "GPU-0"
+    bus_id: bytes = b"00000000:01:00.0"
+    fabric_error: int | None = None
+    state: int = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    status: int = pynvml.NVML_SUCCESS
+    cluster: UUID = CLUSTER
+    clique: int = 7
+
+
+class FakeNvml:
+    """The pynvml members discovery uses, answering from a list of fake GPUs."""
+
+    NVMLError = pynvml.NVMLError
+    NVML_SUCCESS = pynvml.NVML_SUCCESS
+    NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_INIT_FLAG_NO_GPUS = pynvml.NVML_INIT_FLAG_NO_GPUS
+    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
+
+    def __init__(self, gpus: list[FakeGpu], *, legacy_missing: bool = False) -> None:
+        self.gpus = gpus
+        self.legacy_missing = legacy_missing
+        self.calls: list[str] = []
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        assert flags == pynvml.NVML_INIT_FLAG_NO_GPUS
+        self.calls.append("init")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.159.04"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def nvmlDeviceGetName(self, gpu: FakeGpu) -> bytes:
+        return gpu.name.encode()
+
+    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
+        return gpu.uuid
+
+    def nvmlDeviceGetPciInfo(self, gpu: FakeGpu) -> Any:
+        return type("Pci", (), {"busId": gpu.bus_id})()
+
+    def _fill(self, gpu: FakeGpu, ref: Any) -> int:
+        assert isinstance(ref, _BYREF_TYPE), "fabric info must be passed by reference"
+        if gpu.fabric_error is not None:
+            raise pynvml.NVMLError(gpu.fabric_error)
+        info = ref._obj
+        info.state = gpu.state
+        info.status = gpu.status
+        info.cliqueId = gpu.clique
+        ctypes.memmove(info.clusterUuid, gpu.cluster.bytes, 16)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo(self, gpu: FakeGpu, ref: Any) -> int:
+        if self.legacy_missing:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        assert isinstance(ref._obj, pynvml.c_nvmlGpuFabricInfo_t)
+        return self._fill(gpu, ref)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, gpu: FakeGpu, ref: Any) -> int:
+        assert ref._obj.version == pynvml.nvmlGpuFabricInfo_v2
+        return self._fill(gpu, ref)
+
+
+def _discover(tmp_path: Path, nvml: FakeNvml, *, strict: bool = True, proc: str = PROC_DEVICES):
+    (tmp_path / "devices").write_text(proc)
+    found = discovery.NvmlDiscovery(
+        proc_devices=tmp_path / "devices", strict_fabric=strict, nvml=nvml
+    ).discover()
+    assert nvml.calls[0] == "init" and nvml.calls[-1] == "shutdown"
+    return found
+
+
+def test_gb200_mnnvl_node_reports_its_clique(tmp_path: Path) -> None:
+    gpus = [FakeGpu(uuid=f"GPU-{i}") for i in range(4)]
+    found = _discover(tmp_path, FakeNvml([*gpus, FakeGpu(name="NVIDIA DGX Display")]))
+    assert found.clique_id == f"{CLUSTER}.7"
+    assert found.driver_version == "580.159.04"
+    assert [g.uuid for g in found.gpus] == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
+    assert found.gpus[0].pci_bus_id == "00000000:01:00.0"
+    assert found.gpus[0].fabric_state is discovery.FabricState.COMPLETED
+    assert (found.channel_major, found.caps_major) == (234, 235)
+
+
+def test_versioned_fabric_call_is_used_when_the_legacy_one_is_gone(tmp_path: Path) -> None:
+    found = _discover(tmp_path, FakeNvml([FakeGpu()], legacy_missing=True))
+    assert found.clique_id == f"{CLUSTER}.7"
+
+
+@pytest.mark.parametrize(
+    "gpu",
+    [
+        FakeGpu(cluster=UUID(int=0), clique=0),
+        FakeGpu(fabric_error=pynvml.NVML_ERROR_NOT_SUPPORTED),
+        FakeGpu(state=pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED),
+    ],
+    ids=["zero-cluster-uuid (H200)", "nvml-not-supported", "state-not-supported"],
+)
+def test_gpus_without_mnnvl_give_no_clique(tmp_path: Path, gpu: FakeGpu) -> None:
+    found = _discover(tmp_path, FakeNvml([gpu, dataclasses.replace(gpu, uuid="GPU-1")]))
+    assert found.clique_id == ""
+    assert [g.clique for g in found.gpus] == [None, None]
+
+
+def test_no_gpus_is_no_error(tmp_path: Path) -> None:
+    found = _discover(tmp_path, FakeNvml([]), proc="Character devices:\n\nBlock devices:\n")
+    assert (found.gpus, found.clique_id, found.channel_major) == ((), "", None)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "message"),
+    [
+        (FakeGpu(state=pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS), "IN_PROGRESS; refusing"),
+        (FakeGpu(state=pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED), "NOT_STARTED; refusing"),
+        (FakeGpu(status=pynvml.NVML_ERROR_UNKNOWN), "registration failed"),
+        (FakeGpu(fabric_error=pynvml.NVML_ERROR_GPU_IS_LOST), "NVML query failed"),
+    ],
+    ids=["in-progress", "not-started", "bad-status", "other-nvml-error"],
+)
+def test_strict_mode_refuses_a_fabric_that_is_not_ready(
+    tmp_path: Path, gpu: FakeGpu, message: str
+) -> None:
+    with pytest.raises(discovery.DiscoveryError, match=message) as caught:
+        _discover(tmp_path, FakeNvml([gpu]))
+    assert isinstance(caught.value, errors.ConfigError)
+
+
+@pytest.mark.parametrize(
+    "gpu",
+    [
+        FakeGpu(state=pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS),
+        FakeGpu(status=pynvml.NVML_ERROR_UNKNOWN),
+    ],
+    ids=["in-progress", "bad-status"],
+)
+def test_lenient_mode_falls_back_to_no_clique(tmp_path: Path, gpu: FakeGpu) -> None:
+    found = _discover(tmp_path, FakeNvml([gpu, FakeGpu(uuid="GPU-1")]), strict=False)
+    assert found.clique_id == f"{CLUSTER}.7"
+    assert found.gpus[0].clique is None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [FakeGpu(uuid="GPU-1", clique=8), FakeGpu(uuid="GPU-1", cluster=UUID(int=5))],
+    ids=["clique-differs", "cluster-differs"],
+)
+def test_mixed_cliques_are_an_error(tmp_path: Path, other: FakeGpu) -> None:
+    with pytest.raises(discovery.DiscoveryError, match="disagree"):
+        _discover(tmp_path, FakeNvml([FakeGpu(), other]))
+
+
+def test_clique_without_imex_majors_is_an_error(tmp_path: Path) -> None:
+    proc = "Character devices:\n195 nvidia\n\nBlock devices:\n"
+    with pytest.raises(discovery.DiscoveryError, match="nvidia-caps-imex-channels"):
+        _discover(tmp_path, FakeNvml([FakeGpu()]), proc=proc)
+
+
+def test_nvml_init_failure_is_a_discovery_error() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInitWithFlags(self, flags: int) -> None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    with pytest.raises(discovery.DiscoveryError, match="initialisation"):
+        discovery.discover_gpus(NoDriver([]))
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "major"),
+    [
+        (PROC_DEVICES, "nvidia-caps-imex-channels", 234),
+        (PROC_DEVICES, "nvidia-caps", 235),
+        (PROC_DEVICES, "nvidia", 195),
+        (PROC_DEVICES, "sd", None),
+        (PROC_DEVICES, "nvidia-uvm", None),
+        ("Character devices:\n 10 misc\nBlock devices:\n", "misc", 10),
+    ],
+    ids=["imex-channels", "caps-not-prefix-of-longer", "nvidia", "block-only", "absent", "padded"],
+)
+def test_find_char_major(text: str, name: str, major: int | None) -> None:
+    assert discovery.find_char_major(text, name) == major
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Character devices:\n1 a\n2 a\nBlock devices:\n", "listed 2 times"),
+        ("Character devices:\n1 a\n", "section headers"),
+        ("Block devices:\n1 a\nCharacter devices:\n1 a\n", "section headers"),
+        ("Character devices:\n4294967296 a\nBlock devices:\n", "out-of-range"),
+    ],
+    ids=["duplicate", "no-block-section", "sections-swapped", "too-big"],
+)
+def test_find_char_major_rejects_bad_tables(text: str, message: str) -> None:
+    with pytest.raises(discovery.DiscoveryError, match=message):
+        discovery.find_char_major(text, "a")
+
+
+def test_read_char_major_reads_the_file(tmp_path: Path) -> None:
+    (tmp_path / "devices").write_text(PROC_DEVICES)
+    assert discovery.read_char_major("nvidia-caps", tmp_path / "devices") == 235
+
+
+def test_parse_capability_file() -> None:
+    text = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+    assert discovery.parse_capability(text) == discovery.CapabilityDevice(
+        minor=1, file_mode=256, modify=1
+    )
+    with pytest.raises(discovery.DiscoveryError):
+        discovery.parse_capability("DeviceFileMinor: x\n")
