@@ -7,7 +7,7 @@ import sys
 import click
 
 from compute_domains import __version__
-from compute_domains.cli import demo, sim, tools
+from compute_domains.cli import controller, daemon, demo, plugin, sim, tools
 from compute_domains.infra import errors, logs
 
 
@@ -37,6 +37,9 @@ def cli(log_level: str, log_format: str) -> None:
 cli.add_command(sim.group)
 cli.add_command(tools.group)
 cli.add_command(demo.demo)
+cli.add_command(controller.group)
+cli.add_command(plugin.group)
+cli.add_command(daemon.group)
 
 
 def main() -> None:

@@ -1,1 +1,1 @@
-"""Per-node ComputeDomain daemon: writes the IMEX config, maps peer names, supervises nvidia-imex."""
+"""Per-node ComputeDomain daemon: writes IMEX configs, maps peer names, supervises nvidia-imex."""

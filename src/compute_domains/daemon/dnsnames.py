@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from compute_domains.api import names
 from compute_domains.infra import atomicfile, errors
 
 logger = logging.getLogger(__name__)
@@ -49,9 +50,7 @@ def dns_name(index: int) -> str:
     Raises:
         ValueError: ``index`` is negative.
     """
-    if index < 0:
-        raise ValueError(f"daemon index must be >= 0, got {index}")
-    return f"{NAME_PREFIX}{index:04d}"
+    return names.imex_dns_name(index)  # the one definition of the name format
 
 
 def index_of(name: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Render the IMEX daemon config (``imexd.cfg``) and the nodes config (``nodes.cfg``); write atomically.
+"""Render the IMEX daemon config (``imexd.cfg``) and nodes config (``nodes.cfg``); write atomically.
 
 The IMEX config is a ``KEY=value`` file rendered from a template with Go-template-style fields,
 ``{{ .Field }}``. The template is either the file the kubelet plugin placed next to the config

@@ -220,7 +220,6 @@ class Supervisor:
             env=self._env,
             cwd=self._cwd,
             limit=_READ_LIMIT,
-            start_new_session=True,
         )
         self._proc = proc
         self._log.info("started %s (pid %d)", self._argv[0], proc.pid)
@@ -277,8 +276,11 @@ class Supervisor:
             except Exception:
                 # Not fatal: metrics and Events are reporting only; supervision must go on.
                 self._log.warning("restart hook failed", exc_info=True)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+        # arrives as the event is set, and run() would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._unwanted.wait(), delay)
+            async with asyncio.timeout(delay):
+                await self._unwanted.wait()
 
     async def _terminate(self) -> int | None:
         proc = self._proc
@@ -288,7 +290,8 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             try:
-                await asyncio.wait_for(proc.wait(), self._settings.stop_grace)
+                async with asyncio.timeout(self._settings.stop_grace):
+                    await proc.wait()
             except TimeoutError:
                 self._log.warning(
                     "pid %d ignored SIGTERM for %.1fs; sending SIGKILL",

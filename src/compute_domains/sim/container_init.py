@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
 _MS_RDONLY, _MS_NOSUID, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
@@ -72,7 +73,10 @@ def _inside(root: Path, path: str) -> Path:
 def _build_root(spec: dict[str, Any]) -> Path:
     root = Path(spec["rootfs"])
     root.mkdir(parents=True, exist_ok=True)
-    _check(_libc().unshare(_CLONE_NEWNS), "unshare mount namespace")
+    _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWUTS), "unshare mount and UTS namespaces")
+    if spec.get("hostname"):
+        name = spec["hostname"].encode()
+        _check(_libc().sethostname(name, len(name)), "sethostname")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     for host in spec["system"]:
         target = _inside(root, host)
@@ -104,11 +108,12 @@ def _build_root(spec: dict[str, Any]) -> Path:
 
 
 def _enter(spec: dict[str, Any], pid: int) -> None:
-    fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
-    try:
-        _check(_libc().setns(fd, _CLONE_NEWNS), f"setns into container pid {pid}")
-    finally:
-        os.close(fd)
+    for ns, flag in (("mnt", _CLONE_NEWNS), ("uts", _CLONE_NEWUTS)):
+        fd = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY)
+        try:
+            _check(_libc().setns(fd, flag), f"setns {ns} into container pid {pid}")
+        finally:
+            os.close(fd)
     os.chroot(spec["rootfs"])
 
 

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import stat
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +88,7 @@ class DraManager:
         self._client = client
         self._plugins: dict[str, _Plugin] = {}
         self._sockets: dict[Path, str] = {}
+        self._identity: dict[Path, tuple[int, int]] = {}
         self._cache: dict[str, _Entry] = {}
         self._lock = asyncio.Lock()
         self.active_pods = active_pods or set
@@ -161,13 +163,21 @@ class DraManager:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                found = {
-                    p for p in registry.glob("*") if p.is_socket() and not p.name.startswith(".")
-                }
-                for gone in set(self._sockets) - found:
-                    await self._deregister(gone)
-                for new in found - set(self._sockets):
-                    await self._register(new)
+                # A socket's identity is its inode: deleted and re-created between two passes
+                # is a new registration, as the kubelet's fsnotify watcher would see it.
+                found = {}
+                for entry in registry.glob("*"):
+                    with contextlib.suppress(OSError):
+                        st = entry.lstat()
+                        if stat.S_ISSOCK(st.st_mode) and not entry.name.startswith("."):
+                            found[entry] = (st.st_ino, st.st_ctime_ns)
+                for sock in list(self._sockets):
+                    if found.get(sock) != self._identity.get(sock):
+                        await self._deregister(sock)
+                for sock, ident in found.items():
+                    if sock not in self._sockets:
+                        self._identity[sock] = ident
+                        await self._register(sock)
                 if loop.time() - last_pod_sweep >= self._s.reconcile_s:
                     last_pod_sweep = loop.time()
                     await self._sweep_vanished()
@@ -179,7 +189,7 @@ class DraManager:
     async def _register(self, sock: Path) -> None:
         try:
             async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
-                stub = cast(reg_grpc.RegistrationAsyncStub, reg_grpc.RegistrationStub(ch))
+                stub = cast("reg_grpc.RegistrationAsyncStub", reg_grpc.RegistrationStub(ch))
                 info = await stub.GetInfo(reg.InfoRequest(), timeout=1.0)
                 error = ""
                 version = next(
@@ -219,6 +229,7 @@ class DraManager:
 
     async def _deregister(self, sock: Path) -> None:
         driver = self._sockets.pop(sock, "")
+        self._identity.pop(sock, None)
         plugin = self._plugins.get(driver)
         if plugin is not None and driver not in self._sockets.values():
             del self._plugins[driver]

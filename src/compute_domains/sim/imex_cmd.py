@@ -88,7 +88,8 @@ class CommandService:
         if self._cmd_port is None:
             return unavailable
         try:
-            row = await asyncio.wait_for(self._query_peer(node_id), self._peer_timeout)
+            async with asyncio.timeout(self._peer_timeout):
+                row = await self._query_peer(node_id)
         except (OSError, TimeoutError, imex_wire.ProtocolError):
             return unavailable
         if row is None or row.get("t") != "status" or row.get("node") != node_id:

@@ -111,7 +111,8 @@ async def _query(opts: CtlOptions, out: TextIO) -> None:
     config, _ = _load(opts, nodes_needed=False)
     endpoint = _endpoint(opts, config)
     try:
-        reply = await asyncio.wait_for(_ask(endpoint, {"t": "query"}), opts.timeout)
+        async with asyncio.timeout(opts.timeout):
+            reply = await _ask(endpoint, {"t": "query"})
     except (OSError, TimeoutError, imex_wire.ProtocolError) as err:
         if isinstance(err, OSError) and err.errno:
             reason = os.strerror(err.errno)
@@ -128,7 +129,8 @@ async def _domain(opts: CtlOptions, out: TextIO) -> None:
     rows = [imex_report.NodeRow.unavailable(k, host) for k, host in enumerate(entries)]
     local_id: int | None = None
     try:
-        reply = await asyncio.wait_for(_ask(endpoint, request), opts.timeout)
+        async with asyncio.timeout(opts.timeout):
+            reply = await _ask(endpoint, request)
     except (OSError, TimeoutError, imex_wire.ProtocolError):
         pass  # the local daemon is down: every node is reported UNAVAILABLE, domain DOWN
     else:

@@ -13,9 +13,12 @@ once per ``reload_interval`` (5 s), restarts all outgoing links, re-resolving na
 node ID and instance stay the same; SIGHUP re-reads the fault flags.
 
 "Local addresses" are a setting (``--local-address``): simulated pods share the host's loopback
-interface, so every 127.x address is local to every process. Without the flag, the configured
-``BIND_INTERFACE_IP`` and ``IMEX_CMD_BIND_INTERFACE_IP`` (the pod IP, as the daemon renders it)
-stand in for the interface addresses.
+interface, so every 127.x address is local to every process. A configured ``BIND_INTERFACE_IP``
+is the only candidate (as for the real daemon); otherwise the ``--local-address`` values; without
+them ``IMEX_CMD_BIND_INTERFACE_IP`` (the pod IP, as the compute-domain daemon renders it).
+
+Not simulated: daemonizing (``DAEMONIZE=1`` logs a warning and stays in the foreground), log
+rotation, the statistics file, authentication, and GPU memory import/export itself.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class ImexOptions:
     """Command-line settings of one simulated daemon."""
 
     config_path: Path
+    """``-c``: the daemon config file."""
     nogpu: bool = False
+    """``--nogpu``: NO GPU mode; peers and ``-N`` see the version ``NO_GPU``."""
     port: int | None = None
     """``-p``: overrides ``SERVER_PORT``."""
     hosts_file: Path | None = None
@@ -50,11 +55,15 @@ class ImexOptions:
     local_addresses: tuple[str, ...] = ()
     """Addresses of this simulated node's interfaces."""
     fault_dir: Path | None = None
+    """Folder of fault flag files (see ``imex_config``); re-read on SIGHUP."""
     session_file: Path | None = None
     """Lock file standing for the node's single IMEX session (held while running)."""
     version: str = "595.71.05"
+    """The IMEX version this stand-in claims (``--version``, peer version check)."""
     reload_interval: float = 5.0
+    """Seconds within which a second SIGUSR1 is ignored."""
     peer_query_timeout: float = 2.0
+    """Seconds to wait for a peer's command port during a domain query."""
 
 
 class ImexDaemon:

@@ -120,7 +120,8 @@ class OutgoingLink:
 
     async def _wait_wake(self, timeout: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
         self._wake.clear()
 
     async def _open(
@@ -130,13 +131,12 @@ class OutgoingLink:
         address = await ctx.resolver.resolve(self._entry)
         if address is None:
             return None
+        local = (ctx.bind_ip, 0) if ctx.bind_ip else None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    address, ctx.server_port, local_addr=(ctx.bind_ip, 0) if ctx.bind_ip else None
-                ),
-                ctx.connect_timeout,
-            )
+            async with asyncio.timeout(ctx.connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    address, ctx.server_port, local_addr=local
+                )
         except (OSError, TimeoutError):
             return None
         try:
@@ -148,7 +148,8 @@ class OutgoingLink:
                 "version": ctx.version,
             }
             await imex_wire.send(writer, hello)
-            welcome = await asyncio.wait_for(imex_wire.recv(reader), ctx.ping_timeout)
+            async with asyncio.timeout(ctx.ping_timeout):
+                welcome = await imex_wire.recv(reader)
         except (OSError, TimeoutError, imex_wire.ProtocolError):
             await imex_wire.close(writer)
             return None

@@ -79,5 +79,6 @@ class PeerServer:
         writers = list(self._open)
         for writer in writers:
             with contextlib.suppress(OSError, TimeoutError):
-                await asyncio.wait_for(imex_wire.send(writer, notice), 1.0)
+                async with asyncio.timeout(1.0):
+                    await imex_wire.send(writer, notice)
         await asyncio.gather(*(imex_wire.close(w) for w in writers))

@@ -87,7 +87,7 @@ def domain_status(rows: Sequence[NodeRow]) -> str:
 
 
 def _host_text(row: NodeRow, show_host_names: bool) -> str:
-    if show_host_names and row.host_name and row.host_name != row.host:
+    if show_host_names and row.host_name not in ("", "N/A", row.host):
         return f"{row.host} ({row.host_name})"
     return row.host
 

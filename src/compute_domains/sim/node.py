@@ -255,9 +255,14 @@ class SimNode:
                 worker.terminate(0, gone=True)
             return
         if worker is None:
-            if meta.deletionTimestamp is not None or (
-                pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
-            ):
+            if meta.uid in self._tasks:
+                return  # already being finished
+            if meta.deletionTimestamp is not None:
+                # Terminating while this kubelet was down: nothing runs, finish the deletion.
+                self._tasks[meta.uid] = asyncio.create_task(
+                    self._finish_terminating(pod), name=f"finish:{meta.name}")
+                return
+            if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
                 return
             worker = pods.PodWorker(self.services, pod, self._allocate_ip(pod))
             self._workers[meta.uid] = worker
@@ -268,6 +273,19 @@ class SimNode:
         worker.update(pod)
         if meta.deletionTimestamp is not None:
             worker.terminate(float(meta.deletionGracePeriodSeconds or 0))
+
+    async def _finish_terminating(self, pod: Pod) -> None:
+        meta = pod.metadata
+        assert meta is not None and meta.uid and meta.name
+        try:
+            await self.dra.unprepare(pod)
+            await self._client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
+        except ApiError as err:
+            if err.status.code != 404:
+                self._log.warning("could not finish deleting pod %s: %s", meta.name,
+                                  err.status.message)
+        finally:
+            self._tasks.pop(meta.uid, None)
 
     async def _run_worker(self, worker: pods.PodWorker) -> None:
         try:

@@ -298,10 +298,12 @@ class PodWorker:
             mounts.extend(cdi_mounts)
         argv = self._svc.images.command(c.image or "", list(c.command or []), list(c.args or []))
         env = self._svc.images.environment(env)
+        hostname = "" if self.spec.hostNetwork else (self.spec.hostname or self.name)
         return runtime.ContainerConfig(
             argv=tuple(argv),
             env=env,
             workdir=c.workingDir or "",
+            hostname=hostname[:63],
             mounts=tuple(mounts),
             devices=tuple(devices),
         )

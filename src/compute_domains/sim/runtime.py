@@ -81,6 +81,7 @@ class ContainerConfig:
     argv: tuple[str, ...]
     env: dict[str, str]
     workdir: str = ""
+    hostname: str = ""
     mounts: tuple[Mount, ...] = ()
     devices: tuple[DeviceNode, ...] = ()
 
@@ -128,6 +129,7 @@ class Runtime:
             "devices": [dataclasses.asdict(d) for d in cfg.devices],
             "env": cfg.env,
             "workdir": cfg.workdir,
+            "hostname": cfg.hostname,
             "command": list(cfg.argv),
         }
 

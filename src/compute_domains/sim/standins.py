@@ -21,7 +21,9 @@ _COMMANDS = {
 def install(bin_dir: Path, python: str = sys.executable) -> Path:
     """Write the wrappers into ``bin_dir``; returns it."""
     for name, module in _COMMANDS.items():
-        atomicfile.write_atomic(
-            bin_dir / name, f'#!/bin/sh\nexec {python} -m {module} "$@"\n', mode=0o755
-        )
+        # A SIGUSR1/SIGHUP that lands while the interpreter starts must not kill the daemon:
+        # ignored before exec, they stay ignored until the stand-in installs its handlers.
+        trap = "trap '' USR1 HUP\n" if name == "nvidia-imex" else ""
+        script = f'#!/bin/sh\n{trap}exec {python} -m {module} "$@"\n'
+        atomicfile.write_atomic(bin_dir / name, script, mode=0o755)
     return bin_dir

@@ -52,6 +52,10 @@ class SimPaths:
         """The admin kubeconfig users point ``KUBECONFIG`` at."""
         return self.control_plane / "kubeconfig" / "admin.yaml"
 
+    def node_root(self, node: str) -> Path:
+        """A node's root folder (the real short path, usable for unix sockets)."""
+        return (self.root / "nodes").resolve() / node
+
     def endpoints(self) -> controlplane.Endpoints | None:
         """The control plane's endpoints once it was ready, else None."""
         path = self.control_plane / "endpoints.json"

@@ -1,0 +1,32 @@
+"""A sim with simulated GB200 nodes (one rack of two) shared by this folder's tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient
+
+from compute_domains.infra import kube
+from compute_domains.sim import control, lifecycle, state, toolchain, topology
+
+
+@pytest.fixture(scope="module")
+def nodes_sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.SimPaths]:
+    paths = state.SimPaths(sim_home, "nodes")
+    started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True,
+                              shape=topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4))
+    yield paths
+    lifecycle.stop(paths, process=started.process)
+
+
+@pytest.fixture
+async def admin(nodes_sim: state.SimPaths) -> AsyncIterator[AsyncClient]:
+    c = kube.client(kube.KubeSettings(kubeconfig=nodes_sim.kubeconfig, field_manager="tests"))
+    yield c
+    await c.close()
+
+
+def node_op(sim: state.SimPaths, op: str, node: str) -> None:
+    control.request(sim.root / "control.sock", {"op": op, "node": node})

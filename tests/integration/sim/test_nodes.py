@@ -1,0 +1,257 @@
+"""Simulated nodes behave like kubelets on the real control plane (issue: simulated nodes).
+
+Covers: a Deployment of ``sh -c`` pods runs, restarts a failing container and is torn down;
+a pod with a claim of the test DRA driver gets the CDI env and device node, and its claim is
+unprepared after deletion, also when the pod was deleted while its kubelet was down; probes
+gate readiness; a stopped node turns NotReady and the real node-lifecycle controller evicts
+its pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
+
+from compute_domains.sim import state
+from tests.drivers.testdriver import DRIVER, TestDriver
+from tests.integration.helpers import wait_for
+from tests.integration.sim.conftest import node_op
+
+NODE_A, NODE_B = "gb200-r0-n00", "gb200-r0-n01"
+
+
+@pytest.fixture
+async def ns(admin: AsyncClient) -> AsyncIterator[str]:
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    await admin.create(Namespace.from_dict({"metadata": {"name": name}}))
+    await wait_for(admin, ServiceAccount, "default", lambda _: True, namespace=name)
+    yield name
+    await admin.delete(Namespace, name)
+
+
+async def _logs(client: AsyncClient, pod: str, ns: str, until: str = "",
+                timeout: float = 30) -> str:
+    """The pod's log, following it until ``until`` shows up (a container prints when it runs)."""
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for line in client.log(pod, namespace=ns, follow=True):
+            seen.append(line)
+            if until in "".join(seen):
+                return
+
+    await asyncio.wait_for(follow(), timeout)
+    return "".join(seen)
+
+
+def _running_ready(p: Pod) -> bool:
+    return bool(p.status and p.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+
+
+async def _pods(client: AsyncClient, ns: str, app: str) -> list[Pod]:
+    return [p async for p in client.list(Pod, namespace=ns, labels={"app": app})]
+
+
+async def _wait_pods(client: AsyncClient, ns: str, app: str, count: int,
+                     ok: object, timeout: float = 90) -> list[Pod]:
+    async def poll() -> list[Pod]:
+        async for _ in client.watch(Pod, namespace=ns, labels={"app": app}):
+            pods = await _pods(client, ns, app)
+            if len(pods) == count and all(ok(p) for p in pods):  # type: ignore[operator]
+                return pods
+        raise AssertionError("watch ended")
+
+    pods = await _pods(client, ns, app)
+    if len(pods) == count and all(ok(p) for p in pods):  # type: ignore[operator]
+        return pods
+    return await asyncio.wait_for(poll(), timeout)
+
+
+def _deployment(name: str, command: str, replicas: int = 2) -> Deployment:
+    return Deployment.from_dict({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                     "terminationGracePeriodSeconds": 5,
+                     "containers": [{"name": "c", "image": "debian:12",
+                                     "command": ["sh", "-c", command]}]}}},
+    })
+
+
+async def test_deployment_runs_restarts_and_tears_down(admin: AsyncClient, ns: str) -> None:
+    await admin.create(_deployment("ok", "echo started on $(hostname); sleep 3600"),
+                       namespace=ns)
+    await admin.create(_deployment("bad", "echo failing; exit 3", replicas=1), namespace=ns)
+    pods = await _wait_pods(admin, ns, "ok", 2, _running_ready)
+    assert {p.status.podIP for p in pods}.isdisjoint({None, ""})  # type: ignore[union-attr]
+    name = pods[0].metadata.name  # type: ignore[union-attr]
+    assert f"started on {name}" in await _logs(admin, str(name), ns, f"started on {name}")
+
+    def crashlooping(p: Pod) -> bool:
+        cs = (p.status.containerStatuses or []) if p.status else []
+        return bool(cs) and cs[0].restartCount >= 1 and (
+            cs[0].lastState is not None and cs[0].lastState.terminated is not None
+            and cs[0].lastState.terminated.exitCode == 3)
+
+    await _wait_pods(admin, ns, "bad", 1, crashlooping, timeout=120)
+
+    await admin.delete(Deployment, "ok", namespace=ns)
+    await _wait_pods(admin, ns, "ok", 0, lambda p: True)
+
+
+async def test_probe_gates_readiness(admin: AsyncClient, ns: str) -> None:
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "probed", "namespace": ns},
+        "spec": {"containers": [{
+            "name": "c", "image": "debian:12",
+            "command": ["sh", "-c", "sleep 4; touch /tmp/ready; sleep 3600"],
+            "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]},
+                               "periodSeconds": 1, "failureThreshold": 1}}]},
+    }))
+    running = await wait_for(admin, Pod, "probed",
+                             lambda p: bool(p.status and p.status.phase == "Running"),
+                             namespace=ns, timeout=60)
+    assert not _running_ready(running), "Ready before the readiness probe passed"
+    await wait_for(admin, Pod, "probed", _running_ready, namespace=ns, timeout=60)
+
+
+@pytest.fixture
+async def driver(admin: AsyncClient, nodes_sim: state.SimPaths) -> AsyncIterator[TestDriver]:
+    drv = TestDriver(admin, NODE_A, nodes_sim.node_root(NODE_A))
+    await drv.start()
+    with contextlib.suppress(ApiError):
+        await admin.create(DeviceClass.from_dict({
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
+    yield drv
+    await drv.stop()
+
+
+def _claim_pod(name: str, ns: str, node: str) -> Pod:
+    return Pod.from_dict({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": "debian:12",
+                            "command": ["sh", "-c", "echo device=$TEST_DEVICE; ls -l /dev/test-*;"
+                                        " sleep 3600"],
+                            "resources": {"claims": [{"name": "dev"}]}}],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}]},
+    })
+
+
+async def _template(admin: AsyncClient, ns: str) -> None:
+    await admin.create(ResourceClaimTemplate.from_dict({
+        "metadata": {"name": "one", "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "dev", "exactly": {"deviceClassName": DRIVER}}]}}}}))
+
+
+async def _until(check: Callable[[], bool], timeout: float) -> None:
+    """Wait for the in-process test driver to record something (it has no watch to follow)."""
+    async def loop() -> None:
+        while not check():
+            await asyncio.sleep(0.2)
+    await asyncio.wait_for(loop(), timeout)
+
+
+async def _wait_registered(drv: TestDriver) -> None:
+    await _until(lambda: bool(drv.registration.status), 30)
+
+
+async def test_claim_gets_cdi_env_and_device_and_is_unprepared(
+        admin: AsyncClient, ns: str, driver: TestDriver) -> None:
+    await _wait_registered(driver)
+    await _template(admin, ns)
+    await admin.create(_claim_pod("user", ns, NODE_A))
+    pod = await wait_for(admin, Pod, "user", _running_ready, namespace=ns, timeout=90)
+    logs = await _logs(admin, "user", ns, "/dev/test-dev-")
+    assert "device=dev-" in logs
+    assert "crw-rw-rw-" in logs and "1, 3" in logs and "/dev/test-dev-" in logs
+    claim_uid = driver.prepared[-1]
+    assert (driver.cdi_dir / f"test-{claim_uid}.json").exists()
+    assert pod.status is not None and pod.status.resourceClaimStatuses
+
+    await admin.delete(Pod, "user", namespace=ns)
+    await _until(lambda: claim_uid in driver.unprepared, 60)
+    assert not (driver.cdi_dir / f"test-{claim_uid}.json").exists()
+
+
+async def test_unprepare_after_kubelet_restart(admin: AsyncClient, ns: str, driver: TestDriver,
+                                               nodes_sim: state.SimPaths) -> None:
+    await _wait_registered(driver)
+    await _template(admin, ns)
+    await admin.create(_claim_pod("survivor", ns, NODE_A))
+    await wait_for(admin, Pod, "survivor", _running_ready, namespace=ns, timeout=90)
+    claim_uid = driver.prepared[-1]
+    await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_A)
+    # With the kubelet down the pod cannot finish terminating: force-delete it, as people do.
+    await admin.delete(Pod, "survivor", namespace=ns, grace_period=0)
+    assert claim_uid not in driver.unprepared
+    await asyncio.to_thread(node_op, nodes_sim, "start", NODE_A)
+
+    await _until(lambda: claim_uid in driver.unprepared, 60)  # the kubelet's reconcile
+
+
+async def test_prepare_failure_is_reported_and_retried(admin: AsyncClient, ns: str,
+                                                       driver: TestDriver) -> None:
+    await _wait_registered(driver)
+    await _template(admin, ns)
+    driver.fail_prepare = "device on fire"
+    await admin.create(_claim_pod("unlucky", ns, NODE_A))
+
+    async def event_seen() -> Event:
+        while True:
+            async for ev in admin.list(Event, namespace=ns,
+                                       fields={"involvedObject.name": "unlucky"}):
+                if ev.reason == "FailedPrepareDynamicResources":
+                    return ev
+            await asyncio.sleep(0.5)
+
+    ev = await asyncio.wait_for(event_seen(), 30)
+    assert "NodePrepareResources failed for ResourceClaim" in str(ev.message)
+    assert "device on fire" in str(ev.message)
+    pod = await admin.get(Pod, "unlucky", namespace=ns)
+    waiting = pod.status.containerStatuses[0].state.waiting  # type: ignore[index,union-attr]
+    assert waiting is not None and waiting.reason == "ContainerCreating"
+    driver.fail_prepare = ""
+    await wait_for(admin, Pod, "unlucky", _running_ready, namespace=ns, timeout=60)
+
+
+async def test_stopped_node_turns_not_ready_and_pods_are_evicted(
+        admin: AsyncClient, ns: str, nodes_sim: state.SimPaths) -> None:
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "victim", "namespace": ns},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_B},
+                 "containers": [{"name": "c", "image": "debian:12",
+                                 "command": ["sh", "-c", "sleep 3600"]}]}}))
+    await wait_for(admin, Pod, "victim", _running_ready, namespace=ns, timeout=60)
+    await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_B)
+    try:
+        def not_ready(n: Node) -> bool:
+            return any(c.type == "Ready" and c.status != "True"
+                       for c in (n.status.conditions or []) if n.status)
+        await wait_for(admin, Node, NODE_B, not_ready, timeout=60)
+        await wait_for(admin, Pod, "victim",
+                       lambda p: p.metadata is not None and p.metadata.deletionTimestamp
+                       is not None, namespace=ns, timeout=90)
+    finally:
+        await asyncio.to_thread(node_op, nodes_sim, "start", NODE_B)
+    # the restarted kubelet finishes the eviction: the pod object goes away
+    with pytest.raises(ApiError):
+        async def gone() -> None:
+            while True:
+                await admin.get(Pod, "victim", namespace=ns)
+                await asyncio.sleep(0.5)
+        await asyncio.wait_for(gone(), 60)
