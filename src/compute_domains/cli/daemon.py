@@ -1,4 +1,4 @@
-"""``cdctl daemon ...``: run the daemon component (flags and environment → settings → ``run()``)."""
+"""``cdctl daemon ...``: the daemon component as the chart runs it."""
 
 from __future__ import annotations
 

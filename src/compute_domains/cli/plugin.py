@@ -1,4 +1,4 @@
-"""``cdctl plugin ...``: run the plugin component (flags and environment → settings → ``run()``)."""
+"""``cdctl plugin ...``: the plugin component as the chart runs it."""
 
 from __future__ import annotations
 
