@@ -7,7 +7,7 @@ import sys
 import click
 
 from compute_domains import __version__
-from compute_domains.cli import controller, daemon, demo, plugin, sim, tools
+from compute_domains.cli import controller, daemon, demo, plugin, sim, tools, views
 from compute_domains.infra import errors, logs
 
 
@@ -40,6 +40,8 @@ cli.add_command(demo.demo)
 cli.add_command(controller.group)
 cli.add_command(plugin.group)
 cli.add_command(daemon.group)
+cli.add_command(views.status)
+cli.add_command(views.topology)
 
 
 def main() -> None:

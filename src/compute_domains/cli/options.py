@@ -13,6 +13,11 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
+def chart_dir() -> Path:
+    """The project's Helm chart in this checkout."""
+    return repo_root() / "deploy" / "helm" / "compute-domains"
+
+
 def cache_root() -> Path:
     """``${XDG_CACHE_HOME:-~/.cache}/compute-domains/tools``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

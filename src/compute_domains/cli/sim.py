@@ -16,6 +16,7 @@ from rich.console import Console
 from compute_domains.cli import options, tools
 from compute_domains.infra import errors
 from compute_domains.sim import cluster, control, lifecycle, procs, state, topology
+from compute_domains.sim import driver as driver_mod
 
 _NAME = click.option(
     "--name",
@@ -71,9 +72,11 @@ def _shape(racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int
 @group.command("up")
 @_NAME
 @click.option("--api-port", type=int, default=None, help="Fixed API server port (default: free).")
+@click.option("--driver/--no-driver", default=True, show_default=True,
+              help="Install the project's Helm chart once the nodes are up.")
 @_shape_options
-def up(name: str, api_port: int | None, racks: int, nodes_per_rack: int, gpus_per_node: int,
-       plain_nodes: int, fabric: tuple[str, ...]) -> None:
+def up(name: str, api_port: int | None, driver: bool, racks: int, nodes_per_rack: int,
+       gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]) -> None:
     """Build the tools if needed, start the sim and print how to use it."""
     console = Console(stderr=True)
     shape = _shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
@@ -83,7 +86,9 @@ def up(name: str, api_port: int | None, racks: int, nodes_per_rack: int, gpus_pe
     with console.status(f"starting sim '{name}': control plane, then {shape.total_nodes} "
                         f"simulated nodes ({racks} racks x {nodes_per_rack} nodes x "
                         f"{gpus_per_node} GPUs)..."):
-        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port, shape=shape)
+        chart = options.chart_dir() if driver and shape.total_nodes else None
+        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port, shape=shape,
+                                  chart=chart)
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
     if started.already_running:
@@ -175,10 +180,11 @@ def status(name: str, output: str) -> None:
 @click.option("--bin-dir", type=click.Path(path_type=Path), required=True)
 @click.option("--api-port", type=int, default=None)
 @click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
+@click.option("--chart", type=click.Path(path_type=Path), default=None)
 @_shape_options
 def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool,
-          racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int,
-          fabric: tuple[str, ...]) -> None:
+          chart: Path | None, racks: int, nodes_per_rack: int, gpus_per_node: int,
+          plain_nodes: int, fabric: tuple[str, ...]) -> None:
     """Run the sim supervisor in the foreground (started by `up` and test fixtures)."""
     from compute_domains.infra import logs
 
@@ -192,7 +198,8 @@ def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_p
             "mount namespace, no CDI device nodes, /etc/hosts not private)")
     settings = cluster.SimSettings(
         home=home, name=name, bin_dir=bin_dir, api_port=api_port, isolate=isolate,
-        shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric))
+        shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
+        driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None)
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
 

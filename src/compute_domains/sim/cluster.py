@@ -19,6 +19,7 @@ from pathlib import Path
 
 from compute_domains.infra import errors
 from compute_domains.sim import agent, control, controlplane, pods, standins, state, topology
+from compute_domains.sim import driver as driver_mod
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class SimSettings:
     """Private mount namespaces for containers (needs root)."""
     kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
     """Timings of the simulated kubelets."""
+    driver: driver_mod.DriverSettings | None = None
+    """Install the project's Helm chart once the nodes are up (None: a cluster without it)."""
 
 
 class SimCluster:
@@ -95,6 +98,17 @@ class SimCluster:
                     if t in done:
                         t.result()
                         raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                if self._s.driver is not None:
+                    inst = asyncio.create_task(
+                        driver_mod.install(self._s.driver, self._s.bin_dir / "helm",
+                                           self.paths.kubeconfig), name="driver-install")
+                    done, _ = await asyncio.wait({task, nodes, inst},
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    for t in (task, nodes):
+                        if t in done:
+                            t.result()
+                            raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                    inst.result()
                 self._record("ready")
                 await asyncio.gather(task, nodes)
                 return

@@ -40,6 +40,7 @@ def _supervisor_argv(
     api_port: int | None,
     die_with_parent: bool,
     shape: topology.Shape,
+    chart: Path | None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -64,6 +65,8 @@ def _supervisor_argv(
     ]
     for node, fabric in shape.fabric_faults:
         argv += ["--fabric", f"{node}={fabric}"]
+    if chart is not None:
+        argv += ["--chart", str(chart)]
     if api_port is not None:
         argv += ["--api-port", str(api_port)]
     if die_with_parent:
@@ -107,6 +110,7 @@ def start(
     *,
     api_port: int | None = None,
     shape: topology.Shape | None = None,
+    chart: Path | None = None,
     die_with_parent: bool = False,
     timeout_s: float = 600.0,
     on_wait: Callable[[str], None] | None = None,
@@ -125,7 +129,7 @@ def start(
     with paths.supervisor_log.open("ab") as log:
         proc = subprocess.Popen(
             _supervisor_argv(
-                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0)
+                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0), chart
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -1,0 +1,52 @@
+"""Install the project's Helm chart into a simulated cluster, as a user deploys the driver.
+
+The built ``helm`` installs ``deploy/helm/compute-domains`` (CRDs, DeviceClasses, RBAC, the
+controller Deployment, the kubelet-plugin DaemonSet) into the driver namespace, with the one
+simulator-only value that points NVML at each node's stand-in library. The components then run
+as pods under the chart's ServiceAccounts, so an RBAC mistake fails here as it would for a
+user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+RELEASE = "compute-domains"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DriverSettings:
+    """Where the chart is and how to install it."""
+
+    chart: Path
+    """The chart folder (``deploy/helm/compute-domains``)."""
+    namespace: str = "compute-domains"
+    """The driver namespace (the release namespace)."""
+    timeout_s: int = 300
+    """How long helm waits for the driver's pods to be ready."""
+    values: tuple[str, ...] = ()
+    """Extra ``--set`` values."""
+
+
+async def install(settings: DriverSettings, helm: Path, kubeconfig: Path) -> None:
+    """``helm upgrade --install`` the chart and wait until its pods are ready."""
+    argv = [str(helm), "--kubeconfig", str(kubeconfig), "upgrade", "--install", RELEASE,
+            str(settings.chart), "--namespace", settings.namespace, "--create-namespace",
+            "--wait", "--timeout", f"{settings.timeout_s}s", "--set", "nvmlMock.enabled=true"]
+    for value in settings.values:
+        argv += ["--set", value]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    text = out.decode(errors="replace").strip()
+    if proc.returncode != 0:
+        raise errors.SimError(f"helm could not install the driver chart {settings.chart} "
+                              f"(exit {proc.returncode}):\n{text[-2000:]}")
+    logger.info("driver installed with helm into namespace %s", settings.namespace)
