@@ -478,7 +478,7 @@ class DraManager:
         try:
             edits = cdispec.container_edits_for(ids, specs)
         except cdispec.UnresolvableDevicesError as err:
-            raise volumes.EnvError(
+            raise pods.CreateError(
                 f"CDI device injection failed: unresolvable CDI devices {', '.join(ids)}"
             ) from err
         env = edits.env_map()

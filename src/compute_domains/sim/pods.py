@@ -36,6 +36,10 @@ class PrepareError(Exception):
     """DRA preparation failed; the message is the kubelet's (shown in the pod's event)."""
 
 
+class CreateError(Exception):
+    """The runtime cannot create the container (waiting reason ``CreateContainerError``)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class KubeletSettings:
     """Timings and behaviour of the simulated kubelet."""
@@ -326,12 +330,10 @@ class PodWorker:
         while True:
             try:
                 cfg = await self._config(c, ctx, vol_paths, claims)
-            except (volumes.EnvError, images.ImageError) as err:
-                reason = (
-                    "CreateContainerConfigError"
-                    if isinstance(err, volumes.EnvError)
-                    else "ErrImagePull"
-                )
+            except (volumes.EnvError, images.ImageError, CreateError) as err:
+                reason = {volumes.EnvError: "CreateContainerConfigError",
+                          images.ImageError: "ErrImagePull",
+                          CreateError: "CreateContainerError"}[type(err)]
                 if rec.reason != reason or rec.message != str(err):
                     rec.wait(reason, str(err))
                     self._changed()
