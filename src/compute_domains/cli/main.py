@@ -8,6 +8,7 @@ import click
 
 from compute_domains import __version__
 from compute_domains.cli import controller, daemon, demo, plugin, sim, tools, views
+from compute_domains.cli import validate as validate_cli
 from compute_domains.infra import errors, logs
 
 
@@ -42,6 +43,7 @@ cli.add_command(plugin.group)
 cli.add_command(daemon.group)
 cli.add_command(views.status)
 cli.add_command(views.topology)
+cli.add_command(validate_cli.group)
 
 
 def main() -> None:

@@ -1,0 +1,238 @@
+"""``validate node``: what the kubelet plugin would publish on this node, read by its own code.
+
+Discovery runs twice through ``plugin.discovery.NvmlDiscovery``: leniently (non-strict fabric
+mode) to show every GPU whatever its fabric state, and strictly, as the plugin starts, to tell
+whether the plugin would start here. Host facts (``host``) add what discovery does not look at:
+a host ``nvidia-imex`` service (it must be off: ComputeDomains run one IMEX daemon per domain
+in a pod) and the driver's IMEX parameters. ``build_report`` is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from compute_domains.plugin import cdi, discovery
+from compute_domains.validate import host, report
+from compute_domains.validate.report import Check, Status
+
+_NO_CLIQUE = "(empty: fabric-attached or PCIe, not in a multi-node NVLink domain)"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSettings:
+    """Where the node facts are read (defaults: the real host)."""
+
+    proc_devices: Path = discovery.PROC_DEVICES
+    """The kernel's device-major table."""
+    channel_dir: Path = Path(cdi.IMEX_CHANNEL_DIR)
+    """The host's IMEX channel folder (normally absent)."""
+    driver_params: Path = host.DRIVER_PARAMS
+    """The NVIDIA module's parameter file."""
+    bin_dirs: tuple[str, ...] = host.BIN_DIRS
+    """Folders searched for a host ``nvidia-imex``."""
+    unit_dirs: tuple[str, ...] = host.UNIT_DIRS
+    """Folders searched for ``nvidia-imex.service``."""
+    proc_root: Path = Path("/proc")
+    """Where running processes are listed."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFacts:
+    """Everything ``build_report`` needs (gathered by ``gather``)."""
+
+    node: discovery.NodeInfo
+    strict_error: str
+    """The strict discovery's error ("" when the plugin would start)."""
+    imex: host.ImexPresence
+    params: dict[str, str]
+    host_channels: tuple[str, ...]
+
+
+def gather(settings: NodeSettings, *, nvml: Any | None = None) -> NodeFacts:
+    """Read the node (blocking).
+
+    Raises:
+        report.NoGpuError: there is no GPU here.
+        discovery.DiscoveryError: even lenient discovery failed (e.g. GPUs disagree on cliques).
+    """
+    host.require_gpus(nvml)
+    lenient = discovery.NvmlDiscovery(
+        proc_devices=settings.proc_devices, strict_fabric=False, nvml=nvml
+    ).discover()
+    strict_error = ""
+    try:
+        discovery.NvmlDiscovery(proc_devices=settings.proc_devices, nvml=nvml).discover()
+    except discovery.DiscoveryError as err:
+        strict_error = str(err)
+    return NodeFacts(
+        node=lenient,
+        strict_error=strict_error,
+        imex=host.find_imex(
+            bin_dirs=settings.bin_dirs, unit_dirs=settings.unit_dirs, proc_root=settings.proc_root
+        ),
+        params=host.driver_params(settings.driver_params),
+        host_channels=host.channel_nodes(settings.channel_dir),
+    )
+
+
+def build_report(facts: NodeFacts) -> report.Report:
+    """The node report: facts, the GPU table, checks and (via checks) the verdict."""
+    node = facts.node
+    gpus = report.Table(
+        title="GPUs",
+        columns=("idx", "name", "uuid", "pci bus", "fabric", "cluster uuid", "clique"),
+        rows=tuple(
+            (
+                str(g.index),
+                g.name,
+                g.uuid,
+                g.pci_bus_id,
+                _state(g.fabric_state),
+                g.cluster_uuid or "-",
+                "-" if g.clique is None else str(g.clique),
+            )
+            for g in node.gpus
+        ),
+    )
+    facts_lines = (
+        ("driver version", node.driver_version),
+        ("GPUs", str(len(node.gpus))),
+        ("clique id", node.clique_id or _NO_CLIQUE),
+        ("imex channel major", _opt(node.channel_major)),
+        ("nvidia-caps major", _opt(node.caps_major)),
+        ("ImexChannelCount", facts.params.get("ImexChannelCount", "?")),
+        ("CreateImexChannel0", facts.params.get("CreateImexChannel0", "?")),
+        ("host channel nodes", ", ".join(facts.host_channels) or "none"),
+        ("host nvidia-imex", _imex_text(facts.imex)),
+    )
+    data = {
+        "driver_version": node.driver_version,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "pci_bus_id": g.pci_bus_id,
+                "fabric_state": _state(g.fabric_state),
+                "cluster_uuid": g.cluster_uuid,
+                "clique": g.clique,
+            }
+            for g in node.gpus
+        ],
+        "clique_id": node.clique_id,
+        "channel_major": node.channel_major,
+        "caps_major": node.caps_major,
+        "driver_params": {
+            k: facts.params[k]
+            for k in ("ImexChannelCount", "CreateImexChannel0")
+            if k in facts.params
+        },
+        "host_channel_nodes": list(facts.host_channels),
+        "host_imex": dataclasses.asdict(facts.imex),
+        "strict_discovery_error": facts.strict_error,
+    }
+    return report.Report(
+        command="node", facts=facts_lines, tables=(gpus,), checks=checks(facts), data=data
+    )
+
+
+def checks(facts: NodeFacts) -> tuple[Check, ...]:
+    """The node checks, in display order."""
+    node = facts.node
+    out = [
+        Check(name="gpus", status=Status.PASS, detail=f"{len(node.gpus)} GPU(s) visible to NVML"),
+        _strict_check(facts.strict_error),
+        _fabric_check(node.gpus),
+    ]
+    if node.clique_id:
+        out.append(
+            Check(
+                name="clique",
+                status=Status.PASS,
+                detail=f"MNNVL clique {node.clique_id}: channel claims get device nodes",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                name="clique",
+                status=Status.INFO,
+                detail="empty: no multi-node NVLink domain; the plugin injects no channel "
+                "device nodes here (channel claims prepare with no edits)",
+            )
+        )
+    needed = Status.FAIL if node.clique_id else Status.WARN
+    for name, major, dev in (
+        ("imex channel major", node.channel_major, discovery.IMEX_CHANNELS_DEVICE),
+        ("nvidia-caps major", node.caps_major, discovery.CAPS_DEVICE),
+    ):
+        if major is not None:
+            out.append(Check(name=name, status=Status.PASS, detail=f"{dev} is char major {major}"))
+        else:
+            out.append(Check(name=name, status=needed, detail=f"{dev} not in /proc/devices"))
+    out.append(_imex_check(facts.imex))
+    return tuple(out)
+
+
+def _strict_check(error: str) -> Check:
+    if error:
+        return Check(name="plugin discovery", status=Status.FAIL, detail=error)
+    return Check(
+        name="plugin discovery",
+        status=Status.PASS,
+        detail="the plugin's discovery (strict fabric mode) succeeds: the plugin would start",
+    )
+
+
+def _fabric_check(gpus: tuple[discovery.GpuInfo, ...]) -> Check:
+    states = {g.fabric_state for g in gpus}
+    if states == {discovery.FabricState.COMPLETED}:
+        return Check(
+            name="fabric", status=Status.PASS, detail="NVLink fabric registration completed"
+        )
+    if states <= {None, discovery.FabricState.NOT_SUPPORTED}:
+        return Check(
+            name="fabric",
+            status=Status.INFO,
+            detail="NVML reports no GPU fabric (NOT_SUPPORTED): no NVSwitch fabric registration "
+            "is visible here, so these GPUs contribute no clique (single-node NVLink may still "
+            "exist: see nvidia-smi topo -m)",
+        )
+    shown = ", ".join(f"GPU {g.index}: {_state(g.fabric_state)}" for g in gpus)
+    return Check(name="fabric", status=Status.WARN, detail=f"fabric not ready everywhere: {shown}")
+
+
+def _imex_check(imex: host.ImexPresence) -> Check:
+    if imex.running_pids:
+        return Check(
+            name="host nvidia-imex",
+            status=Status.FAIL,
+            detail=f"running (pids {', '.join(map(str, imex.running_pids))}): stop and disable "
+            "it; ComputeDomains run their own IMEX daemon per domain",
+        )
+    if imex.present:
+        return Check(
+            name="host nvidia-imex",
+            status=Status.WARN,
+            detail=f"installed but not running ({_imex_text(imex)}): keep it disabled",
+        )
+    return Check(name="host nvidia-imex", status=Status.PASS, detail="absent, as required")
+
+
+def _imex_text(imex: host.ImexPresence) -> str:
+    if not imex.present:
+        return "absent"
+    parts = [*imex.binaries, *imex.units]
+    if imex.running_pids:
+        parts.append(f"running pids {', '.join(map(str, imex.running_pids))}")
+    return "; ".join(parts)
+
+
+def _state(state: discovery.FabricState | None) -> str:
+    return "n/a" if state is None else state.name
+
+
+def _opt(value: int | None) -> str:
+    return "absent" if value is None else str(value)
