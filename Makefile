@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+E2E_FAST ?=
 
 .PHONY: setup tools test test-unit test-integration test-e2e demo lint check clean
 
@@ -20,11 +21,15 @@ setup: $(STAMP) tools
 tools: $(STAMP)
 	$(BIN)/cdctl tools build
 
-## test: lint, unit tests and the integration tests against the real control plane
+## test: lint, unit tests, integration tests on the real control plane, the fast e2e subset
 test: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS) tests/unit tests/integration
+	$(BIN)/pytest $(PYTEST_ARGS) tests/unit tests/integration $(E2E_FAST)
+
+## test-e2e: the whole acceptance suite on simulated GB200 racks
+test-e2e: setup
+	$(BIN)/pytest $(PYTEST_ARGS) tests/e2e
 
 test-unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS) tests/unit

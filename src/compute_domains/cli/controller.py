@@ -1,10 +1,206 @@
-"""``cdctl controller ...``: the controller component as the chart runs it."""
+"""``cdctl controller ...``: run the controller (flags and environment → settings → ``run()``).
+
+``cdctl controller run`` is what the Helm chart's Deployment runs. Every flag has an environment
+variable (upstream's names where upstream has the setting), so the chart configures it through
+``env``. SIGTERM or SIGINT cancels the controller; it steps down (releasing its Lease) within
+``--shutdown-timeout`` seconds, after which the process exits regardless.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
 import click
+
+from compute_domains import controller
+from compute_domains.infra import kube, logs
+
+logger = logging.getLogger(__name__)
+
+_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
 
 @click.group("controller")
 def group() -> None:
     """The controller component (as the Helm chart runs it)."""
+
+
+@group.command("run")
+@click.option(
+    "--namespace",
+    envvar=["POD_NAMESPACE", "NAMESPACE"],
+    default="default",
+    show_default=True,
+    help="Driver namespace (DaemonSets, daemon claim templates, cliques). Env POD_NAMESPACE.",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Kubeconfig file; in-cluster ServiceAccount when unset. Env KUBECONFIG.",
+)
+@click.option(
+    "--image",
+    "--image-name",
+    "image",
+    envvar="IMAGE_NAME",
+    required=True,
+    help="Image of the per-ComputeDomain daemon pods. Env IMAGE_NAME.",
+)
+@click.option(
+    "--max-nodes-per-imex-domain",
+    envvar="MAX_NODES_PER_IMEX_DOMAIN",
+    type=click.IntRange(min=1),
+    default=18,
+    show_default=True,
+    help="Daemon slots per clique. Env MAX_NODES_PER_IMEX_DOMAIN.",
+)
+@click.option(
+    "--daemon-image-pull-secrets",
+    envvar="CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
+    default="",
+    help="Comma-separated Secret names for pulling the daemon image.",
+)
+@click.option(
+    "--daemon-log-level",
+    envvar="LOG_VERBOSITY_CD_DAEMON",
+    type=_LEVELS,
+    default=None,
+    help="Log level of the daemons; defaults to --log-level. Env LOG_VERBOSITY_CD_DAEMON.",
+)
+@click.option(
+    "--leader-election/--no-leader-election",
+    envvar="LEADER_ELECTION_ENABLED",
+    default=False,
+    show_default=True,
+    help="Lease-based leader election (needed with more than one replica).",
+)
+@click.option(
+    "--leader-election-lease-name",
+    envvar="LEADER_ELECTION_LEASE_LOCK_NAME",
+    default="compute-domains-controller",
+    show_default=True,
+    help="Name of the Lease (in the driver namespace).",
+)
+@click.option(
+    "--pod-name",
+    envvar="POD_NAME",
+    default=socket.gethostname,
+    help="This replica's name, the base of its leader-election identity. Env POD_NAME.",
+)
+@click.option(
+    "--metrics-port",
+    envvar="METRICS_PORT",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port of /metrics, /healthz, /readyz; 0 disables. Env METRICS_PORT.",
+)
+@click.option(
+    "--metrics-address",
+    envvar="METRICS_ADDRESS",
+    default="",
+    help="Address the metrics server binds (default: all). Env METRICS_ADDRESS.",
+)
+@click.option(
+    "--workers",
+    envvar="WORKERS",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="ComputeDomains reconciled at once.",
+)
+@click.option(
+    "--log-level",
+    envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
+    type=_LEVELS,
+    default="info",
+    show_default=True,
+    help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
+)
+@click.option(
+    "--log-format",
+    envvar="LOG_FORMAT",
+    type=_FORMATS,
+    default="text",
+    show_default=True,
+    help="Log line format. Env LOG_FORMAT.",
+)
+@click.option(
+    "--shutdown-timeout",
+    envvar="SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(min=1.0),
+    default=15.0,
+    show_default=True,
+    help="Seconds a stop may take before the process exits anyway.",
+)
+def run(
+    namespace: str,
+    kubeconfig: Path | None,
+    image: str,
+    max_nodes_per_imex_domain: int,
+    daemon_image_pull_secrets: str,
+    daemon_log_level: str | None,
+    leader_election: bool,
+    leader_election_lease_name: str,
+    pod_name: str,
+    metrics_port: int,
+    metrics_address: str,
+    workers: int,
+    log_level: str,
+    log_format: str,
+    shutdown_timeout: float,
+) -> None:
+    """Run the ComputeDomain controller until SIGTERM."""
+    fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
+    logs.setup(log_level.lower(), fmt)
+    settings = controller.ControllerSettings(
+        namespace=namespace,
+        kube=kube.KubeSettings(kubeconfig=kubeconfig, field_manager="compute-domain-controller"),
+        daemon=controller.DaemonSettings(
+            image=image,
+            max_nodes_per_imex_domain=max_nodes_per_imex_domain,
+            log_level=(daemon_log_level or log_level).lower(),
+            log_format=fmt,
+            image_pull_secrets=tuple(daemon_image_pull_secrets.replace(",", " ").split()),
+        ),
+        leader_election=controller.LeaderElectionSettings(
+            enabled=leader_election, lease_name=leader_election_lease_name, identity=pod_name
+        ),
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+        workers=workers,
+    )
+    asyncio.run(_serve(controller.Controller(settings), shutdown_timeout))
+
+
+async def _serve(instance: controller.Controller, shutdown_timeout: float) -> None:
+    """Run ``instance``; the first SIGTERM/SIGINT cancels it, and exit is forced after a bound."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(instance.run(), name="controller")
+
+    def stop(signum: int) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        task.cancel()
+        loop.call_later(shutdown_timeout, _force_exit)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+
+
+def _force_exit() -> None:
+    logger.error("graceful stop took too long; exiting")
+    logging.shutdown()
+    os._exit(1)

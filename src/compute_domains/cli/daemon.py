@@ -1,10 +1,279 @@
-"""``cdctl daemon ...``: the daemon component as the chart runs it."""
+"""``cdctl daemon run|check``: the per-ComputeDomain daemon (flags and environment → settings).
+
+The controller's DaemonSet runs ``cdctl daemon run`` and probes with ``cdctl daemon check``. The
+environment is exactly what that DaemonSet sets (``NODE_NAME``, ``POD_IP``, ``POD_UID``,
+``POD_NAME``, ``POD_NAMESPACE``, ``MAX_NODES_PER_IMEX_DOMAIN``, ``LOG_VERBOSITY``) plus what the
+kubelet plugin injects through the daemon claim's CDI edits (``CLIQUE_ID``,
+``COMPUTE_DOMAIN_UUID``, ``COMPUTE_DOMAIN_NAME``, ``COMPUTE_DOMAIN_NAMESPACE`` and the ``/imexd``
+mount). Every variable is also a flag. The API is reached in-cluster with the pod's
+ServiceAccount unless ``--kubeconfig`` is given. SIGTERM or SIGINT stops the daemon (IMEX
+stopped, clique entry removed); after ``--shutdown-timeout`` seconds the process exits anyway.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+
+from compute_domains.daemon import app, imexconfig, readiness, supervisor
+from compute_domains.daemon.config import (
+    CheckSettings,
+    DaemonSettings,
+    Identity,
+    PeerSettings,
+)
+from compute_domains.infra import errors, kube, logs
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PATH = click.Path(dir_okay=False, path_type=Path)
+
+
+def _log_level(value: str) -> str:
+    """``LOG_VERBOSITY`` as a level name: a name, or a klog-style number (4 and up: debug)."""
+    text = value.strip().lower()
+    if text.isdigit():
+        return "debug" if int(text) >= 4 else "info"
+    return text if text in ("debug", "info", "warning", "error") else "info"
+
+
+def _common(fn: F) -> F:
+    """Options shared by ``run`` and ``check``."""
+    for option in reversed(
+        [
+            click.option(
+                "--cliqueid",
+                "clique_id",
+                envvar="CLIQUE_ID",
+                default="",
+                help="Clique ID <clusterUUID>.<clique> of the node; empty without MNNVL. "
+                "Env CLIQUE_ID (CDI).",
+            ),
+            click.option(
+                "--imex-config",
+                type=_PATH,
+                default=Path("/imexd/imexd.cfg"),
+                show_default=True,
+                help="IMEX daemon config written by `run`, read by IMEX and its ctl tool.",
+            ),
+            click.option(
+                "--log-verbosity",
+                "--log-level",
+                "log_verbosity",
+                envvar="LOG_VERBOSITY",
+                default="info",
+                show_default=True,
+                help="debug|info|warning|error, or a klog number (>=4: debug). Env LOG_VERBOSITY.",
+            ),
+            click.option(
+                "--log-format",
+                envvar=["LOG_FORMAT", "CD_LOG_FORMAT"],
+                type=click.Choice(["text", "json"], case_sensitive=False),
+                default="text",
+                show_default=True,
+                help="Log line format. Env LOG_FORMAT or CD_LOG_FORMAT.",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
 
 
 @click.group("daemon")
 def group() -> None:
-    """The daemon component (as the Helm chart runs it)."""
+    """The per-ComputeDomain IMEX daemon (as the controller's DaemonSet runs it)."""
+
+
+@group.command("run")
+@_common
+@click.option("--node-name", envvar="NODE_NAME", default="", help="Env NODE_NAME.")
+@click.option("--pod-ip", envvar="POD_IP", default="", help="Env POD_IP.")
+@click.option("--pod-uid", envvar="POD_UID", default="", help="Env POD_UID.")
+@click.option("--pod-name", envvar="POD_NAME", default="", help="Env POD_NAME.")
+@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="Env POD_NAMESPACE.")
+@click.option("--compute-domain-uuid", envvar="COMPUTE_DOMAIN_UUID", default="", help="Env (CDI).")
+@click.option("--compute-domain-name", envvar="COMPUTE_DOMAIN_NAME", default="", help="Env (CDI).")
+@click.option(
+    "--compute-domain-namespace",
+    envvar="COMPUTE_DOMAIN_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Env COMPUTE_DOMAIN_NAMESPACE (CDI).",
+)
+@click.option(
+    "--max-nodes-per-imex-domain",
+    envvar="MAX_NODES_PER_IMEX_DOMAIN",
+    type=click.IntRange(min=1),
+    default=18,
+    show_default=True,
+    help="Slots per clique (IMEX names 0..N-1). Env MAX_NODES_PER_IMEX_DOMAIN.",
+)
+@click.option(
+    "--imex-nodes-config",
+    type=_PATH,
+    default=Path("/imexd/nodes.cfg"),
+    show_default=True,
+    help="Static IMEX nodes config (DNS names).",
+)
+@click.option(
+    "--imex-config-template",
+    type=_PATH,
+    default=Path("/imexd/imexd.cfg.tmpl"),
+    show_default=True,
+    help="Config template placed by the kubelet plugin; the built-in one when missing.",
+)
+@click.option(
+    "--hosts-file",
+    type=_PATH,
+    default=Path("/etc/hosts"),
+    show_default=True,
+    help="Hosts file whose managed block maps peer names to pod IPs.",
+)
+@click.option(
+    "--imex-binary", default="nvidia-imex", show_default=True, help="IMEX daemon (on PATH)."
+)
+@click.option(
+    "--imex-stop-grace",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL when stopping IMEX.",
+)
+@click.option(
+    "--unfilled-slot-address",
+    default="",
+    help="Map names of unfilled slots to this address (never a pod's); unset: unresolvable.",
+)
+@click.option(
+    "--kubeconfig",
+    type=_PATH,
+    default=None,
+    help="Kubeconfig file (debugging); in-cluster ServiceAccount when unset.",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=1.0),
+    default=25.0,
+    show_default=True,
+    help="Seconds a stop may take before the process exits anyway.",
+)
+def run(**opts: Any) -> None:
+    """Run the daemon until SIGTERM."""
+    _setup_logs(opts)
+    settings = DaemonSettings(
+        identity=Identity(
+            node_name=opts["node_name"],
+            pod_name=opts["pod_name"],
+            pod_namespace=opts["pod_namespace"],
+            pod_uid=opts["pod_uid"],
+            pod_ip=opts["pod_ip"],
+            clique_id=opts["clique_id"],
+            cd_uid=opts["compute_domain_uuid"],
+            cd_name=opts["compute_domain_name"],
+            cd_namespace=opts["compute_domain_namespace"],
+        ),
+        max_nodes=opts["max_nodes_per_imex_domain"],
+        imex=imexconfig.ImexFilesSettings(
+            config_path=opts["imex_config"],
+            nodes_config_path=opts["imex_nodes_config"],
+            template_path=opts["imex_config_template"],
+        ),
+        imex_command=(opts["imex_binary"],),
+        supervisor=supervisor.SupervisorSettings(
+            name="imex", stop_grace=opts["imex_stop_grace"], parent_death_signal=signal.SIGKILL
+        ),
+        peers=PeerSettings(
+            hosts_file=opts["hosts_file"], unfilled_address=opts["unfilled_slot_address"] or None
+        ),
+        kube=kube.KubeSettings(
+            kubeconfig=opts["kubeconfig"], field_manager="compute-domain-daemon"
+        ),
+    )
+    settings.validate()
+    asyncio.run(_serve(settings, opts["shutdown_timeout"]))
+
+
+@group.command("check")
+@_common
+@click.option(
+    "--imex-ctl", default="nvidia-imex-ctl", show_default=True, help="IMEX ctl tool (on PATH)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=8.0,
+    show_default=True,
+    help="Seconds to wait for the ctl tool (the probes allow 10).",
+)
+def check(**opts: Any) -> None:
+    """Probe: pass when the local IMEX daemon answers READY (always without a clique ID)."""
+    _setup_logs(opts)
+    settings = CheckSettings(
+        clique_id=opts["clique_id"],
+        config_path=opts["imex_config"],
+        ctl_command=opts["imex_ctl"],
+        timeout=opts["timeout"],
+    )
+    result = asyncio.run(readiness.check(settings))
+    click.echo(result.message, err=not result.ok)
+    if not result.ok:
+        sys.exit(1)
+
+
+def _setup_logs(opts: dict[str, Any]) -> None:
+    fmt: logs.LogFormat = "json" if opts["log_format"].lower() == "json" else "text"
+    logs.setup(_log_level(opts["log_verbosity"]), fmt)
+    # Every HTTP exchange is a DEBUG line in the transport; far too chatty for a daemon log.
+    for name in ("httpcore2", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+async def _serve(settings: DaemonSettings, shutdown_timeout: float) -> None:
+    """Run the daemon; the first SIGTERM/SIGINT cancels it; exit is forced after a bound."""
+    loop = asyncio.get_running_loop()
+    client = kube.client(settings.kube)
+    task = asyncio.create_task(app.Daemon(settings, client).run(), name="daemon")
+
+    def stop(signum: int) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        task.cancel()
+        loop.call_later(shutdown_timeout, _force_exit)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+        logger.info("stopped")
+    except ExceptionGroup as group_:
+        # Each task's failure was logged with its traceback; print one clear line per cause.
+        leaves = _leaves(group_)
+        summary = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+        raise errors.ComputeDomainsError(f"daemon failed: {summary}") from leaves[0]
+    finally:
+        await client.close()
+
+
+def _leaves(group_: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group_.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _force_exit() -> None:
+    logger.error("graceful stop took too long; exiting")
+    logging.shutdown()
+    os._exit(1)

@@ -2,17 +2,44 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from compute_domains import __version__
-from compute_domains.cli import controller, daemon, demo, plugin, sim, tools, views
-from compute_domains.cli import validate as validate_cli
 from compute_domains.infra import errors, logs
 
+_COMMANDS = {
+    "sim": ("compute_domains.cli.sim", "group"),
+    "tools": ("compute_domains.cli.tools", "group"),
+    "demo": ("compute_domains.cli.demo", "demo"),
+    "controller": ("compute_domains.cli.controller", "group"),
+    "plugin": ("compute_domains.cli.plugin", "group"),
+    "daemon": ("compute_domains.cli.daemon", "group"),
+    "validate": ("compute_domains.cli.validate", "group"),
+    "status": ("compute_domains.cli.views", "status"),
+    "topology": ("compute_domains.cli.views", "topology"),
+    "bench": ("compute_domains.cli.bench", "group"),
+}
+"""Sub-commands, imported only when used: ``cdctl daemon check`` runs as an exec probe every
+second, so it must not pay for importing the simulator, the views and the benchmarks."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, attr = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cdctl")
 @click.option(
     "--log-level",
@@ -33,17 +60,6 @@ from compute_domains.infra import errors, logs
 def cli(log_level: str, log_format: str) -> None:
     """ComputeDomains for Kubernetes: simulator, status views, validation and benchmarks."""
     logs.setup(log_level, "json" if log_format == "json" else "text")
-
-
-cli.add_command(sim.group)
-cli.add_command(tools.group)
-cli.add_command(demo.demo)
-cli.add_command(controller.group)
-cli.add_command(plugin.group)
-cli.add_command(daemon.group)
-cli.add_command(views.status)
-cli.add_command(views.topology)
-cli.add_command(validate_cli.group)
 
 
 def main() -> None:

@@ -177,10 +177,10 @@ def update_hosts_file(path: Path, mapping: Mapping[int, str], *, mode: int = 0o6
     try:
         atomicfile.write_atomic(path, new, mode=mode)
     except OSError as err:
-        if err.errno not in (errno.EBUSY, errno.EXDEV, errno.EPERM, errno.EACCES):
+        if err.errno not in (errno.EBUSY, errno.EXDEV, errno.EPERM, errno.EACCES, errno.EROFS):
             raise
         # A bind-mounted file (kubelet-managed /etc/hosts) cannot be renamed over, and its
-        # folder may be read-only: rewrite in place instead.
+        # folder may be read-only (EROFS, EACCES): rewrite in place instead.
         logger.debug("hosts file %s cannot be replaced (%s); rewriting in place", path, err)
         _write_in_place(path, new)
     return True

@@ -15,12 +15,16 @@ Contract (STYLE §2.4):
   Cancelling :meth:`Supervisor.run` stops the child the same way, so no child outlives us.
 * A failure to spawn on :meth:`Supervisor.start` is returned to that caller; a failure to respawn
   after a crash is fatal (raised from :meth:`Supervisor.run`), as upstream treats it.
+* With ``parent_death_signal`` set, the kernel sends that signal to the child when we die without
+  stopping it (SIGKILL, OOM): no orphaned IMEX keeps its ports. A real container's PID namespace
+  does the same; the simulator's containers share one, so this is what guarantees it there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import random
@@ -36,6 +40,7 @@ logger = logging.getLogger(__name__)
 _LEVEL_TAG = re.compile(r"\[(CRITICAL|ERROR|WARNING|INFO|DEBUG)\]")
 _LEVELS = {"CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARNING": logging.WARNING}
 _READ_LIMIT = 1 << 20
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +63,10 @@ class SupervisorSettings:
 
     drain_timeout: float = 2.0
     """Seconds to wait for the child's output pipes to close after it exited."""
+
+    parent_death_signal: int | None = None
+    """Signal the kernel sends the child if this process dies first (Linux ``PR_SET_PDEATHSIG``);
+    None leaves the child alone."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -220,10 +229,23 @@ class Supervisor:
             env=self._env,
             cwd=self._cwd,
             limit=_READ_LIMIT,
+            preexec_fn=self._preexec(),
         )
         self._proc = proc
         self._log.info("started %s (pid %d)", self._argv[0], proc.pid)
         return proc
+
+    def _preexec(self) -> Callable[[], None] | None:
+        signum = self._settings.parent_death_signal
+        if signum is None:
+            return None
+
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only makes the call
+
+        def set_parent_death_signal() -> None:
+            libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+        return set_parent_death_signal
 
     async def _watch(self, proc: asyncio.subprocess.Process) -> int:
         """Pump the child's output until it exits; its exit status."""

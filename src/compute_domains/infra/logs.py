@@ -48,3 +48,4 @@ def setup(level: str = "info", fmt: LogFormat = "text") -> None:
     # Every API request is an INFO line in httpx; far too chatty for a component log.
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore2").setLevel(logging.WARNING)

@@ -49,6 +49,8 @@ class AgentSettings:
     """Folder holding the NVML stand-in ``libnvidia-ml.so.1`` (copied to every node)."""
     stand_in_bin: Path | None = None
     """Folder with stand-in executables put on every container's PATH."""
+    address_slot: int = 0
+    """Loopback address slot of this sim (``sim.slots``)."""
     kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
 
 
@@ -73,7 +75,8 @@ class NodeAgent:
     def __init__(self, settings: AgentSettings) -> None:
         self._s = settings
         self.base = nodes_base(settings.sim_root)
-        self.specs = {spec.name: spec for spec in topology.nodes(settings.shape)}
+        self.specs = {spec.name: spec for spec in topology.nodes(settings.shape,
+                                                                    settings.address_slot)}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, AsyncClient] = {}
         self.nodes: dict[str, node.SimNode] = {}

@@ -18,7 +18,16 @@ import time
 from pathlib import Path
 
 from compute_domains.infra import errors
-from compute_domains.sim import agent, control, controlplane, pods, standins, state, topology
+from compute_domains.sim import (
+    agent,
+    control,
+    controlplane,
+    pods,
+    slots,
+    standins,
+    state,
+    topology,
+)
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim.nvml import build as nvml_build
 
@@ -128,6 +137,7 @@ class SimCluster:
     async def _run_nodes(self, cp: controlplane.ControlPlane) -> None:
         assert cp.endpoints is not None
         root = self.paths.root
+        slot, _slot_fd = slots.acquire()  # held (fd open) for the supervisor's life
         lib_dir = await asyncio.to_thread(nvml_build.build_library, root / "lib")
         bin_dir = standins.install(root / "bin")
         node_agent = agent.NodeAgent(
@@ -138,6 +148,7 @@ class SimCluster:
                 api_server=cp.endpoints.api_server,
                 isolate=self._s.isolate,
                 nvml_lib_dir=lib_dir.parent,
+            address_slot=slot,
                 stand_in_bin=bin_dir,
                 kubelet=self._s.kubelet,
             )

@@ -78,6 +78,10 @@ def _build_root(spec: dict[str, Any]) -> Path:
         name = spec["hostname"].encode()
         _check(_libc().sethostname(name, len(name)), "sethostname")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    # The private /tmp goes first, so host folders that live under /tmp stay visible on top.
+    early = [m for m in spec["mounts"] if m["target"] == "/tmp"]
+    for mount in early:
+        _bind(mount["source"], _inside(root, mount["target"]), mount.get("readonly", False))
     for host in spec["system"]:
         target = _inside(root, host)
         if os.path.islink(host):
@@ -103,7 +107,8 @@ def _build_root(spec: dict[str, Any]) -> Path:
         os.mknod(path, kind | node.get("mode", 0o666), os.makedev(node["major"], node["minor"]))
         os.chmod(path, node.get("mode", 0o666))
     for mount in spec["mounts"]:
-        _bind(mount["source"], _inside(root, mount["target"]), mount.get("readonly", False))
+        if mount["target"] != "/tmp":
+            _bind(mount["source"], _inside(root, mount["target"]), mount.get("readonly", False))
     return root
 
 

@@ -36,7 +36,7 @@ from compute_domains._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from compute_domains.infra import atomicfile, cdispec
-from compute_domains.sim import pods, runtime, volumes
+from compute_domains.sim import pods, runtime
 
 logger = logging.getLogger(__name__)
 

@@ -120,6 +120,7 @@ class Runtime:
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)
         mounts = [dataclasses.asdict(m) for m in cfg.mounts]
+        # /tmp first: host folders shown under /tmp (a sim home there) are bound on top of it.
         mounts.insert(0, {"source": str(tmp), "target": "/tmp", "readonly": False})
         return {
             "isolate": self._s.isolate,

@@ -15,6 +15,7 @@ from compute_domains.infra import atomicfile
 _COMMANDS = {
     "nvidia-imex": "compute_domains.sim.imex_main imex",
     "nvidia-imex-ctl": "compute_domains.sim.imex_main ctl",
+    "mnnvl-workload": "compute_domains.sim.workload",
 }
 
 

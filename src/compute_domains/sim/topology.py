@@ -3,8 +3,9 @@
 Each rack is one NVLink domain (an NVL72 rack of 18 nodes x 4 GPUs in the seeds): its nodes share
 a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the same. Addresses
 are loopback addresses derived from the node's position, so they are stable across restarts and
-never collide between nodes: node *n* is ``127.1.<n // 250>.<n % 250 + 1>`` and its pods draw
-from ``127.<64 + n // 256>.<n % 256>.2-254``.
+never collide between nodes nor between sims running side by side: a sim holds an address
+slot *s* (0..15, see ``sim.slots``); its node *n* is ``127.<1 + s>.<n // 250>.<n % 250 + 1>`` and
+the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` (up to 1,000 nodes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ FabricState = str
 
 _PLAIN_RACK_BASE = 1000
 """Identity seed for nodes without a rack (their GPUs still need stable UUIDs)."""
-_MAX_NODES = 64 * 256
+_MAX_NODES = 1000
+SLOTS = 16
+"""Address slots: how many sims can run side by side without sharing an address."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,6 +68,8 @@ class NodeSpec:
 
     name: str
     ordinal: int
+    slot: int = 0
+    """Address slot of the sim this node belongs to (keeps side-by-side sims apart)."""
     """Position in the cluster (0-based); decides the addresses."""
     rack: int | None
     """Rack number, None for a node without multi-node NVLink."""
@@ -78,7 +83,7 @@ class NodeSpec:
     def address(self) -> str:
         """The node's InternalIP (a loopback address of its own)."""
         n = self.ordinal
-        return f"127.1.{n // 250}.{n % 250 + 1}"
+        return f"127.{1 + self.slot}.{n // 250}.{n % 250 + 1}"
 
     @property
     def clique(self) -> str:
@@ -92,7 +97,7 @@ class NodeSpec:
         if not 0 <= slot <= 252:
             raise ValueError("pod address slot out of range 0..252")
         n = self.ordinal
-        return f"127.{64 + n // 256}.{n % 256}.{slot + 2}"
+        return f"127.{64 + 4 * self.slot + n // 256}.{n % 256}.{slot + 2}"
 
 
 def node_name(rack: int | None, index: int) -> str:
@@ -100,8 +105,10 @@ def node_name(rack: int | None, index: int) -> str:
     return f"gb200-r{rack}-n{index:02d}" if rack is not None else f"gpu-plain-{index:02d}"
 
 
-def nodes(shape: Shape) -> Iterator[NodeSpec]:
-    """Every node of the shape, racks first, in a stable order."""
+def nodes(shape: Shape, slot: int = 0) -> Iterator[NodeSpec]:
+    """Every node of the shape, racks first, in a stable order, in address slot ``slot``."""
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"address slot must be in 0..{SLOTS - 1}")
     faults = dict(shape.fabric_faults)
     ordinal = 0
     for rack in range(shape.racks):
@@ -110,6 +117,7 @@ def nodes(shape: Shape) -> Iterator[NodeSpec]:
             yield NodeSpec(
                 name=name,
                 ordinal=ordinal,
+                slot=slot,
                 rack=rack,
                 cluster_uuid=profiles.cluster_uuid(rack),
                 clique_id=profiles.DEFAULT_CLIQUE_ID,
@@ -122,6 +130,7 @@ def nodes(shape: Shape) -> Iterator[NodeSpec]:
         yield NodeSpec(
             name=name,
             ordinal=ordinal,
+            slot=slot,
             rack=None,
             cluster_uuid=nvml_config.ZERO_CLUSTER_UUID,
             clique_id=0,

@@ -1,0 +1,1 @@
+"""Benchmarks of ComputeDomain formation and churn on the simulated cluster."""

@@ -1,0 +1,209 @@
+"""The controller's informers, their indexes, and the routing of every change to a CD key.
+
+Watched (spec §5, narrowed to what we use):
+- ComputeDomains, all namespaces; indexed by UID;
+- DaemonSets and daemon pods in the driver namespace, label ``resource.nvidia.com/computeDomain``
+  present; pods also indexed by node;
+- ResourceClaimTemplates, all namespaces, with that label (both targets);
+- ComputeDomainCliques in the driver namespace;
+- Nodes, all (a daemon's node may already have lost its label); indexed by that label.
+
+Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
+and template changes are enqueued at once; pod, clique and node-health changes after the short
+coalescing delay, so a burst of them becomes one status write per CD. A Node matters only when
+its readiness or its CD label changed, or it was deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from lightkube import operators
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource
+from compute_domains.controller import config, informer, kubeapi
+from compute_domains.controller.status import node_is_ready
+
+Enqueue = Callable[[str, float], None]
+CD_INDEX = "cd"
+UID_INDEX = "uid"
+NODE_INDEX = "node"
+
+
+def _uid(obj: Any) -> Iterable[str]:
+    uid = obj.metadata.uid
+    return (uid,) if uid else ()
+
+
+def _pod_node(obj: Any) -> Iterable[str]:
+    node = obj.spec.nodeName if obj.spec is not None else None
+    return (node,) if node else ()
+
+
+def _label(obj: Any) -> str | None:
+    if obj is None:
+        return None
+    value = (obj.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)
+    return str(value) if value else None
+
+
+class Caches:
+    """Every informer of one leadership term."""
+
+    def __init__(
+        self, api: kubeapi.Api, settings: config.ControllerSettings, enqueue: Enqueue
+    ) -> None:
+        self._enqueue = enqueue
+        self._coalesce = settings.status_coalesce_s
+        has_cd = {names.COMPUTE_DOMAIN_LABEL: operators.exists()}
+        by_cd = {CD_INDEX: informer.label_indexer(names.COMPUTE_DOMAIN_LABEL)}
+        common: dict[str, Any] = {"watch_timeout_s": settings.watch_timeout_s}
+        self.cds: informer.Informer[Any] = informer.Informer(
+            api,
+            ComputeDomainResource,
+            name="computedomains",
+            indexers={UID_INDEX: _uid},
+            on_change=self._cd_changed,
+            **common,
+        )
+        self.daemonsets: informer.Informer[DaemonSet] = informer.Informer(
+            api,
+            DaemonSet,
+            name="daemonsets",
+            namespace=settings.namespace,
+            labels=has_cd,
+            indexers=by_cd,
+            on_change=self._now,
+            **common,
+        )
+        self.templates: informer.Informer[ResourceClaimTemplate] = informer.Informer(
+            api,
+            ResourceClaimTemplate,
+            name="resourceclaimtemplates",
+            labels=has_cd,
+            indexers=by_cd,
+            on_change=self._template_changed,
+            **common,
+        )
+        self.pods: informer.Informer[Pod] = informer.Informer(
+            api,
+            Pod,
+            name="pods",
+            namespace=settings.namespace,
+            labels=has_cd,
+            indexers={**by_cd, NODE_INDEX: _pod_node},
+            on_change=self._later,
+            **common,
+        )
+        self.cliques: informer.Informer[Any] = informer.Informer(
+            api,
+            ComputeDomainCliqueResource,
+            name="cliques",
+            namespace=settings.namespace,
+            indexers=by_cd,
+            on_change=self._later,
+            **common,
+        )
+        self.nodes: informer.Informer[Node] = informer.Informer(
+            api,
+            Node,
+            name="nodes",
+            namespace=None,
+            indexers=by_cd,
+            on_change=self._node_changed,
+            **common,
+        )
+
+    @property
+    def all(self) -> tuple[informer.Informer[Any], ...]:
+        """Every informer."""
+        return (self.cds, self.daemonsets, self.templates, self.pods, self.cliques, self.nodes)
+
+    async def wait_synced(self) -> None:
+        """Until every informer has stored its first list."""
+        await asyncio.gather(*(i.synced.wait() for i in self.all))
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    def cd(self, uid: str) -> Any | None:
+        """The cached ComputeDomain with this UID."""
+        found = self.cds.by_index(UID_INDEX, uid)
+        return found[0] if found else None
+
+    def templates_of(self, uid: str, target: str) -> list[ResourceClaimTemplate]:
+        """Cached templates of CD ``uid`` with target label ``target``."""
+        return [
+            t
+            for t in self.templates.by_index(CD_INDEX, uid)
+            if (t.metadata.labels or {}).get(names.TARGET_LABEL) == target  # type: ignore[union-attr]
+        ]
+
+    def referenced_uids(self) -> set[str]:
+        """CD UIDs named by any cached object other than a CD (candidates for orphans)."""
+        found: set[str] = set()
+        for inf in (self.daemonsets, self.templates, self.cliques, self.nodes):
+            found |= inf.index_values(CD_INDEX)
+        return found
+
+    def has_leftovers(self, uid: str) -> bool:
+        """Whether any object the controller cleans up still names CD ``uid``."""
+        return any(
+            inf.by_index(CD_INDEX, uid)
+            for inf in (self.daemonsets, self.templates, self.cliques, self.nodes)
+        )
+
+    def status_counts(self) -> list[str | None]:
+        """``status.status`` of every cached CD (None where never written)."""
+        out: list[str | None] = []
+        for cd in self.cds.objects():
+            status = cd.get("status") or {}
+            out.append(status.get("status") if isinstance(status, dict) else None)
+        return out
+
+    # ---- routing -------------------------------------------------------------------------
+
+    def _cd_changed(self, old: Any, new: Any) -> None:
+        obj = new if new is not None else old
+        uid = obj.metadata.uid
+        if uid:
+            self._enqueue(uid, 0.0)
+
+    def _now(self, old: Any, new: Any) -> None:
+        for uid in {_label(old), _label(new)} - {None}:
+            self._enqueue(str(uid), 0.0)
+
+    def _template_changed(self, old: Any, new: Any) -> None:
+        self._now(old, new)
+        if new is None and old is not None:
+            # A name was freed: a CD whose template name conflicted with it can take it now.
+            ns, name = old.metadata.namespace, old.metadata.name
+            for cd in self.cds.objects():
+                spec = cd.get("spec") or {}
+                wanted = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get(
+                    "name"
+                )
+                if cd.metadata.namespace == ns and wanted == name and cd.metadata.uid:
+                    self._enqueue(cd.metadata.uid, 0.0)
+
+    def _later(self, old: Any, new: Any) -> None:
+        for uid in {_label(old), _label(new)} - {None}:
+            self._enqueue(str(uid), self._coalesce)
+
+    def _node_changed(self, old: Node | None, new: Node | None) -> None:
+        labels = {_label(old), _label(new)} - {None}
+        if old is not None and new is not None and _label(old) == _label(new):
+            if node_is_ready(old) == node_is_ready(new):
+                return
+            labels = set()  # label unchanged: only the daemons on the node care
+        name = (new or old).metadata.name  # type: ignore[union-attr]
+        for pod in self.pods.by_index(NODE_INDEX, name or ""):
+            labels.add(_label(pod))
+        for uid in labels - {None}:
+            self._enqueue(str(uid), self._coalesce)

@@ -1,0 +1,215 @@
+"""The controller component: ``Controller.run()`` wires settings to a leader's work and serves.
+
+Shape of a run (all under one TaskGroup, every task named and guarded):
+- ``metrics-http`` serves ``/metrics``, ``/healthz``, ``/readyz`` (unless the port is 0);
+- ``leader`` campaigns for the Lease (or, without leader election, leads at once) and while
+  leading runs one *term*: fresh informers, a fresh work queue, ``workers`` reconcile workers
+  and the orphan sweep. A lost term is cancelled as a whole and the next one starts from
+  scratch, so no state leaks between terms.
+
+Workers start only when every cache is filled, so an absent object in the cache means absent.
+The sweep runs once at that moment and then every ``sweep_interval_s``: it enqueues every CD
+(a resync) and every UID that an object still names but no CD has, which the reconcile then
+tears down once a live list confirms the CD is really gone.
+
+Errors: a reconcile's ``TemporaryError`` is retried with per-CD backoff (or the delay it asks
+for); a ``PermanentError`` is logged and not retried until the CD changes; anything else is a
+bug in one CD's handling: it is logged with its traceback and retried with backoff, so it
+never stops the controller for the other CDs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any
+
+from compute_domains.controller import (
+    caches,
+    config,
+    events,
+    kubeapi,
+    leaderelection,
+    metrics,
+    reconcile,
+    workqueue,
+)
+from compute_domains.infra import errors, kube
+
+logger = logging.getLogger(__name__)
+
+
+async def _guard(name: str, work: Awaitable[None]) -> None:
+    """Run one named long-lived task; log how it ended (cancellation is normal)."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        logger.debug("task %s stopped", name)
+        raise
+    except BaseException:
+        logger.exception("task %s failed", name)
+        raise
+    logger.error("task %s ended unexpectedly", name)
+
+
+class Controller:
+    """One controller instance. Construction does no IO; ``run()`` does the work."""
+
+    def __init__(self, settings: config.ControllerSettings) -> None:
+        self.settings = settings
+        self.metrics = metrics.Metrics()
+        suffix = uuid.uuid4().hex[:8]
+        base = settings.leader_election.identity or "compute-domains-controller"
+        self.identity = f"{base}-{suffix}"
+        """This instance's leader-election identity and Event ``reportingInstance``."""
+        self.metrics_server: metrics.MetricsServer | None = None
+        self.leading = asyncio.Event()
+        """Set while this instance leads (its caches are filled and workers run)."""
+
+    async def run(self) -> None:
+        """Run until cancelled; raises only on a fatal error."""
+        logger.info("controller starting: %s", _describe(self.settings))
+        client = kube.client(self.settings.kube)
+        api = kubeapi.Api(client, self.metrics)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                if self.settings.metrics_port:
+                    self.metrics_server = metrics.MetricsServer(
+                        self.metrics,
+                        host=self.settings.metrics_address,
+                        port=self.settings.metrics_port,
+                    )
+                    tg.create_task(
+                        _guard("metrics-http", self.metrics_server.run()), name="metrics-http"
+                    )
+                tg.create_task(_guard("leader", self._campaign(api)), name="leader")
+        finally:
+            await client.close()
+            logger.info("controller stopped")
+
+    async def _campaign(self, api: kubeapi.Api) -> None:
+        le = self.settings.leader_election
+
+        async def term() -> None:
+            await _Term(api, self.settings, self.metrics, self.identity, self.leading).run()
+
+        if not le.enabled:
+            self.metrics.leader.set(1)
+            await term()
+            return
+        elector = leaderelection.LeaderElector(
+            api,
+            le,
+            namespace=self.settings.lease_namespace,
+            identity=self.identity,
+            on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+        )
+        await elector.run(term)
+
+
+class _Term:
+    """One leadership term: caches, queue, workers, sweep; all discarded when it ends."""
+
+    def __init__(
+        self,
+        api: kubeapi.Api,
+        settings: config.ControllerSettings,
+        meter: metrics.Metrics,
+        identity: str,
+        leading: asyncio.Event,
+    ) -> None:
+        self._settings = settings
+        self._metrics = meter
+        self._leading = leading
+        self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
+        self.cache = caches.Caches(api, settings, self._enqueue)
+        recorder = events.EventRecorder(api, instance=identity)
+        self.reconciler = reconcile.Reconciler(
+            api=api, cache=self.cache, settings=settings, recorder=recorder, meter=meter
+        )
+
+    def _enqueue(self, uid: str, delay: float) -> None:
+        self.queue.add(uid, delay)
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for inf in self.cache.all:
+                    tg.create_task(_guard(f"informer-{inf.name}", inf.run()), name=inf.name)
+                await self.cache.wait_synced()
+                self._metrics.bind_cd_status(
+                    lambda: metrics.count_statuses(self.cache.status_counts())
+                )
+                self._metrics.queue_depth.set_function(lambda: len(self.queue))
+                logger.info("caches filled; reconciling")
+                for i in range(self._settings.workers):
+                    tg.create_task(_guard(f"worker-{i}", self._work()), name=f"worker-{i}")
+                tg.create_task(_guard("sweep", self._sweep()), name="sweep")
+                self._leading.set()
+        finally:
+            self._leading.clear()
+            self._metrics.bind_cd_status(None)
+
+    async def _sweep(self) -> None:
+        while True:
+            cds = {uid for cd in self.cache.cds.objects() if (uid := cd.metadata.uid)}
+            orphans = self.cache.referenced_uids() - cds
+            if orphans:
+                logger.info("sweep: %d UIDs name no cached ComputeDomain", len(orphans))
+            for uid in sorted(cds | orphans):
+                self.queue.add(uid)
+            await asyncio.sleep(self._settings.sweep_interval_s)
+
+    def _who(self, uid: str) -> dict[str, str]:
+        """Log binding for a CD UID: ``ns/name`` when the CD is cached, else the UID."""
+        raw = self.cache.cd(uid)
+        name = f"{raw.metadata.namespace}/{raw.metadata.name}" if raw is not None else uid
+        return {"cd": name}
+
+    async def _work(self) -> None:
+        while True:
+            uid = await self.queue.get()
+            started = time.perf_counter()
+            outcome = "success"
+            logger.debug("reconciling %s", uid, extra=self._who(uid))
+            try:
+                await self.reconciler.reconcile(uid)
+                self.queue.forget(uid)
+            except errors.TemporaryError as err:
+                outcome = "retry"
+                delay = self.queue.retry(uid, err.delay)
+                self._metrics.reconcile_errors.labels(kind="temporary").inc()
+                logger.warning(
+                    "reconcile failed (retry %d in %.2fs): %s",
+                    self.queue.failures(uid),
+                    delay,
+                    err,
+                    extra=self._who(uid),
+                )
+            except errors.ComputeDomainsError as err:
+                outcome = "error"
+                self.queue.forget(uid)
+                self._metrics.reconcile_errors.labels(kind="permanent").inc()
+                logger.error("reconcile failed permanently: %s", err, extra=self._who(uid))
+            except Exception:
+                # A bug in one CD's handling must not stop the others: record it, retry later.
+                outcome = "error"
+                self.queue.retry(uid)
+                self._metrics.reconcile_errors.labels(kind="unexpected").inc()
+                logger.exception("reconcile failed unexpectedly", extra=self._who(uid))
+            finally:
+                self.queue.done(uid)
+                elapsed = time.perf_counter() - started
+                self._metrics.reconcile_seconds.labels(outcome=outcome).observe(elapsed)
+                logger.debug("reconciled %s in %.3fs (%s)", uid, elapsed, outcome)
+
+
+def _describe(settings: config.ControllerSettings) -> dict[str, Any]:
+    """The effective settings as one loggable record (nothing secret is in them)."""
+    out = dataclasses.asdict(settings)
+    out["kube"] = {k: str(v) for k, v in out["kube"].items()}
+    return out

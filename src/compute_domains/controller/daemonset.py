@@ -1,0 +1,116 @@
+"""The per-ComputeDomain daemon DaemonSet, rendered as a typed lightkube object.
+
+Rendering follows upstream (spec §7.3) field for field, with these deliberate differences:
+- the container runs the project image's ``cdctl daemon run``; all three probes exec
+  ``cdctl daemon check``;
+- the readiness probe runs every second (upstream: 10 s), so a daemon's readiness reaches the
+  CD status within about a second;
+- no ``FEATURE_GATES`` env (we have no feature gates); ``CD_LOG_LEVEL``/``CD_LOG_FORMAT`` are
+  added so the daemon's ``cdctl`` logs at the controller's chosen level and format.
+
+Identity: name ``computedomain-daemon-<cdUID>`` in the driver namespace, label and finalizer
+``resource.nvidia.com/computeDomain``, no owner references (the controller deletes it). The
+pod template selects nodes labelled with the CD's UID, tolerates every taint, and claims the
+daemon device through the daemon ResourceClaimTemplate of the same name.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from lightkube.models.apps_v1 import DaemonSetSpec
+from lightkube.models.core_v1 import (
+    Container,
+    EnvVar,
+    EnvVarSource,
+    ExecAction,
+    LocalObjectReference,
+    ObjectFieldSelector,
+    PodResourceClaim,
+    PodSpec,
+    PodTemplateSpec,
+    Probe,
+    ResourceClaim,
+    ResourceRequirements,
+    Toleration,
+)
+from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+from lightkube.resources.apps_v1 import DaemonSet
+
+from compute_domains.api import names
+from compute_domains.controller import config
+
+DAEMON_COMMAND: Final = ("cdctl", "daemon", "run")
+"""What the daemon container runs (the project image's console script)."""
+CHECK_COMMAND: Final = ("cdctl", "daemon", "check")
+"""What every probe of the daemon container runs."""
+_TOLERATED_EFFECTS: Final = ("NoSchedule", "NoExecute", "PreferNoSchedule")
+
+
+def _field_env(name: str, path: str) -> EnvVar:
+    return EnvVar(name=name, valueFrom=EnvVarSource(fieldRef=ObjectFieldSelector(fieldPath=path)))
+
+
+def _probe(*, period: int, failures: int) -> Probe:
+    return Probe(
+        exec=ExecAction(command=list(CHECK_COMMAND)),
+        initialDelaySeconds=0,
+        periodSeconds=period,
+        timeoutSeconds=10,
+        failureThreshold=failures,
+        successThreshold=1,
+    )
+
+
+def _env(settings: config.DaemonSettings) -> list[EnvVar]:
+    return [
+        EnvVar(name="LOG_VERBOSITY", value=settings.log_level),
+        EnvVar(name="CD_LOG_LEVEL", value=settings.log_level),
+        EnvVar(name="CD_LOG_FORMAT", value=settings.log_format),
+        EnvVar(name="MAX_NODES_PER_IMEX_DOMAIN", value=str(settings.max_nodes_per_imex_domain)),
+        _field_env("NODE_NAME", "spec.nodeName"),
+        _field_env("POD_IP", "status.podIP"),
+        _field_env("POD_UID", "metadata.uid"),
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        EnvVar(name="NVIDIA_VISIBLE_DEVICES", value="void"),
+    ]
+
+
+def render(*, cd_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
+    """The DaemonSet of the CD with UID ``cd_uid`` in the driver ``namespace``."""
+    name = names.daemon_object_name(cd_uid)
+    labels = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
+    container = Container(
+        name=names.DAEMON_POD_CLAIM,
+        image=settings.image,
+        command=list(DAEMON_COMMAND),
+        env=_env(settings),
+        resources=ResourceRequirements(claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)]),
+        startupProbe=_probe(period=1, failures=1200),
+        livenessProbe=_probe(period=60, failures=20),
+        readinessProbe=_probe(period=1, failures=1),
+    )
+    pod_spec = PodSpec(
+        serviceAccountName=names.DAEMON_SERVICE_ACCOUNT,
+        imagePullSecrets=[LocalObjectReference(name=s) for s in settings.image_pull_secrets]
+        or None,
+        nodeSelector=dict(labels),
+        tolerations=[Toleration(operator="Exists", effect=e) for e in _TOLERATED_EFFECTS],
+        resourceClaims=[
+            PodResourceClaim(name=names.DAEMON_POD_CLAIM, resourceClaimTemplateName=name)
+        ],
+        containers=[container],
+    )
+    return DaemonSet(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels=dict(labels),
+            finalizers=[names.FINALIZER],
+        ),
+        spec=DaemonSetSpec(
+            selector=LabelSelector(matchLabels=dict(labels)),
+            template=PodTemplateSpec(metadata=ObjectMeta(labels=dict(labels)), spec=pod_spec),
+        ),
+    )

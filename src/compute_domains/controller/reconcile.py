@@ -1,0 +1,175 @@
+"""One ComputeDomain's reconcile: make its objects exist and its status true.
+
+For a live CD (``deletionTimestamp`` unset), in order, each step independent of the others
+once the finalizer is in place:
+1. our finalizer on the CD (precondition for creating anything);
+2. the daemon ResourceClaimTemplate, then the DaemonSet, in the driver namespace;
+3. the workload ResourceClaimTemplate in the CD's namespace. A same-named template that is not
+   labelled for this CD is never touched: a ``TemplateNameConflict`` Event, and a retry with
+   backoff (the other template may go away);
+4. the status, derived from cache (``status.derive``) and written only when it differs, as one
+   JSON-patch replace of ``/status``; node transitions become Events;
+5. pruning of clique entries whose daemon pod is gone (confirmed by a live list first).
+Existing objects are never updated (spec is immutable); ours found terminating while the CD
+lives lose our finalizer so they go, and are created again on the next pass.
+
+A CD being deleted goes to ``teardown.finalize``; a UID with no cached CD but leftovers goes to
+``teardown.orphan``. Failures are collected and the first is raised after all steps ran, so
+the work queue retries with backoff while every other step (and every other CD) proceeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from compute_domains.api import names
+from compute_domains.api.computedomain import ComputeDomain, DecodeError
+from compute_domains.controller import (
+    caches,
+    claimtemplates,
+    config,
+    daemonset,
+    events,
+    kubeapi,
+    metrics,
+    statussync,
+    teardown,
+)
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+
+class Reconciler:
+    """Reconciles one CD UID at a time (the work queue guarantees one worker per UID)."""
+
+    def __init__(
+        self,
+        *,
+        api: kubeapi.Api,
+        cache: caches.Caches,
+        settings: config.ControllerSettings,
+        recorder: events.EventRecorder,
+        meter: metrics.Metrics,
+    ) -> None:
+        self._api = api
+        self._cache = cache
+        self._settings = settings
+        self._events = recorder
+        self._metrics = meter
+        self._teardown = teardown.Teardown(api, namespace=settings.namespace)
+        self._status = statussync.StatusSync(
+            api=api, cache=cache, settings=settings, recorder=recorder, meter=meter
+        )
+
+    async def reconcile(self, uid: str) -> None:
+        """Bring CD ``uid`` (or its leftovers) to the desired state.
+
+        Raises:
+            errors.TemporaryError: something failed; retry later.
+        """
+        raw = self._cache.cd(uid)
+        if raw is None:
+            if self._cache.has_leftovers(uid):
+                await self._teardown.orphan(uid)
+            return
+        log = {"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"}
+        if raw.metadata.deletionTimestamp is not None:
+            if names.FINALIZER in (raw.metadata.finalizers or []):
+                await self._teardown.finalize(raw)
+                logger.info("ComputeDomain deleted; everything it owned is gone", extra=log)
+            return
+        try:
+            cd = ComputeDomain.from_resource(raw)
+        except DecodeError as err:
+            await self._events.emit(
+                statussync.target(raw), events.WARNING, events.INVALID_SPEC, str(err)
+            )
+            raise errors.PermanentError(str(err)) from err
+        await self._ensure_finalizer(raw)
+        failures: list[errors.ComputeDomainsError] = []
+        for step in (
+            self._ensure_daemon_objects,
+            self._ensure_workload_template,
+            self._status.sync,
+        ):
+            try:
+                await step(cd)
+            except errors.ComputeDomainsError as err:
+                failures.append(err)
+        if failures:
+            raise errors.TemporaryError(str(failures[0])) from failures[0]
+
+    async def _ensure_finalizer(self, raw: Any) -> None:
+        if names.FINALIZER in (raw.metadata.finalizers or []):
+            return
+        updated = await self._api.add_finalizer(raw, names.FINALIZER)
+        self._cache.cds.observe(updated)
+
+    # ---- owned objects -------------------------------------------------------------------
+
+    async def _release_terminating(self, res: Any, obj: Any) -> None:
+        meta = obj.metadata
+        await self._api.remove_finalizer(res, meta.name, names.FINALIZER, namespace=meta.namespace)
+
+    async def _ensure_daemon_objects(self, cd: ComputeDomain) -> None:
+        ns = self._settings.namespace
+        existing = self._cache.templates_of(cd.uid, names.TARGET_DAEMON)
+        if not existing:
+            rct = claimtemplates.daemon_template(cd_uid=cd.uid, namespace=ns)
+            await self._create(rct, self._cache.templates)
+        elif existing[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
+            await self._release_terminating(ResourceClaimTemplate, existing[0])
+        found = self._cache.daemonsets.by_index(caches.CD_INDEX, cd.uid)
+        if not found:
+            ds = daemonset.render(cd_uid=cd.uid, namespace=ns, settings=self._settings.daemon)
+            if await self._create(ds, self._cache.daemonsets):
+                message = f"created DaemonSet {ns}/{ds.metadata.name} for the IMEX daemons"  # type: ignore[union-attr]
+                logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}"})
+                await self._events.emit(
+                    statussync.target(cd), events.NORMAL, events.DAEMONSET_CREATED, message
+                )
+        elif found[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
+            await self._release_terminating(DaemonSet, found[0])
+
+    async def _create(self, obj: Any, cache: Any) -> bool:
+        try:
+            created = await self._api.create(obj)
+        except kubeapi.AlreadyExists:
+            return False  # ours, not yet in the cache (the name contains the CD's UID)
+        cache.observe(created)
+        return True
+
+    async def _ensure_workload_template(self, cd: ComputeDomain) -> None:
+        existing = self._cache.templates_of(cd.uid, names.TARGET_WORKLOAD)
+        if existing:
+            if existing[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
+                await self._release_terminating(ResourceClaimTemplate, existing[0])
+            return
+        rct = claimtemplates.workload_template(cd)
+        try:
+            created = await self._api.create(rct)
+        except kubeapi.AlreadyExists as err:
+            name = cd.spec.channel.resource_claim_template.name
+            other: Any = await self._api.get(ResourceClaimTemplate, name, namespace=cd.namespace)
+            if other is not None and _label_of(other) == cd.uid:
+                self._cache.templates.observe(other)
+                return
+            message = (
+                f"ResourceClaimTemplate {cd.namespace}/{name} already exists and does not "
+                "belong to this ComputeDomain; rename one of them"
+            )
+            await self._events.emit(
+                statussync.target(cd), events.WARNING, events.TEMPLATE_CONFLICT, message
+            )
+            raise errors.TemporaryError(message) from err
+        self._cache.templates.observe(created)
+
+
+def _label_of(obj: Any) -> str | None:
+    value: str | None = (obj.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)
+    return value

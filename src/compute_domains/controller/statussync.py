@@ -1,0 +1,183 @@
+"""The status half of a reconcile: derive, write when changed, announce, prune cliques.
+
+Reads only the caches (cliques, daemon pods, nodes of one CD) and derives the status with
+``status.derive``. The write is one JSON-patch replace of ``/status`` (so an empty node list
+really clears ``nodes``), made only when the stored status differs, and is put back into the
+cache at once so the next pass does not write it again. Node transitions between the stored and
+the new status become Events (joined, left, lost with its node).
+
+Clique entries whose daemon pod is gone are removed from the clique (optimistic concurrency on
+its resourceVersion, so a daemon's concurrent write is never lost), but only after a live list
+of the CD's daemon pods confirms the pod is really gone: the cache may lag behind a daemon that
+registered right after its pod appeared. Indices of the remaining entries are never changed.
+A pod whose clique is full (every index taken, the pod's node not listed) gets a ``CliqueFull``
+Event.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique
+from compute_domains.api.computedomain import (
+    ComputeDomain,
+    ComputeDomainStatus,
+    ComputeDomainStatusResource,
+    DecodeError,
+)
+from compute_domains.controller import caches, config, events, kubeapi, metrics, status
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+
+def target(cd: Any) -> events.Target:
+    """The Event target of a CD (typed model or raw object)."""
+    meta = cd.metadata
+    return events.Target(namespace=meta.namespace or "", name=meta.name or "", uid=meta.uid or "")
+
+
+class StatusSync:
+    """Keeps ``status`` of CDs true; one call per CD per reconcile."""
+
+    def __init__(
+        self,
+        *,
+        api: kubeapi.Api,
+        cache: caches.Caches,
+        settings: config.ControllerSettings,
+        recorder: events.EventRecorder,
+        meter: metrics.Metrics,
+    ) -> None:
+        self._api = api
+        self._cache = cache
+        self._settings = settings
+        self._events = recorder
+        self._metrics = meter
+
+    async def sync(self, cd: ComputeDomain) -> None:
+        """Write CD ``cd``'s status if it changed, then prune dead clique entries.
+
+        Raises:
+            errors.ComputeDomainsError: the status write or a prune failed.
+        """
+        cliques = self._cliques(cd.uid)
+        pods = [
+            status.DaemonPod.from_pod(p) for p in self._cache.pods.by_index(caches.CD_INDEX, cd.uid)
+        ]
+        nodes = {n.name for c in cliques for n in c.to_nodes()} | {p.node_name for p in pods}
+        node_ready = {}
+        for name in nodes:
+            node = self._cache.nodes.get("", name)
+            if node is not None:
+                node_ready[name] = status.node_is_ready(node)
+        desired = status.derive(
+            num_nodes=cd.spec.num_nodes, cliques=cliques, pods=pods, node_ready=node_ready
+        )
+        failures: list[errors.ComputeDomainsError] = []
+        try:
+            await self._write_status(cd, desired, node_ready)
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        try:
+            await self._prune(cd, cliques, {p.node_name for p in pods if p.node_name})
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        max_nodes = self._settings.daemon.max_nodes_per_imex_domain
+        for full_node, clique_id in status.full_clique_nodes(cliques, pods, max_nodes):
+            message = (
+                f"clique {clique_id} is full ({max_nodes} nodes); the daemon on node "
+                f"{full_node} cannot join this ComputeDomain"
+            )
+            await self._events.emit(target(cd), events.WARNING, events.CLIQUE_FULL, message)
+        if failures:
+            raise failures[0]
+
+    def _cliques(self, uid: str) -> list[ComputeDomainClique]:
+        out = []
+        for raw in self._cache.cliques.by_index(caches.CD_INDEX, uid):
+            try:
+                out.append(ComputeDomainClique.from_resource(raw))
+            except DecodeError as err:
+                logger.warning("ignoring malformed clique %s: %s", raw.metadata.name, err)
+        return out
+
+    async def _write_status(
+        self, cd: ComputeDomain, desired: ComputeDomainStatus, node_ready: dict[str, bool]
+    ) -> None:
+        raw = self._cache.cd(cd.uid)
+        current = raw.get("status") if raw is not None else None
+        if not status.differs(current, desired):
+            return
+        patch = [{"op": "add", "path": "/status", "value": desired.to_dict()}]
+        updated = await self._api.patch(
+            ComputeDomainStatusResource,
+            cd.name,
+            patch,
+            namespace=cd.namespace,
+            patch_type=PatchType.JSON,
+        )
+        self._metrics.status_writes.inc()
+        self._cache.cds.observe(updated)
+        log = {"cd": f"{cd.namespace}/{cd.name}"}
+        old = cd.status or ComputeDomainStatus()
+        if current is None or old.status is not desired.status:
+            logger.info(
+                "status %s (%d/%d nodes ready)",
+                desired.status.value,
+                desired.ready_nodes,
+                desired.total_nodes,
+                extra=log,
+            )
+        for change in status.transitions(old.nodes, desired.nodes, node_ready):
+            await self._announce(cd, change)
+
+    async def _announce(self, cd: ComputeDomain, change: status.Transition) -> None:
+        entry = change.entry
+        where = f"clique {entry.clique_id!r}, index {entry.index}" if entry else ""
+        if change.kind == "joined":
+            kind, reason = events.NORMAL, events.NODE_JOINED
+            message = f"node {change.node} joined ({where})"
+        elif change.kind == "left":
+            kind, reason = events.NORMAL, events.NODE_LEFT
+            message = f"node {change.node} left (its daemon is gone)"
+        else:
+            kind, reason = events.WARNING, events.NODE_LOST
+            message = f"node {change.node} is not Ready; its daemon entry is NotReady"
+        logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": change.node})
+        await self._events.emit(target(cd), kind, reason, message)
+
+    async def _prune(
+        self, cd: ComputeDomain, cliques: list[ComputeDomainClique], pod_nodes: set[str]
+    ) -> None:
+        stale = {c.name: status.stale_clique_nodes(c, pod_nodes) for c in cliques}
+        if not any(stale.values()):
+            return
+        # The cache may lag behind a daemon that registered right after its pod appeared:
+        # confirm with the API server before removing anything.
+        pods = await self._api.list(
+            Pod, namespace=self._settings.namespace, labels={names.COMPUTE_DOMAIN_LABEL: cd.uid}
+        )
+        alive = {p.spec.nodeName for p in pods if p.spec is not None and p.spec.nodeName}
+        for clique in cliques:
+            gone = [n for n in stale[clique.name] if n not in alive]
+            if not gone:
+                continue
+            keep = [d.node_name for d in clique.daemons if d.node_name not in gone]
+            pruned = clique.retaining_nodes(keep)
+            try:
+                updated = await self._api.replace(pruned.to_resource())
+            except kubeapi.NotFound:
+                continue
+            self._cache.cliques.observe(updated)
+            logger.info(
+                "pruned %s from clique %s (daemon pods gone)",
+                ", ".join(gone),
+                clique.name,
+                extra={"cd": f"{cd.namespace}/{cd.name}"},
+            )

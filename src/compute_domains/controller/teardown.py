@@ -1,0 +1,174 @@
+"""Tearing down what belongs to a ComputeDomain: on its deletion, and for orphans after crashes.
+
+Order (upstream §7.2): workload ResourceClaimTemplate, daemon ResourceClaimTemplate,
+DaemonSet, cliques, node labels, then our finalizers. Unlike upstream, every step runs even if
+an earlier one failed (a missing DaemonSet never blocks deleting the daemon template), and each
+object's own finalizer is removed right after its deletion is requested. The CD's finalizer is
+removed only when every step succeeded and none of the objects still holds our finalizer.
+
+Only objects labelled with the CD's UID are touched (found by live, label-selected lists, not
+the cache, so an object created a moment ago is not missed); a node label is removed only while
+it still names this CD (JSON-patch ``test``), so a label another CD set meanwhile survives.
+
+Orphans (objects naming a CD that no longer exists) get the same steps without the CD
+finalizer, but only after a live list of ComputeDomains confirmed that no CD has that UID.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+from lightkube.types import PatchType
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource
+from compute_domains.controller import kubeapi
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+_LABEL_PATH = "/metadata/labels/" + names.COMPUTE_DOMAIN_LABEL.replace("~", "~0").replace("/", "~1")
+
+
+class Teardown:
+    """Deletes the objects of one CD UID; every method is idempotent."""
+
+    def __init__(self, api: kubeapi.Api, *, namespace: str) -> None:
+        self._api = api
+        self._namespace = namespace
+
+    async def run(self, uid: str) -> None:
+        """Every teardown step for ``uid``; raises the first failure after trying all.
+
+        Raises:
+            errors.TemporaryError: a step failed or an object still holds our finalizer.
+        """
+        failures: list[errors.ComputeDomainsError] = []
+        steps = (
+            self._workload_templates,
+            self._daemon_templates,
+            self._daemonsets,
+            self._cliques,
+            self._node_labels,
+        )
+        for step in steps:
+            try:
+                await step(uid)
+            except errors.ComputeDomainsError as err:
+                logger.warning("teardown of %s: %s", uid, err)
+                failures.append(err)
+        if failures:
+            raise errors.TemporaryError(f"teardown of CD {uid} incomplete: {failures[0]}") from (
+                failures[0]
+            )
+        await self._assert_released(uid)
+
+    async def finalize(self, cd: Any) -> bool:
+        """Tear down a CD being deleted and release it; True once its finalizer is gone."""
+        uid = cd.metadata.uid
+        await self.run(uid)
+        meta = cd.metadata
+        await self._api.remove_finalizer(
+            ComputeDomainResource, meta.name, names.FINALIZER, namespace=meta.namespace
+        )
+        return True
+
+    async def cd_exists(self, uid: str) -> bool:
+        """Whether the API server (not the cache) knows a ComputeDomain with this UID."""
+        cds: list[Any] = await self._api.list(
+            ComputeDomainResource, namespace=kubeapi.ALL_NAMESPACES
+        )
+        return any(cd.metadata.uid == uid for cd in cds)
+
+    async def orphan(self, uid: str) -> bool:
+        """Tear down ``uid``'s objects if no CD has that UID; True if it was an orphan."""
+        if await self.cd_exists(uid):
+            return False
+        logger.info("cleaning up objects of deleted ComputeDomain %s", uid)
+        await self.run(uid)
+        return True
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def _selector(self, uid: str, target: str | None = None) -> dict[str, str]:
+        labels = {names.COMPUTE_DOMAIN_LABEL: uid}
+        if target is not None:
+            labels[names.TARGET_LABEL] = target
+        return labels
+
+    async def _delete_and_release(self, res: Any, objects: list[Any]) -> None:
+        for obj in objects:
+            meta = obj.metadata
+            if meta.deletionTimestamp is None:
+                await self._api.delete(res, meta.name, namespace=meta.namespace)
+            await self._api.remove_finalizer(
+                res, meta.name, names.FINALIZER, namespace=meta.namespace
+            )
+
+    async def _workload_templates(self, uid: str) -> None:
+        found = await self._api.list(
+            ResourceClaimTemplate,
+            namespace=kubeapi.ALL_NAMESPACES,
+            labels=self._selector(uid, names.TARGET_WORKLOAD),
+        )
+        await self._delete_and_release(ResourceClaimTemplate, found)
+
+    async def _daemon_templates(self, uid: str) -> None:
+        found = await self._api.list(
+            ResourceClaimTemplate,
+            namespace=self._namespace,
+            labels=self._selector(uid, names.TARGET_DAEMON),
+        )
+        await self._delete_and_release(ResourceClaimTemplate, found)
+
+    async def _daemonsets(self, uid: str) -> None:
+        found = await self._api.list(
+            DaemonSet, namespace=self._namespace, labels=self._selector(uid)
+        )
+        await self._delete_and_release(DaemonSet, found)
+
+    async def _cliques(self, uid: str) -> None:
+        found: list[Any] = await self._api.list(
+            ComputeDomainCliqueResource, namespace=self._namespace, labels=self._selector(uid)
+        )
+        for clique in found:
+            await self._api.delete(
+                ComputeDomainCliqueResource, clique.metadata.name, namespace=self._namespace
+            )
+
+    async def _node_labels(self, uid: str) -> None:
+        for node in await self._api.list(Node, labels=self._selector(uid)):
+            await self.remove_node_label(node.metadata.name or "", uid)  # type: ignore[union-attr]
+
+    async def remove_node_label(self, node: str, uid: str) -> None:
+        """Remove the CD label from ``node`` if (and only if) it still names ``uid``."""
+        patch = [
+            {"op": "test", "path": _LABEL_PATH, "value": uid},
+            {"op": "remove", "path": _LABEL_PATH},
+        ]
+        try:
+            await self._api.patch(Node, node, patch, patch_type=PatchType.JSON)
+        except (kubeapi.NotFound, errors.PermanentError) as err:
+            # Gone, or the label changed since the list (the test failed): nothing of ours left.
+            logger.debug("node %s: label of %s not removed: %s", node, uid, err)
+            return
+        logger.info(
+            "removed label of ComputeDomain %s from node %s", uid, node, extra={"node": node}
+        )
+
+    async def _assert_released(self, uid: str) -> None:
+        leftovers: list[str] = []
+        for res, namespace in (
+            (ResourceClaimTemplate, kubeapi.ALL_NAMESPACES),
+            (DaemonSet, self._namespace),
+        ):
+            for obj in await self._api.list(res, namespace=namespace, labels=self._selector(uid)):
+                if names.FINALIZER in (obj.metadata.finalizers or []):  # type: ignore[attr-defined]
+                    leftovers.append(f"{res.__name__} {obj.metadata.namespace}/{obj.metadata.name}")  # type: ignore[attr-defined]
+        if leftovers:
+            raise errors.TemporaryError(f"still holding finalizers of CD {uid}: {leftovers}")

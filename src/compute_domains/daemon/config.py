@@ -1,0 +1,159 @@
+"""DaemonSettings: who this daemon is (CD, clique, node, pod), where its files live, its timings.
+
+The CLI builds these from flags and the environment the DaemonSet and the kubelet plugin's CDI
+edits provide; nothing below ``cli/`` reads the environment. Every component receives the
+narrowest piece it needs: the membership protocol gets :class:`Identity` and the retry policy,
+the IMEX files writer gets ``imex``, the supervisor gets ``supervisor``.
+
+``validate()`` turns the upstream start-up failures into one clear ``ConfigError``: no
+``COMPUTE_DOMAIN_UUID`` means the CDI edits of the daemon claim were not applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import signal
+from pathlib import Path
+
+from compute_domains.api import names
+from compute_domains.daemon import imexconfig, supervisor
+from compute_domains.infra import backoff, errors, kube
+
+CDI_HINT = "CDI container edits did not apply -- is CDI enabled in your container runtime?"
+"""Why ``COMPUTE_DOMAIN_UUID`` is missing, in upstream's words (operators search for them)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Identity:
+    """Who this daemon is: its pod (downward API) and its CD and clique (CDI env)."""
+
+    node_name: str
+    """Node the pod runs on (``NODE_NAME``); the key of our clique entry."""
+    pod_name: str
+    """Our pod's name (``POD_NAME``): labelled, watched for readiness, made a clique owner."""
+    pod_namespace: str
+    """Our pod's namespace (``POD_NAMESPACE``), the driver namespace; the clique lives here."""
+    pod_uid: str
+    """Our pod's UID (``POD_UID``), for the clique's owner reference and Events."""
+    pod_ip: str = ""
+    """Our pod's IP (``POD_IP``): IMEX command bind address and our clique entry's address."""
+    clique_id: str = ""
+    """``<clusterUUID>.<cliqueNumber>`` of the node (``CLIQUE_ID``); empty without MNNVL."""
+    cd_uid: str = ""
+    """UID of the ComputeDomain (``COMPUTE_DOMAIN_UUID``, CDI-injected)."""
+    cd_name: str = ""
+    """Name of the ComputeDomain (``COMPUTE_DOMAIN_NAME``, CDI-injected; for logs)."""
+    cd_namespace: str = ""
+    """Namespace of the ComputeDomain (``COMPUTE_DOMAIN_NAMESPACE``, CDI-injected; for logs)."""
+
+    @property
+    def has_clique(self) -> bool:
+        """Whether the node is on an NVLink fabric (runs IMEX and registers in a clique)."""
+        return bool(self.clique_id)
+
+    @property
+    def clique_name(self) -> str:
+        """Name of our ComputeDomainClique object, ``<cdUID>.<cliqueID>``."""
+        return names.clique_object_name(self.cd_uid, self.clique_id)
+
+    @property
+    def cd(self) -> str:
+        """``namespace/name`` of the CD, for log lines."""
+        return f"{self.cd_namespace}/{self.cd_name}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PeerSettings:
+    """How peer-set changes reach IMEX (hosts file, SIGUSR1 pacing)."""
+
+    hosts_file: Path = Path("/etc/hosts")
+    """Hosts file IMEX resolves peer names with; only our marked block in it is rewritten."""
+    reload_interval: float = 5.0
+    """Seconds within which IMEX ignores a second SIGUSR1; later changes wait out the window."""
+    reload_margin: float = 0.25
+    """Extra seconds added to a wait for the window, so clock skew never makes IMEX drop one."""
+    unfilled_address: str | None = None
+    """Address for names of unfilled slots (upstream maps them to a dead address so lookups
+    never reach DNS); None leaves them unresolvable. Must not be any pod's address."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CheckSettings:
+    """What ``cdctl daemon check`` needs (the probes run it every second)."""
+
+    clique_id: str = ""
+    """Empty: the node has no IMEX daemon, so the check passes at once."""
+    config_path: Path = Path("/imexd/imexd.cfg")
+    """IMEX config the ctl tool reads the command endpoint from."""
+    ctl_command: str = "nvidia-imex-ctl"
+    """The IMEX control tool (found on PATH)."""
+    timeout: float = 8.0
+    """Seconds before a hanging ctl query counts as not ready (under the probe's 10 s)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DaemonSettings:
+    """Everything ``Daemon.run()`` needs; built by the CLI, validated before use."""
+
+    identity: Identity
+    """Who we are."""
+    max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+    """Slots per clique (``MAX_NODES_PER_IMEX_DOMAIN``): indices and names ``0..max_nodes-1``."""
+    imex: imexconfig.ImexFilesSettings = dataclasses.field(
+        default_factory=imexconfig.ImexFilesSettings
+    )
+    """IMEX config and nodes-config paths and ports."""
+    imex_command: tuple[str, ...] = ("nvidia-imex",)
+    """The IMEX daemon's argv prefix (found on PATH); ``-c <config>`` is appended."""
+    supervisor: supervisor.SupervisorSettings = dataclasses.field(
+        default_factory=lambda: supervisor.SupervisorSettings(
+            name="imex", parent_death_signal=signal.SIGKILL
+        )
+    )
+    """How the IMEX process is supervised (grace period, restart backoff)."""
+    peers: PeerSettings = dataclasses.field(default_factory=PeerSettings)
+    """Hosts-file and reload settings."""
+    retry: backoff.Backoff = dataclasses.field(
+        default_factory=lambda: backoff.Backoff(initial=0.05, maximum=6.0)
+    )
+    """Retry policy for API writes (upstream's daemon queue: 5 ms doubling to 6 s, ±25 %;
+    we start at 50 ms so a conflict storm among 18 daemons settles without hammering)."""
+    deregister_timeout: float = 10.0
+    """Seconds the shutdown may spend removing our clique entry (upstream: 10 s)."""
+    kube: kube.KubeSettings = dataclasses.field(
+        default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
+    )
+    """API access: in-cluster from the pod's ServiceAccount unless a kubeconfig is given."""
+
+    def validate(self) -> None:
+        """Reject settings the daemon cannot work with.
+
+        Raises:
+            ConfigError: a required identity field is missing or malformed.
+        """
+        ident = self.identity
+        if not ident.cd_uid:
+            raise errors.ConfigError(f"COMPUTE_DOMAIN_UUID is empty: {CDI_HINT}")
+        missing = [
+            flag
+            for flag, value in (
+                ("--node-name/NODE_NAME", ident.node_name),
+                ("--pod-name/POD_NAME", ident.pod_name),
+                ("--pod-namespace/POD_NAMESPACE", ident.pod_namespace),
+                ("--pod-uid/POD_UID", ident.pod_uid),
+            )
+            if not value
+        ]
+        if missing:
+            raise errors.ConfigError(f"missing daemon identity: {', '.join(missing)}")
+        if not ident.has_clique:
+            return
+        try:
+            ipaddress.ip_address(ident.pod_ip)
+        except ValueError as err:
+            raise errors.ConfigError(f"--pod-ip/POD_IP {ident.pod_ip!r} is not an IP") from err
+        if self.max_nodes < 1:
+            raise errors.ConfigError(
+                f"MAX_NODES_PER_IMEX_DOMAIN must be >= 1, got {self.max_nodes}"
+            )

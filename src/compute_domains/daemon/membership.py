@@ -1,0 +1,334 @@
+"""Our entry in the ComputeDomainClique: register, keep it true, follow the peers, deregister.
+
+The clique protocol (who writes what):
+
+* Each daemon writes only its own entry (key ``nodeName``) and its own owner reference. It
+  creates the clique ``<cdUID>.<cliqueID>`` in the driver namespace when it is missing (labels
+  CD UID and clique ID), then registers: an existing entry of its node keeps its index (a
+  replacement pod on the same node takes over its predecessor's slot and refreshes the IP); a new
+  node takes the lowest free index in ``[0, max_nodes)``. The entry's ``status`` is the daemon
+  pod's own readiness, written in the same update. Every daemon pod adds itself to
+  ``ownerReferences`` (plain references, no ``controller``, no ``blockOwnerDeletion``), so the
+  garbage collector deletes the clique once every daemon pod that registered is gone.
+* Writes are full updates with optimistic concurrency: a 409 re-reads the object and retries
+  with backoff, so concurrent joins never take the same index (the list-map key keeps node names
+  unique). A full clique is reported (log line + Event on our pod) and retried on every clique
+  change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
+* On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
+  terminating predecessor never removes the entry its replacement already took over. Entries of
+  daemons that died without this are pruned by the controller.
+* Peers: every snapshot that holds our entry yields the index → IP mapping of the clique's
+  entries (``on_peers``); entries with an index outside ``[0, max_nodes)`` or an invalid IP
+  cannot be named in ``nodes.cfg`` and are skipped with a warning (upstream treats them as fatal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+
+from compute_domains.api.clique import (
+    CliqueFullError,
+    ComputeDomainClique,
+    ComputeDomainCliqueResource,
+)
+from compute_domains.api.computedomain import Readiness
+from compute_domains.daemon import events, kubeio
+from compute_domains.daemon.config import Identity
+from compute_domains.infra import backoff, errors
+
+logger = logging.getLogger(__name__)
+
+PeerMapping = Mapping[int, str]
+"""Clique index → pod IP of the daemons of our clique (ours included)."""
+
+
+def desired(
+    clique: ComputeDomainClique, ident: Identity, max_nodes: int, status: Readiness
+) -> ComputeDomainClique:
+    """``clique`` with our entry registered, its IP and status set, and our pod an owner; pure.
+
+    An entry of our node whose index is outside ``[0, max_nodes)`` (the maximum was lowered) is
+    dropped and registered afresh, rather than crash-looping on a name nodes.cfg lacks.
+
+    Raises:
+        CliqueFullError: our node has no entry and every index is taken.
+    """
+    mine = clique.daemon(ident.node_name)
+    if mine is not None and not 0 <= mine.index < max_nodes:
+        others = [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
+        clique = clique.retaining_nodes(others)
+    registered = clique.with_registered(ident.node_name, ident.pod_ip, max_nodes)
+    return registered.with_status(ident.node_name, status).with_owner(ident.pod_name, ident.pod_uid)
+
+
+def deregistered(clique: ComputeDomainClique, ident: Identity) -> ComputeDomainClique | None:
+    """``clique`` without our entry, or None when it holds no entry of ours (node and IP); pure."""
+    mine = clique.daemon(ident.node_name)
+    if mine is None or mine.ip_address != ident.pod_ip:
+        return None
+    return clique.retaining_nodes(
+        [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
+    )
+
+
+def is_registered(clique: ComputeDomainClique | None, ident: Identity) -> bool:
+    """Whether ``clique`` holds our entry with our current IP."""
+    mine = clique.daemon(ident.node_name) if clique is not None else None
+    return mine is not None and mine.ip_address == ident.pod_ip
+
+
+def peer_mapping(
+    clique: ComputeDomainClique, clique_id: str, max_nodes: int
+) -> tuple[dict[int, str], list[str]]:
+    """Index → IP of the entries of clique ``clique_id``, and why any entry was skipped; pure."""
+    mapping: dict[int, str] = {}
+    problems: list[str] = []
+    for d in sorted(clique.daemons, key=lambda d: (d.index, d.node_name)):
+        if d.clique_id != clique_id:
+            problems.append(f"node {d.node_name}: clique ID {d.clique_id!r} is not ours")
+        elif not 0 <= d.index < max_nodes:
+            problems.append(f"node {d.node_name}: index {d.index} outside 0..{max_nodes - 1}")
+        elif d.index in mapping:
+            problems.append(f"node {d.node_name}: index {d.index} is taken twice")
+        else:
+            try:
+                ipaddress.ip_address(d.ip_address)
+            except ValueError:
+                problems.append(f"node {d.node_name}: invalid IP {d.ip_address!r}")
+                continue
+            mapping[d.index] = d.ip_address
+    return mapping, problems
+
+
+class Membership:
+    """Keeps our clique entry true while running; removes it when stopped.
+
+    Args:
+        client: API client (in-cluster).
+        ident: who we are.
+        max_nodes: slots per clique.
+        retry: backoff for failed writes and a full clique.
+        recorder: Events on our pod (clique full).
+        on_peers: called with each new peer mapping that includes us; must not block.
+        deregister_timeout: bound of the removal at shutdown, in seconds.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        ident: Identity,
+        *,
+        max_nodes: int,
+        retry: backoff.Backoff,
+        recorder: events.PodEvents,
+        on_peers: Callable[[PeerMapping], None],
+        deregister_timeout: float = 10.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._ident = ident
+        self._max = max_nodes
+        self._retry = retry
+        self._recorder = recorder
+        self._on_peers = on_peers
+        self._deregister_timeout = deregister_timeout
+        self._rng = rng or random.Random()
+        self._log = logging.LoggerAdapter(
+            logger, {"cd": ident.cd, "node": ident.node_name, "pod": ident.pod_name}
+        )
+        self._latest: ComputeDomainClique | None = None
+        self._listed = False
+        self._kick = asyncio.Event()
+        self._status = Readiness.NOT_READY
+        self._full_reported = False
+        self._index: int | None = None
+        self._peers: dict[int, str] | None = None
+
+    @property
+    def index(self) -> int | None:
+        """Our index once registered, else None."""
+        return self._index
+
+    def set_status(self, status: Readiness) -> None:
+        """Our pod's readiness changed; it is written into our entry."""
+        if status is not self._status:
+            self._status = status
+            self._kick.set()
+
+    async def run(self) -> None:
+        """Register and follow the clique until cancelled; then deregister (bounded)."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._follow(), name="clique-watch")
+                tg.create_task(self._reconcile_loop(), name="clique-sync")
+        finally:
+            await self._deregister_bounded()
+
+    async def _follow(self) -> None:
+        async for raw in kubeio.follow(
+            self._client,
+            ComputeDomainCliqueResource,
+            self._ident.clique_name,
+            namespace=self._ident.pod_namespace,
+            retry=self._retry,
+            rng=self._rng,
+        ):
+            self._observe(None if raw is None else ComputeDomainClique.from_resource(raw), raw)
+            self._listed = True
+            self._kick.set()
+
+    def _observe(self, clique: ComputeDomainClique | None, raw: Any = None) -> None:
+        """Remember the newest state seen (a late watch event never hides our own write)."""
+        if clique is not None and self._latest is not None:
+            new, old = kubeio.version(raw), kubeio.version(self._latest)
+            if new is not None and old is not None and new < old:
+                return
+        self._latest = clique
+        if clique is not None and is_registered(clique, self._ident):
+            self._publish(clique)
+
+    def _publish(self, clique: ComputeDomainClique) -> None:
+        mine = clique.daemon(self._ident.node_name)
+        if mine is not None and mine.index != self._index:
+            self._index = mine.index
+            self._log.info("registered in clique %s at index %d", clique.name, mine.index)
+        mapping, problems = peer_mapping(clique, self._ident.clique_id, self._max)
+        if mapping == self._peers:
+            return
+        for problem in problems:
+            self._log.warning("clique %s: skipping entry: %s", clique.name, problem)
+        self._peers = mapping
+        self._on_peers(dict(mapping))
+
+    async def _reconcile_loop(self) -> None:
+        attempt = 0
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            if not self._listed:
+                continue
+            try:
+                await self._sync()
+            except errors.TemporaryError as err:
+                delay = self._retry.delay(attempt, self._rng) if err.delay is None else err.delay
+                attempt += 1
+                if isinstance(err, CliqueFullError):
+                    self._report_full(err)
+                else:
+                    self._log.info("clique sync: %s; retrying in %.2fs", err, delay)
+                # Retry after the delay, or at once when the clique changes meanwhile.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._kick.wait()
+                self._kick.set()
+                continue
+            attempt = 0
+
+    async def _sync(self) -> None:
+        """One attempt to make our entry true in the latest clique we know."""
+        ident = self._ident
+        current = self._latest
+        if current is None:
+            fresh = ComputeDomainClique.new(
+                cd_uid=ident.cd_uid, clique_id=ident.clique_id, namespace=ident.pod_namespace
+            )
+            want = desired(fresh, ident, self._max, self._status)
+            await self._write(want, create=True)
+            return
+        if current.cd_uid != ident.cd_uid:
+            # Not ours to touch: a clique of that name always carries our CD's UID.
+            self._log.warning(
+                "clique %s is labelled for CD %r; ignoring", current.name, current.cd_uid
+            )
+            return
+        want = desired(current, ident, self._max, self._status)
+        if want.to_dict() != current.to_dict():
+            await self._write(want, create=False)
+        if self._full_reported:
+            self._full_reported = False
+            self._log.info("clique %s has a free slot again; joined", current.name)
+
+    async def _write(self, want: ComputeDomainClique, *, create: bool) -> None:
+        verb = "create" if create else "update"
+        try:
+            if create:
+                raw = await self._client.create(want.to_resource())
+            else:
+                raw = await self._client.replace(want.to_resource())
+        except (httpx.HTTPError, OSError) as err:
+            classified = kubeio.classify(err, f"{verb} clique {want.name}")
+            if kubeio.status_code(err) in (404, 409):
+                await self._reread()  # lost a race: take the server's state and try again
+            raise classified from err
+        self._observe(ComputeDomainClique.from_resource(raw), raw)
+
+    async def _reread(self) -> None:
+        """Replace what we know with a fresh read (None when the clique does not exist)."""
+        try:
+            raw = await self._client.get(
+                ComputeDomainCliqueResource,
+                self._ident.clique_name,
+                namespace=self._ident.pod_namespace,
+            )
+        except (httpx.HTTPError, OSError) as err:
+            if kubeio.status_code(err) == 404:
+                self._latest = None
+                return
+            raise kubeio.classify(err, f"read clique {self._ident.clique_name}") from err
+        self._latest = None  # a fresh read always wins over what we had
+        self._observe(ComputeDomainClique.from_resource(raw), raw)
+
+    def _report_full(self, err: CliqueFullError) -> None:
+        if self._full_reported:
+            return
+        self._full_reported = True
+        message = (
+            f"ComputeDomain {self._ident.cd}: clique {self._ident.clique_name} is full "
+            f"(all {self._max} slots taken, MAX_NODES_PER_IMEX_DOMAIN={self._max}); node "
+            f"{self._ident.node_name} cannot join the IMEX domain and stays NotReady until a "
+            "slot frees up"
+        )
+        self._log.error("%s (%s)", message, err)
+        self._recorder.post(events.WARNING, events.CLIQUE_FULL, message)
+
+    async def _deregister_bounded(self) -> None:
+        try:
+            async with asyncio.timeout(self._deregister_timeout):
+                await self._deregister()
+        except TimeoutError:
+            self._log.warning(
+                "removing our clique entry took over %.0fs; the controller prunes it later",
+                self._deregister_timeout,
+            )
+
+    async def _deregister(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._reread()
+                current = self._latest
+                want = deregistered(current, self._ident) if current is not None else None
+                if want is None:
+                    return
+                try:
+                    await self._client.replace(want.to_resource())
+                except (httpx.HTTPError, OSError) as err:
+                    raise kubeio.classify(err, f"update clique {want.name}") from err
+                self._log.info("removed our entry from clique %s", want.name)
+                return
+            except errors.PermanentError as err:
+                self._log.warning("cannot remove our clique entry: %s", err)
+                return
+            except errors.TemporaryError as err:
+                self._log.debug("removing our clique entry: %s; retrying", err)
+                await asyncio.sleep(self._retry.delay(attempt, self._rng))
+                attempt += 1

@@ -1,0 +1,161 @@
+"""Readiness: the ``check`` probe (IMEX says READY), our pod's label, and our pod's Ready condition.
+
+* :func:`check` is what every probe of the daemon container runs. With no clique ID it passes at
+  once (no IMEX on this node). Otherwise it runs ``nvidia-imex-ctl -c <cfg> -q``, which asks the
+  *local* IMEX daemon once, and passes only when the combined output is exactly ``READY\\n``. A
+  ctl that hangs (a wedged daemon) fails after ``timeout`` and is killed. It never looks at the
+  rest of the domain: a workload is released as soon as its local daemon is up.
+* :func:`label_pod` sets ``resource.nvidia.com/computeDomain.cliqueID=<cliqueID>`` on our pod (a
+  merge patch; the value may be empty), which tells the controller fabric and non-fabric daemon
+  pods apart.
+* :class:`PodReadiness` follows our own pod by watch and reports Ready exactly when the pod is
+  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``check`` passed; the membership
+  writes that into our clique entry, where the kubelet plugin's channel prepare waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from compute_domains.api import names
+from compute_domains.api.computedomain import Readiness
+from compute_domains.daemon import kubeio
+from compute_domains.daemon.config import CheckSettings, Identity
+from compute_domains.infra import backoff, errors
+
+logger = logging.getLogger(__name__)
+
+READY_OUTPUT = "READY\n"
+"""The only ctl output that counts as ready."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckResult:
+    """Outcome of one probe run."""
+
+    ok: bool
+    message: str
+
+
+async def check(settings: CheckSettings) -> CheckResult:
+    """Run the probe once; never raises for a failing or missing ctl tool."""
+    if not settings.clique_id:
+        return CheckResult(True, "check succeeded (noop, clique ID is empty)")
+    argv = [settings.ctl_command, "-c", str(settings.config_path), "-q"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    except OSError as err:
+        return CheckResult(False, f"IMEX daemon not ready: cannot run {argv[0]}: {err}")
+    try:
+        async with asyncio.timeout(settings.timeout):
+            out, _ = await proc.communicate()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return CheckResult(False, f"IMEX daemon not ready: {argv[0]} gave no answer in time")
+    text = out.decode(errors="replace")
+    if proc.returncode == 0 and text == READY_OUTPUT:
+        return CheckResult(True, "check succeeded")
+    return CheckResult(
+        False, f"IMEX daemon not ready (exit status {proc.returncode}): {text.strip()!r}"
+    )
+
+
+def is_pod_ready(pod: Any) -> bool:
+    """Phase ``Running`` and condition ``Ready`` ``True`` (upstream's definition)."""
+    status = getattr(pod, "status", None)
+    if status is None or status.phase != "Running":
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
+def readiness_of(pod: Any | None) -> Readiness:
+    """Our entry's status for the pod's state (a missing pod is NotReady)."""
+    return Readiness.READY if pod is not None and is_pod_ready(pod) else Readiness.NOT_READY
+
+
+async def label_pod(
+    client: AsyncClient,
+    ident: Identity,
+    *,
+    retry: backoff.Backoff,
+    deadline: float = 30.0,
+    rng: random.Random | None = None,
+) -> None:
+    """Label our pod with its clique ID; temporary failures are retried until ``deadline``.
+
+    Raises:
+        PermanentError: the patch was refused (RBAC, pod gone).
+        TemporaryError: it kept failing for ``deadline`` seconds.
+    """
+    body = {"metadata": {"labels": {names.CLIQUE_ID_LABEL: ident.clique_id}}}
+    attempt = 0
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline
+    while True:
+        try:
+            await client.patch(
+                Pod, ident.pod_name, body, namespace=ident.pod_namespace, patch_type=PatchType.MERGE
+            )
+            return
+        except (httpx.HTTPError, OSError) as err:
+            what = f"label pod {ident.pod_namespace}/{ident.pod_name}"
+            classified = kubeio.classify(err, what)
+            delay = retry.delay(attempt, rng)
+            if isinstance(classified, errors.PermanentError) or loop.time() + delay > until:
+                raise classified from err
+            logger.info("%s; retrying in %.2fs", classified, delay)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+
+class PodReadiness:
+    """Follows our pod and calls ``on_change`` with its readiness whenever that changes."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        ident: Identity,
+        *,
+        on_change: Callable[[Readiness], None],
+        retry: backoff.Backoff,
+    ) -> None:
+        self._client = client
+        self._ident = ident
+        self._on_change = on_change
+        self._retry = retry
+        self._last: Readiness | None = None
+
+    async def run(self) -> None:
+        """Watch until cancelled."""
+        async for pod in kubeio.follow(
+            self._client,
+            Pod,
+            self._ident.pod_name,
+            namespace=self._ident.pod_namespace,
+            retry=self._retry,
+        ):
+            if pod is not None and pod.metadata.uid != self._ident.pod_uid:
+                continue  # a namesake pod (StatefulSet-style reuse of the name): not us
+            value = readiness_of(pod)
+            if value is not self._last:
+                self._last = value
+                logger.info("our pod is %s", value.value, extra={"pod": self._ident.pod_name})
+                self._on_change(value)

@@ -1,0 +1,34 @@
+"""The full system on simulated nodes: the chart-installed driver on a GB200 rack shape."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient
+
+from compute_domains.cli import options
+from compute_domains.infra import kube
+from compute_domains.sim import lifecycle, state, toolchain, topology
+
+DRIVER_NS = "compute-domains"
+
+
+@pytest.fixture(scope="module")
+def rack_sim(toolset: toolchain.Toolset, sim_home: Path,
+             request: pytest.FixtureRequest) -> Iterator[state.SimPaths]:
+    """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18)."""
+    shape = getattr(request.module, "SHAPE", topology.Shape(racks=1, nodes_per_rack=18))
+    paths = state.SimPaths(sim_home, request.module.__name__.rsplit(".", 1)[-1][:20])
+    started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True, shape=shape,
+                              chart=options.chart_dir())
+    yield paths
+    lifecycle.stop(paths, process=started.process)
+
+
+@pytest.fixture
+async def admin(rack_sim: state.SimPaths) -> AsyncIterator[AsyncClient]:
+    c = kube.client(kube.KubeSettings(kubeconfig=rack_sim.kubeconfig, field_manager="tests"))
+    yield c
+    await c.close()

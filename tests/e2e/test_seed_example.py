@@ -1,0 +1,117 @@
+"""The seed's compute-domain-0 example on an 18-node simulated rack, end to end.
+
+Mirrors upstream's B-series MNNVL workload scenarios: 18 daemons form one IMEX domain that is UP,
+every workload container sees ``/dev/nvidia-caps-imex-channels/channel0``, the ComputeDomain
+reports 18 Ready nodes with indices 0-17, and deleting the Deployment and the ComputeDomain
+leaves no daemon, clique, node label, claim or CDI file behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+
+from compute_domains.api import clique, computedomain, names
+from compute_domains.cli import options
+from compute_domains.sim import state
+from tests.e2e.conftest import DRIVER_NS
+
+EXAMPLE = options.repo_root() / "examples" / "compute-domain-0.yaml"
+
+
+def kubectl(sim: state.SimPaths, *args: str) -> str:
+    bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
+    res = subprocess.run([str(bins / "kubectl"), "--kubeconfig", str(sim.kubeconfig), *args],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return res.stdout
+
+
+async def _eventually(check: Any, timeout: float, what: str) -> Any:
+    """Re-evaluate ``check`` on every change the cluster reports (bounded by ``timeout``)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: Any = None
+    while asyncio.get_running_loop().time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(1.0)
+    raise AssertionError(f"{what} not reached in {timeout:.0f}s (last: {last!r})")
+
+
+async def _cd(admin: AsyncClient) -> dict[str, Any]:
+    obj = await admin.get(computedomain.ComputeDomainResource, "compute-domain-0",
+                          namespace="default")
+    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
+    return doc
+
+
+async def _workloads(admin: AsyncClient) -> list[Pod]:
+    return [p async for p in admin.list(Pod, namespace="default", labels={"job": "ex1"})]
+
+
+def _ready(p: Pod) -> bool:
+    return bool(p.status and any(c.type == "Ready" and c.status == "True"
+                                 for c in p.status.conditions or []))
+
+
+async def test_seed_example_forms_one_domain_and_leaves_nothing(
+        admin: AsyncClient, rack_sim: state.SimPaths) -> None:
+    kubectl(rack_sim, "apply", "-f", str(EXAMPLE))
+
+    async def formed() -> bool:
+        cd = await _cd(admin)
+        status = cd.get("status") or {}
+        nodes = status.get("nodes") or []
+        pods = await _workloads(admin)
+        return (status.get("status") == "Ready" and len(nodes) == 18
+                and all(n["status"] == "Ready" for n in nodes)
+                and len(pods) == 18 and all(_ready(p) for p in pods))
+
+    await _eventually(formed, 300, "18 Ready nodes and 18 running workload pods")
+    cd = await _cd(admin)
+    nodes = cd["status"]["nodes"]
+    assert sorted(n["index"] for n in nodes) == list(range(18))
+    assert len({n["cliqueID"] for n in nodes}) == 1
+    assert len({n["name"] for n in nodes}) == 18
+
+    uid = cd["metadata"]["uid"]
+    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource,
+                                           namespace=DRIVER_NS)]
+    assert len(cliques) == 1
+    daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
+                                           labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    assert len(daemons) == 18 and all(_ready(p) for p in daemons)
+
+    # What each workload's own program saw: its channel and an UP IMEX domain.
+    for pod in await _workloads(admin):
+        assert pod.metadata is not None and pod.metadata.name
+        log = "".join([line async for line in admin.log(pod.metadata.name,
+                                                          namespace="default")])
+        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
+        assert "domain UP" in log, log
+
+    kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
+
+    async def nothing_left() -> bool:
+        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
+                                            labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource,
+                                             namespace=DRIVER_NS)]
+        left += [d async for d in admin.list(DaemonSet, namespace=DRIVER_NS,
+                                             labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += [c async for c in admin.list(ResourceClaim, namespace="*")]
+        left += [t async for t in admin.list(ResourceClaimTemplate, namespace="*",
+                                             labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        files = [f for n in range(18) for f in
+                 (rack_sim.node_root(f"gb200-r0-n{n:02d}") / "var/run/cdi").glob("*claim*")]
+        return not left and not files
+
+    await _eventually(nothing_left, 120, "no daemon, clique, DaemonSet, label, claim or file")

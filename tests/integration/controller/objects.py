@@ -1,0 +1,244 @@
+"""Hand-made cluster objects for controller tests: CDs, Nodes with heartbeats, daemon pods, cliques.
+
+No kubelet, plugin or daemon runs in these tests: a test plays their parts by writing the
+objects they would write (a Node that stays Ready while its Lease is renewed, a daemon pod
+bound to a node with a Ready status, a clique entry). Daemon pods are owned (as controller)
+by a ConfigMap so the real DaemonSet controller never adopts or deletes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient, codecs
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource, Readiness
+from tests.integration.helpers import wait_for
+
+CRD_DIR = Path(__file__).resolve().parents[3] / "deploy/helm/compute-domains/crds"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def install_crds(client: AsyncClient) -> None:
+    """Apply the chart's CRDs (idempotent) and wait until they are served."""
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        for crd in codecs.load_all_yaml(path.read_text()):
+            await client.apply(crd, field_manager="tests", force=True)
+            await wait_for(
+                client,
+                CustomResourceDefinition,
+                crd.metadata.name,
+                lambda c: any(
+                    x.type == "Established" and x.status == "True"
+                    for x in (c.status.conditions or [])
+                ),
+            )
+
+
+async def namespace(client: AsyncClient, name: str) -> None:
+    """Create a namespace and wait for its default ServiceAccount (pods need it)."""
+    await client.create(Namespace.from_dict({"metadata": {"name": name}}))
+    await wait_for(client, ServiceAccount, "default", lambda _sa: True, namespace=name)
+
+
+def cd_body(name: str, ns: str, template: str, *, num_nodes: int = 0, mode: str = "Single") -> Any:
+    return ComputeDomainResource.from_dict(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.COMPUTE_DOMAIN_KIND,
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "numNodes": num_nodes,
+                "channel": {"resourceClaimTemplate": {"name": template}, "allocationMode": mode},
+            },
+        }
+    )
+
+
+async def create_cd(client: AsyncClient, name: str, ns: str, template: str, **kw: Any) -> Any:
+    return await client.create(cd_body(name, ns, template, **kw))
+
+
+class FakeNode:
+    """A Node kept Ready by renewing its Lease, as a kubelet would; ``stop`` loses it."""
+
+    def __init__(self, client: AsyncClient, name: str, labels: dict[str, str] | None = None):
+        self.client = client
+        self.name = name
+        self.labels = labels or {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> FakeNode:
+        labels = {"kubernetes.io/hostname": self.name, **self.labels}
+        await self.client.create(
+            Node.from_dict({"metadata": {"name": self.name, "labels": labels}})
+        )
+        status = {
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "test node",
+                    "lastHeartbeatTime": now(),
+                    "lastTransitionTime": now(),
+                }
+            ],
+        }
+        await self.client.patch(Node.Status, self.name, {"status": status})
+        lease = {
+            "metadata": {"name": self.name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40, "renewTime": now()},
+        }
+        with contextlib.suppress(ApiError):
+            await self.client.delete(Lease, self.name, namespace="kube-node-lease")
+        await self.client.create(Lease.from_dict(lease))
+        self._task = asyncio.create_task(self._beat(), name=f"heartbeat-{self.name}")
+        return self
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(ApiError):
+                await self.client.patch(
+                    Lease, self.name, {"spec": {"renewTime": now()}}, namespace="kube-node-lease"
+                )
+
+    async def stop_heartbeat(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def delete(self) -> None:
+        await self.stop_heartbeat()
+        with contextlib.suppress(ApiError):
+            await self.client.delete(Node, self.name)
+        with contextlib.suppress(ApiError):
+            await self.client.delete(Lease, self.name, namespace="kube-node-lease")
+
+
+async def pod_owner(client: AsyncClient, ns: str) -> Any:
+    """A ConfigMap that owns hand-made daemon pods (so no DaemonSet adopts them)."""
+    try:
+        return await client.get(ConfigMap, "daemon-pod-owner", namespace=ns)
+    except ApiError:
+        return await client.create(
+            ConfigMap.from_dict({"metadata": {"name": "daemon-pod-owner", "namespace": ns}})
+        )
+
+
+async def daemon_pod(
+    client: AsyncClient,
+    ns: str,
+    *,
+    cd_uid: str,
+    node: str,
+    ip: str,
+    clique_id: str | None,
+    ready: bool,
+) -> Pod:
+    """A daemon pod of CD ``cd_uid`` bound to ``node``, Running, with the given readiness."""
+    owner = await pod_owner(client, ns)
+    labels = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
+    if clique_id is not None:
+        labels[names.CLIQUE_ID_LABEL] = clique_id
+    name = f"daemon-{cd_uid[:8]}-{node}"
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "controller": True,
+    }
+    body = {
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [ref]},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "compute-domain-daemon", "image": "registry.k8s.io/pause:3.10"}
+            ],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    await client.create(Pod.from_dict(body))
+    await set_pod_ready(client, ns, name, ip=ip, ready=ready)
+    return await client.get(Pod, name, namespace=ns)
+
+
+async def set_pod_ready(client: AsyncClient, ns: str, name: str, *, ip: str, ready: bool) -> None:
+    flag = "True" if ready else "False"
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [
+            {"type": "Ready", "status": flag, "lastTransitionTime": now()},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now()},
+        ],
+    }
+    await client.patch(Pod.Status, name, {"status": status}, namespace=ns)
+
+
+async def register(
+    client: AsyncClient,
+    ns: str,
+    *,
+    cd_uid: str,
+    clique_id: str,
+    node: str,
+    ip: str,
+    ready: bool = False,
+    max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+) -> ComputeDomainClique:
+    """Do what a daemon does: create/join the clique and report readiness."""
+    name = names.clique_object_name(cd_uid, clique_id)
+    try:
+        raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
+        clique = ComputeDomainClique.from_resource(raw)
+        fresh = False
+    except ApiError:
+        clique = ComputeDomainClique.new(cd_uid=cd_uid, clique_id=clique_id, namespace=ns)
+        fresh = True
+    clique = clique.with_registered(node, ip, max_nodes)
+    clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
+    res = clique.to_resource()
+    written = await (client.create(res) if fresh else client.replace(res))
+    return ComputeDomainClique.from_resource(written)
+
+
+async def set_clique_status(
+    client: AsyncClient, ns: str, *, cd_uid: str, clique_id: str, node: str, ready: bool
+) -> None:
+    name = names.clique_object_name(cd_uid, clique_id)
+    raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
+    clique = ComputeDomainClique.from_resource(raw)
+    clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
+    await client.replace(clique.to_resource())
+
+
+@contextlib.asynccontextmanager
+async def nodes(client: AsyncClient, *names_: str) -> AsyncIterator[list[FakeNode]]:
+    made = [await FakeNode(client, n).start() for n in names_]
+    try:
+        yield made
+    finally:
+        for node in made:
+            await node.delete()

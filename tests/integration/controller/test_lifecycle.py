@@ -1,0 +1,221 @@
+"""Creation and deletion of ComputeDomains against the real control plane.
+
+Creation: finalizer, DaemonSet and both ResourceClaimTemplates rendered as specified, the first
+status, an Event. Deletion: the upstream order (workload template, daemon template, DaemonSet,
+node labels, CD finalizer), read from the etcd revisions at which each step happened, and
+nothing of the CD left behind, including its cliques.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Event, Node
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource
+from compute_domains.sim import state
+from tests.integration.controller import objects
+from tests.integration.controller.conftest import IMAGE, StartController
+from tests.integration.helpers import wait_for
+
+
+async def _gone(client: AsyncClient, res: Any, name: str, ns: str | None, timeout: float = 60):
+    async def check() -> None:
+        while True:
+            try:
+                await client.get(res, name, namespace=ns)
+            except ApiError as err:
+                if err.status.code == 404:
+                    return
+                raise
+            await asyncio.sleep(0.2)
+
+    await asyncio.wait_for(check(), timeout)
+
+
+async def test_creation_renders_objects_and_first_status(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-a", user_ns, "cd-a-channel", mode="All")
+    uid = cd.metadata.uid
+    ds_name = f"computedomain-daemon-{uid}"
+
+    cd = await wait_for(
+        client,
+        ComputeDomainResource,
+        "cd-a",
+        lambda c: (c.get("status") or {}).get("status") == "Ready",
+        namespace=user_ns,
+    )
+    assert names.FINALIZER in cd.metadata.finalizers
+    assert cd["status"] == {"status": "Ready", "readyNodes": 0, "totalNodes": 0}
+
+    ds = await wait_for(client, DaemonSet, ds_name, lambda _d: True, namespace=driver_ns)
+    assert ds.metadata.labels == {names.COMPUTE_DOMAIN_LABEL: uid}
+    assert ds.metadata.finalizers == [names.FINALIZER]
+    assert not ds.metadata.ownerReferences
+    assert ds.spec.selector.matchLabels == {names.COMPUTE_DOMAIN_LABEL: uid}
+    pod = ds.spec.template.spec
+    assert ds.spec.template.metadata.labels == {names.COMPUTE_DOMAIN_LABEL: uid}
+    assert pod.serviceAccountName == "compute-domain-daemon-service-account"
+    assert pod.nodeSelector == {names.COMPUTE_DOMAIN_LABEL: uid}
+    assert {(t.operator, t.effect) for t in pod.tolerations} == {
+        ("Exists", "NoSchedule"),
+        ("Exists", "NoExecute"),
+        ("Exists", "PreferNoSchedule"),
+    }
+    assert [(c.name, c.resourceClaimTemplateName) for c in pod.resourceClaims] == [
+        ("compute-domain-daemon", ds_name)
+    ]
+    (container,) = pod.containers
+    assert container.name == "compute-domain-daemon"
+    assert container.image == IMAGE
+    assert container.command == ["cdctl", "daemon", "run"]
+    assert [c.name for c in container.resources.claims] == ["compute-domain-daemon"]
+    env = {e.name: e for e in container.env}
+    assert env["MAX_NODES_PER_IMEX_DOMAIN"].value == "18"
+    assert env["LOG_VERBOSITY"].value == "info"
+    assert env["NVIDIA_VISIBLE_DEVICES"].value == "void"
+    fields = {
+        "NODE_NAME": "spec.nodeName",
+        "POD_IP": "status.podIP",
+        "POD_UID": "metadata.uid",
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+    }
+    for var, path in fields.items():
+        assert env[var].valueFrom.fieldRef.fieldPath == path
+    for probe in (container.startupProbe, container.livenessProbe, container.readinessProbe):
+        assert probe.exec.command == ["cdctl", "daemon", "check"]
+    assert container.readinessProbe.periodSeconds == 1
+    assert container.startupProbe.periodSeconds == 1
+
+    daemon_rct = await client.get(ResourceClaimTemplate, ds_name, namespace=driver_ns)
+    assert daemon_rct.metadata.labels == {
+        names.COMPUTE_DOMAIN_LABEL: uid,
+        names.TARGET_LABEL: "Daemon",
+    }
+    assert daemon_rct.metadata.finalizers == [names.FINALIZER]
+    devices = daemon_rct.spec.spec.devices
+    assert [(r.name, r.exactly.deviceClassName) for r in devices.requests] == [
+        ("daemon", "compute-domain-daemon.nvidia.com")
+    ]
+    assert devices.config[0].requests == ["daemon"]
+    assert devices.config[0].opaque.driver == "compute-domain.nvidia.com"
+    assert devices.config[0].opaque.parameters == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainDaemonConfig",
+        "domainID": uid,
+    }
+
+    rct = await client.get(ResourceClaimTemplate, "cd-a-channel", namespace=user_ns)
+    assert rct.metadata.labels == {names.COMPUTE_DOMAIN_LABEL: uid, names.TARGET_LABEL: "Workload"}
+    assert rct.metadata.finalizers == [names.FINALIZER]
+    (request,) = rct.spec.spec.devices.requests
+    assert request.name == "channel"
+    assert request.exactly.deviceClassName == "compute-domain-default-channel.nvidia.com"
+    (selector,) = request.exactly.selectors
+    assert uid in selector.cel.expression and "domain" in selector.cel.expression
+    assert rct.spec.spec.devices.config[0].opaque.parameters == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": uid,
+        "allocationMode": "All",
+    }
+
+    async def has_event() -> None:
+        while True:
+            found = [
+                e
+                async for e in client.list(Event, namespace=user_ns)
+                if e.involvedObject.uid == uid and e.reason == "DaemonSetCreated"
+            ]
+            if found:
+                return
+            await asyncio.sleep(0.2)
+
+    await asyncio.wait_for(has_event(), 30)
+
+
+async def test_num_nodes_keeps_status_not_ready(
+    client: AsyncClient, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller()
+    await objects.create_cd(client, "cd-n", user_ns, "cd-n-channel", num_nodes=2)
+    cd = await wait_for(
+        client, ComputeDomainResource, "cd-n", lambda c: bool(c.get("status")), namespace=user_ns
+    )
+    assert cd["status"]["status"] == "NotReady"
+
+
+async def test_deletion_order_and_nothing_left_behind(
+    client: AsyncClient,
+    driver_ns: str,
+    user_ns: str,
+    start_controller: StartController,
+    sim: state.SimPaths,
+) -> None:
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-d", user_ns, "cd-d-channel")
+    uid = cd.metadata.uid
+    ds_name = f"computedomain-daemon-{uid}"
+    await wait_for(
+        client, ComputeDomainResource, "cd-d", lambda c: bool(c.get("status")), namespace=user_ns
+    )
+    await wait_for(client, DaemonSet, ds_name, lambda _d: True, namespace=driver_ns)
+    await wait_for(
+        client, ResourceClaimTemplate, "cd-d-channel", lambda _r: True, namespace=user_ns
+    )
+    node_name = f"node-{uid[:6]}"
+    async with objects.nodes(client, node_name) as (_node,):
+        # What the plugin does on Prepare, and what a daemon does on start.
+        await client.patch(
+            Node, node_name, {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: uid}}}
+        )
+        await objects.register(
+            client, driver_ns, cd_uid=uid, clique_id="cluster.0", node=node_name, ip="10.9.0.1"
+        )
+
+        # Revisions at which each step happened, from watches started before the delete.
+        marks: dict[str, int] = {}
+
+        async def watch(key: str, res: Any, ns: str | None, name: str, done: Any) -> None:
+            async for op, obj in client.watch(res, namespace=ns, fields={"metadata.name": name}):
+                if done(op, obj):
+                    marks[key] = int(obj.metadata.resourceVersion)
+                    return
+
+        terminating = lambda op, o: o.metadata.deletionTimestamp is not None  # noqa: E731
+        unlabelled = lambda op, o: names.COMPUTE_DOMAIN_LABEL not in (o.metadata.labels or {})  # noqa: E731
+        watchers = [
+            asyncio.create_task(
+                watch("workload", ResourceClaimTemplate, user_ns, "cd-d-channel", terminating)
+            ),
+            asyncio.create_task(
+                watch("daemon-rct", ResourceClaimTemplate, driver_ns, ds_name, terminating)
+            ),
+            asyncio.create_task(watch("ds", DaemonSet, driver_ns, ds_name, terminating)),
+            asyncio.create_task(watch("label", Node, None, node_name, unlabelled)),
+            asyncio.create_task(
+                watch("cd", ComputeDomainResource, user_ns, "cd-d", lambda op, o: op == "DELETED")
+            ),
+        ]
+        await asyncio.sleep(0.5)  # let the watches establish (ordering only, not an assert)
+        await client.delete(ComputeDomainResource, "cd-d", namespace=user_ns)
+        await asyncio.wait_for(asyncio.gather(*watchers), 60)
+
+        assert marks["workload"] < marks["daemon-rct"] < marks["ds"] < marks["label"] < marks["cd"]
+        await _gone(client, ResourceClaimTemplate, "cd-d-channel", user_ns)
+        await _gone(client, ResourceClaimTemplate, ds_name, driver_ns)
+        await _gone(client, DaemonSet, ds_name, driver_ns)
+        await _gone(client, ComputeDomainCliqueResource, f"{uid}.cluster.0", driver_ns)
+        labelled = [n async for n in client.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+        assert labelled == []

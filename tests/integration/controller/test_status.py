@@ -1,0 +1,186 @@
+"""Status transitions driven by cliques, daemon pods and Nodes written by hand.
+
+The test plays the daemons (clique entries, pod readiness) and the kubelets (Node Leases); the
+controller must derive every node's entry and the global status from them: an entry is Ready
+only when the clique, the pod and the Node all say so; a lost Node turns its entry NotReady; a
+gone pod removes the entry and prunes the clique without moving the other indices.
+
+To check that something did *not* change without sleeping, each such step is written together
+with a visible change in the same object (e.g. another entry's IP), and the test waits for the
+visible change: the controller saw both at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Event, Pod
+
+from compute_domains import controller
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource, Readiness
+from tests.integration.controller import objects
+from tests.integration.controller.conftest import IMAGE, StartController
+from tests.integration.helpers import wait_for
+
+CLIQUE = "c0ffee00-0000-0000-0000-000000000001.7"
+
+
+def _nodes(cd: Any) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for n in (cd.get("status") or {}).get("nodes") or []}
+
+
+async def _wait_status(client: AsyncClient, ns: str, name: str, predicate: Any) -> Any:
+    return await wait_for(
+        client,
+        ComputeDomainResource,
+        name,
+        lambda c: bool(c.get("status")) and predicate(c["status"], _nodes(c)),
+        namespace=ns,
+        timeout=60,
+    )
+
+
+async def _events(client: AsyncClient, ns: str, uid: str, reason: str) -> list[Any]:
+    async def poll() -> list[Any]:
+        while True:
+            found = [
+                e
+                async for e in client.list(Event, namespace=ns)
+                if e.involvedObject.uid == uid and e.reason == reason
+            ]
+            if found:
+                return found
+            await asyncio.sleep(0.25)
+
+    return await asyncio.wait_for(poll(), 60)
+
+
+async def test_entries_follow_clique_pod_and_node(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-s", user_ns, "cd-s-channel", num_nodes=2)
+    uid = cd.metadata.uid
+    n1, n2 = f"s1-{uid[:6]}", f"s2-{uid[:6]}"
+    async with objects.nodes(client, n1, n2) as (_node1, node2):
+        for node, ip in ((n1, "10.7.0.1"), (n2, "10.7.0.2")):
+            await objects.daemon_pod(
+                client, driver_ns, cd_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
+            )
+            await objects.register(
+                client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=node, ip=ip
+            )
+        cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: len(n) == 2)
+        nodes = _nodes(cdo)
+        assert cdo["status"]["status"] == "NotReady"
+        assert {k: (v["index"], v["status"], v["cliqueID"]) for k, v in nodes.items()} == {
+            n1: (0, "NotReady", CLIQUE),
+            n2: (1, "NotReady", CLIQUE),
+        }
+        assert cdo["status"]["totalNodes"] == 2 and cdo["status"]["readyNodes"] == 0
+
+        # Clique says Ready, pod does not: the entry stays NotReady. Same write moves n2's IP.
+        name = names.clique_object_name(uid, CLIQUE)
+        raw = await client.get(ComputeDomainCliqueResource, name, namespace=driver_ns)
+        clique = ComputeDomainClique.from_resource(raw).with_status(n1, Readiness.READY)
+        clique = clique.with_registered(n2, "10.7.0.22")
+        await client.replace(clique.to_resource())
+        cdo = await _wait_status(
+            client, user_ns, "cd-s", lambda s, n: n[n2]["ipAddress"] == "10.7.0.22"
+        )
+        assert _nodes(cdo)[n1]["status"] == "NotReady"
+
+        # Pod turns Ready too: now the entry is Ready, the CD not yet (n2 NotReady).
+        await objects.set_pod_ready(
+            client, driver_ns, f"daemon-{uid[:8]}-{n1}", ip="10.7.0.1", ready=True
+        )
+        cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: n[n1]["status"] == "Ready")
+        assert cdo["status"]["status"] == "NotReady" and cdo["status"]["readyNodes"] == 1
+
+        # Both Ready: the CD is Ready.
+        await objects.set_pod_ready(
+            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.2", ready=True
+        )
+        await objects.set_clique_status(
+            client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=n2, ready=True
+        )
+        cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: s["status"] == "Ready")
+        assert cdo["status"]["readyNodes"] == 2
+
+        # n2's kubelet stops heart-beating: the node goes NotReady, so does its entry and the CD.
+        await node2.stop_heartbeat()
+        cdo = await _wait_status(
+            client, user_ns, "cd-s", lambda s, n: n[n2]["status"] == "NotReady"
+        )
+        assert cdo["status"]["status"] == "NotReady"
+        assert _nodes(cdo)[n1]["status"] == "Ready"
+        await _events(client, user_ns, uid, "NodeLost")
+
+        # n1's daemon pod is gone: its entry leaves the status and the clique; n2 keeps index 1.
+        await client.delete(Pod, f"daemon-{uid[:8]}-{n1}", namespace=driver_ns, grace_period=0)
+        cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: n1 not in n)
+        assert _nodes(cdo)[n2]["index"] == 1
+        pruned = await wait_for(
+            client,
+            ComputeDomainCliqueResource,
+            name,
+            lambda c: len(c.get("daemons") or []) == 1,
+            namespace=driver_ns,
+        )
+        assert [(d["nodeName"], d["index"]) for d in pruned["daemons"]] == [(n2, 1)]
+        await _events(client, user_ns, uid, "NodeLeft")
+
+
+async def test_non_fabric_node_entry_comes_from_its_pod(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-p", user_ns, "cd-p-channel")
+    uid = cd.metadata.uid
+    node = f"plain-{uid[:6]}"
+    async with objects.nodes(client, node):
+        await objects.daemon_pod(
+            client, driver_ns, cd_uid=uid, node=node, ip="10.8.0.1", clique_id="", ready=False
+        )
+        cdo = await _wait_status(client, user_ns, "cd-p", lambda s, n: node in n)
+        assert _nodes(cdo)[node] == {
+            "name": node,
+            "ipAddress": "10.8.0.1",
+            "cliqueID": "",
+            "index": -1,
+            "status": "NotReady",
+        }
+        assert cdo["status"]["status"] == "NotReady"
+        await objects.set_pod_ready(
+            client, driver_ns, f"daemon-{uid[:8]}-{node}", ip="10.8.0.1", ready=True
+        )
+        cdo = await _wait_status(client, user_ns, "cd-p", lambda s, n: s["status"] == "Ready")
+        assert _nodes(cdo)[node]["status"] == "Ready"
+
+
+async def test_full_clique_is_reported(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller(
+        daemon=controller.DaemonSettings(image=IMAGE, max_nodes_per_imex_domain=1)
+    )
+    cd = await objects.create_cd(client, "cd-f", user_ns, "cd-f-channel")
+    uid = cd.metadata.uid
+    n1, n2 = f"f1-{uuid.uuid4().hex[:6]}", f"f2-{uuid.uuid4().hex[:6]}"
+    async with objects.nodes(client, n1, n2):
+        for node, ip in ((n1, "10.6.0.1"), (n2, "10.6.0.2")):
+            await objects.daemon_pod(
+                client, driver_ns, cd_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
+            )
+        await objects.register(
+            client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=n1, ip="10.6.0.1", max_nodes=1
+        )
+        (event,) = await _events(client, user_ns, uid, "CliqueFull")
+        assert event.type == "Warning" and n2 in event.message and CLIQUE in event.message
+        cdo = await _wait_status(client, user_ns, "cd-f", lambda s, n: n1 in n)
+        assert n2 not in _nodes(cdo)

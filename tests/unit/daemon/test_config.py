@@ -1,0 +1,55 @@
+"""DaemonSettings validation: upstream's start-up failures as one clear ConfigError."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from compute_domains.daemon.config import CDI_HINT, DaemonSettings, Identity
+from compute_domains.infra.errors import ConfigError
+
+pytestmark = pytest.mark.timeout(2)
+
+GOOD = Identity(
+    node_name="n",
+    pod_name="p",
+    pod_namespace="driver",
+    pod_uid="u",
+    pod_ip="10.0.0.1",
+    clique_id="cluster.1",
+    cd_uid="cd",
+)
+
+
+def test_a_complete_identity_is_accepted() -> None:
+    DaemonSettings(identity=GOOD).validate()
+
+
+@pytest.mark.parametrize(
+    ("change", "max_nodes", "message"),
+    [
+        ({"cd_uid": ""}, 18, CDI_HINT),
+        ({"node_name": ""}, 18, "NODE_NAME"),
+        ({"pod_uid": "", "pod_name": ""}, 18, "POD_NAME, --pod-uid/POD_UID"),
+        ({"pod_ip": "nope"}, 18, "is not an IP"),
+        ({}, 0, "MAX_NODES_PER_IMEX_DOMAIN"),
+    ],
+    ids=["no-cdi", "no-node", "no-pod", "bad-ip", "no-slots"],
+)
+def test_missing_or_bad_identity_is_a_config_error(
+    change: dict[str, str], max_nodes: int, message: str
+) -> None:
+    ident = dataclasses.replace(GOOD, **change)
+    with pytest.raises(ConfigError, match=message):
+        DaemonSettings(identity=ident, max_nodes=max_nodes).validate()
+
+
+def test_a_node_without_clique_needs_no_pod_ip() -> None:
+    ident = dataclasses.replace(GOOD, clique_id="", pod_ip="")
+    DaemonSettings(identity=ident, max_nodes=0).validate()
+    assert not ident.has_clique
+
+
+def test_the_clique_object_name_joins_cd_uid_and_clique_id() -> None:
+    assert GOOD.clique_name == "cd.cluster.1"
