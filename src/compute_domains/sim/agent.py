@@ -101,9 +101,13 @@ class NodeAgent:
             "var/lib/nvml-mock/lib",
             "etc/kubernetes",
             "containers",
+            "proc/driver/nvidia/capabilities",
         ):
             (root / sub).mkdir(parents=True, exist_ok=True)
         atomicfile.write_atomic(root / "proc/devices", proc_devices())
+        # The driver's capability file for IMEX management (a GB200 host has it; minor 1).
+        atomicfile.write_atomic(root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt",
+                                "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
         boot = root / "proc/sys/kernel/random/boot_id"
         if new_boot or not boot.exists():
             atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n")

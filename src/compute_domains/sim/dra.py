@@ -337,8 +337,11 @@ class DraManager:
                     for d in drivers:
                         batches.setdefault(d, []).append(entry)
             await asyncio.to_thread(self._save)
-            for driver, entries in batches.items():
-                await self._call_prepare(driver, entries)
+        # The calls run outside the cache lock, as in the kubelet: pods prepare concurrently
+        # (a workload's claim may wait in its plugin for the daemon pod's claim on this node).
+        for driver, entries in batches.items():
+            await self._call_prepare(driver, entries)
+        async with self._lock:
             for entries in batches.values():
                 for e in entries:
                     e.prepared = True
@@ -433,27 +436,27 @@ class DraManager:
                     continue
                 for d in entry.drivers:
                     batches.setdefault(d, []).append(entry)
-            for driver, entries in batches.items():
-                _, pb, stub = self._stubs(driver)
-                req = pb.NodeUnprepareResourcesRequest(
-                    claims=[
-                        pb.Claim(namespace=e.namespace, uid=e.uid, name=e.name) for e in entries
-                    ]
-                )
-                try:
-                    resp = await stub.NodeUnprepareResources(req, timeout=self._s.call_timeout_s)
-                except grpc.aio.AioRpcError as err:
+            await asyncio.to_thread(self._save)
+        # Calls outside the lock (see prepare); the entries go once every driver agreed.
+        for driver, entries in batches.items():
+            _, pb, stub = self._stubs(driver)
+            req = pb.NodeUnprepareResourcesRequest(
+                claims=[pb.Claim(namespace=e.namespace, uid=e.uid, name=e.name) for e in entries]
+            )
+            try:
+                resp = await stub.NodeUnprepareResources(req, timeout=self._s.call_timeout_s)
+            except grpc.aio.AioRpcError as err:
+                raise pods.PrepareError(
+                    f"NodeUnprepareResources: rpc error: code = "
+                    f"{err.code().name} desc = {err.details()}"
+                ) from err
+            for e in entries:
+                result = resp.claims.get(e.uid)
+                if result is not None and result.error:
                     raise pods.PrepareError(
-                        f"NodeUnprepareResources: rpc error: code = "
-                        f"{err.code().name} desc = {err.details()}"
-                    ) from err
-                for e in entries:
-                    result = resp.claims.get(e.uid)
-                    if result is not None and result.error:
-                        raise pods.PrepareError(
-                            f"NodeUnprepareResources failed for "
-                            f"ResourceClaim {e.name}: {result.error}"
-                        )
+                        f"NodeUnprepareResources failed for ResourceClaim {e.name}: {result.error}"
+                    )
+        async with self._lock:
             for entries in batches.values():
                 for e in entries:
                     self._cache.pop(f"{e.namespace}/{e.name}", None)

@@ -205,8 +205,10 @@ class PodWorker:
         while True:
             try:
                 return await what()
-            except (volumes.VolumeError, PrepareError, volumes.EnvError) as err:
-                msg = str(err)
+            except (volumes.VolumeError, PrepareError, volumes.EnvError, ApiError) as err:
+                # An API refusal here is usually transient (e.g. the Node authorizer has not
+                # seen the pod yet when its ServiceAccount token is requested): retry it too.
+                msg = str(err.status.message) if isinstance(err, ApiError) else str(err)
                 if msg != last:
                     self._log.warning("%s: %s", reason, msg)
                     await self._svc.recorder.pod(self.pod, "Warning", reason, msg)
@@ -300,7 +302,11 @@ class PodWorker:
             cdi_env, devices, cdi_mounts = self._svc.resolve_cdi(cdi_ids)
             env.update(cdi_env)
             mounts.extend(cdi_mounts)
-        argv = self._svc.images.command(c.image or "", list(c.command or []), list(c.args or []))
+        argv = self._svc.images.command(
+            c.image or "",
+            [volumes.expand(a, env) for a in c.command or []],
+            [volumes.expand(a, env) for a in c.args or []],
+        )
         env = self._svc.images.environment(env)
         hostname = "" if self.spec.hostNetwork else (self.spec.hostname or self.name)
         return runtime.ContainerConfig(
@@ -383,7 +389,8 @@ class PodWorker:
             f"Started container {c.name}",
             f"spec.containers{{{c.name}}}",
         )
-        prober = probes.Prober(self._svc.runtime, running, c, rec, self._changed, self._log)
+        prober = probes.Prober(self._svc.runtime, running, c, rec, self._changed, self._log,
+                               pod_ip=self.ip)
         probe_task = asyncio.create_task(prober.run(), name=f"probes:{self.name}/{c.name}")
         try:
             rc = await running.child.proc.wait()

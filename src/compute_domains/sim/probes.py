@@ -28,7 +28,10 @@ class Prober:
         rec: podstatus.ContainerRecord,
         changed: Callable[[], None],
         log: logging.LoggerAdapter[logging.Logger],
+        *,
+        pod_ip: str = "127.0.0.1",
     ) -> None:
+        self._pod_ip = pod_ip
         self._rt = rt
         self._running = running
         self._c = container
@@ -36,6 +39,15 @@ class Prober:
         self._changed = changed
         self._log = log
         self.killed_reason = ""
+
+    def _port(self, port: int | str) -> int:
+        """A probe's port: a number, or the name of one of the container's ports."""
+        if isinstance(port, int) or str(port).isdigit():
+            return int(port)
+        for p in self._c.ports or []:
+            if p.name == port:
+                return int(p.containerPort)
+        return 0
 
     async def _check(self, probe: Any) -> bool:
         timeout = float(probe.timeoutSeconds or 1)
@@ -47,10 +59,10 @@ class Prober:
                 self._log.debug("exec probe failed (%d): %s", rc, out.strip()[-200:])
             return rc == 0
         if probe.tcpSocket is not None:
-            host = probe.tcpSocket.host or "127.0.0.1"
+            host = probe.tcpSocket.host or self._pod_ip
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(probe.tcpSocket.port)), timeout
+                    asyncio.open_connection(host, self._port(probe.tcpSocket.port)), timeout
                 )
             except (OSError, TimeoutError):
                 return False
@@ -59,7 +71,8 @@ class Prober:
         if probe.httpGet is not None:
             g = probe.httpGet
             url = (
-                f"{(g.scheme or 'HTTP').lower()}://{g.host or '127.0.0.1'}:{g.port}{g.path or '/'}"
+                f"{(g.scheme or 'HTTP').lower()}://{g.host or self._pod_ip}:{self._port(g.port)}"
+                f"{g.path or '/'}"
             )
             try:
                 async with httpx.AsyncClient(verify=False, timeout=timeout) as http:

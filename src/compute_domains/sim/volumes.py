@@ -136,7 +136,7 @@ async def container_env(client: AsyncClient, ctx: PodContext, container: Any) ->
             env[(src.prefix or "") + k] = v.decode(errors="replace")
     for var in container.env or []:
         if var.valueFrom is None:
-            env[var.name] = var.value or ""
+            env[var.name] = expand(var.value or "", env)
             continue
         vf = var.valueFrom
         value: str | None
@@ -155,6 +155,24 @@ async def container_env(client: AsyncClient, ctx: PodContext, container: Any) ->
         if value is not None:
             env[var.name] = value
     return env
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: known names are replaced, ``$$`` is a literal ``$``,
+    unknown references stay as written (the kubelet's rules for env values, command and args)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2:end]
+            out.append(env[name] if name in env else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def _write_files(target: Path, files: dict[str, bytes], mode: int) -> None:

@@ -1,0 +1,19 @@
+import pytest
+
+from compute_domains.sim import volumes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$(A)", "1"),
+        ("x-$(A)-$(B)", "x-1-two"),
+        ("$(MISSING)", "$(MISSING)"),
+        ("$$(A)", "$(A)"),
+        ("cost $$5", "cost $5"),
+        ("$(A", "$(A"),
+        ("plain", "plain"),
+    ],
+)
+def test_expand_follows_kubernetes_rules(text: str, expected: str) -> None:
+    assert volumes.expand(text, {"A": "1", "B": "two"}) == expected
