@@ -137,6 +137,8 @@ def _exec(spec: dict[str, Any], argv: list[str]) -> None:
 
 def main(argv: list[str]) -> None:
     """``run SPEC`` or ``enter SPEC PID -- CMD...``."""
+    # Die with the node agent that started us (it forks without a pre-exec hook).
+    _libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL; survives the exec below
     mode, spec_path = argv[0], argv[1]
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
     if mode == "run":

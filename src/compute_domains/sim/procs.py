@@ -75,8 +75,15 @@ async def start(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    preexec: bool = True,
 ) -> Child:
-    """Start ``argv`` with stdout and stderr appended to ``log_path``."""
+    """Start ``argv`` with stdout and stderr appended to ``log_path``.
+
+    ``preexec=False`` skips the parent-death hook in the forked child; the program must then
+    set it itself (``container_init`` does). A process that uses gRPC must start children that
+    way: Python code run between fork and exec triggers gRPC's fork handlers, which break the
+    child.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
@@ -86,7 +93,7 @@ async def start(
             stderr=asyncio.subprocess.STDOUT,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_parent if preexec else None,
         )
     logger.debug("started %s pid=%d: %s", name, proc.pid, " ".join(argv))
     return Child(name=name, proc=proc, log_path=log_path)

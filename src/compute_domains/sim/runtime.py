@@ -144,6 +144,7 @@ class Runtime:
             cid,
             [self._s.python, "-m", "compute_domains.sim.container_init", "run", str(spec_path)],
             log_path=log_path,
+            preexec=False,
         )
         return Running(child=child, spec_path=spec_path)
 
@@ -166,7 +167,8 @@ class Runtime:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=procs.die_with_parent,
+            # container_init sets the parent-death signal itself (no Python between fork
+            # and exec in this gRPC-using process).
         )
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
