@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
@@ -23,6 +24,7 @@ from compute_domains.cli import options
 from compute_domains.sim import state
 from tests.e2e.conftest import DRIVER_NS
 
+pytestmark = pytest.mark.timeout(1200)
 EXAMPLE = options.repo_root() / "examples" / "compute-domain-0.yaml"
 
 

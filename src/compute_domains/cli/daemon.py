@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
-from compute_domains.daemon import app, imexconfig, readiness, supervisor
+from compute_domains.daemon import imexconfig, readiness, supervisor
 from compute_domains.daemon.config import (
     CheckSettings,
     DaemonSettings,
@@ -240,6 +240,9 @@ def _setup_logs(opts: dict[str, Any]) -> None:
 
 async def _serve(settings: DaemonSettings, shutdown_timeout: float) -> None:
     """Run the daemon; the first SIGTERM/SIGINT cancels it; exit is forced after a bound."""
+    # Imported here: `check` runs as an exec probe and must not load the Kubernetes client.
+    from compute_domains.daemon import app
+
     loop = asyncio.get_running_loop()
     client = kube.client(settings.kube)
     task = asyncio.create_task(app.Daemon(settings, client).run(), name="daemon")

@@ -3,8 +3,9 @@
 Rendering follows upstream (spec §7.3) field for field, with these deliberate differences:
 - the container runs the project image's ``cdctl daemon run``; all three probes exec
   ``cdctl daemon check``;
-- the readiness probe runs every second (upstream: 10 s), so a daemon's readiness reaches the
-  CD status within about a second;
+- the startup probe runs every second, so a new daemon turns Ready about a second after its IMEX
+  service does; afterwards the readiness probe runs every 5 s (upstream: 10 s) — each run costs
+  a process start on the node, which matters with 18 daemons on a small machine;
 - no ``FEATURE_GATES`` env (we have no feature gates); ``CD_LOG_LEVEL``/``CD_LOG_FORMAT`` are
   added so the daemon's ``cdctl`` logs at the controller's chosen level and format.
 
@@ -89,7 +90,7 @@ def render(*, cd_uid: str, namespace: str, settings: config.DaemonSettings) -> D
         resources=ResourceRequirements(claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)]),
         startupProbe=_probe(period=1, failures=1200),
         livenessProbe=_probe(period=60, failures=20),
-        readinessProbe=_probe(period=1, failures=1),
+        readinessProbe=_probe(period=5, failures=1),
     )
     pod_spec = PodSpec(
         serviceAccountName=names.DAEMON_SERVICE_ACCOUNT,

@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 
 from compute_domains.api import names
-from compute_domains.daemon import imexconfig, supervisor
+from compute_domains.daemon import imexconfig, probe, supervisor
 from compute_domains.infra import backoff, errors, kube
 
 CDI_HINT = "CDI container edits did not apply -- is CDI enabled in your container runtime?"
@@ -78,18 +78,7 @@ class PeerSettings:
     never reach DNS); None leaves them unresolvable. Must not be any pod's address."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CheckSettings:
-    """What ``cdctl daemon check`` needs (the probes run it every second)."""
-
-    clique_id: str = ""
-    """Empty: the node has no IMEX daemon, so the check passes at once."""
-    config_path: Path = Path("/imexd/imexd.cfg")
-    """IMEX config the ctl tool reads the command endpoint from."""
-    ctl_command: str = "nvidia-imex-ctl"
-    """The IMEX control tool (found on PATH)."""
-    timeout: float = 8.0
-    """Seconds before a hanging ctl query counts as not ready (under the probe's 10 s)."""
+CheckSettings = probe.CheckSettings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

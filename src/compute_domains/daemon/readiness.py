@@ -30,52 +30,16 @@ from lightkube.types import PatchType
 
 from compute_domains.api import names
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import kubeio
-from compute_domains.daemon.config import CheckSettings, Identity
+from compute_domains.daemon import kubeio, probe
+from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
 
 logger = logging.getLogger(__name__)
 
-READY_OUTPUT = "READY\n"
-"""The only ctl output that counts as ready."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CheckResult:
-    """Outcome of one probe run."""
-
-    ok: bool
-    message: str
-
-
-async def check(settings: CheckSettings) -> CheckResult:
-    """Run the probe once; never raises for a failing or missing ctl tool."""
-    if not settings.clique_id:
-        return CheckResult(True, "check succeeded (noop, clique ID is empty)")
-    argv = [settings.ctl_command, "-c", str(settings.config_path), "-q"]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    except OSError as err:
-        return CheckResult(False, f"IMEX daemon not ready: cannot run {argv[0]}: {err}")
-    try:
-        async with asyncio.timeout(settings.timeout):
-            out, _ = await proc.communicate()
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return CheckResult(False, f"IMEX daemon not ready: {argv[0]} gave no answer in time")
-    text = out.decode(errors="replace")
-    if proc.returncode == 0 and text == READY_OUTPUT:
-        return CheckResult(True, "check succeeded")
-    return CheckResult(
-        False, f"IMEX daemon not ready (exit status {proc.returncode}): {text.strip()!r}"
-    )
+# The probe itself lives in a light module (it runs every second); re-exported here.
+READY_OUTPUT = probe.READY_OUTPUT
+CheckResult = probe.CheckResult
+check = probe.check
 
 
 def is_pod_ready(pod: Any) -> bool:

@@ -148,6 +148,18 @@ class Runtime:
         )
         return Running(child=child, spec_path=spec_path)
 
+    def _enter_argv(self, running: Running, argv: Sequence[str]) -> list[str]:
+        """How to run ``argv`` in a container's view: util-linux ``nsenter`` (a C program, so
+        frequent exec probes stay cheap) into its mount and UTS namespaces and root, with the
+        container's own environment; ``container_init enter`` without namespaces."""
+        nsenter = shutil.which("nsenter")
+        if self._s.isolate and nsenter:
+            env = json.loads(running.spec_path.read_text())["env"]
+            return [nsenter, "-t", str(running.child.pid), "-m", "-u", "-r", "-w",
+                    "env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        return [self._s.python, "-m", "compute_domains.sim.container_init", "enter",
+                str(running.spec_path), str(running.child.pid), "--", *argv]
+
     async def exec(
         self,
         running: Running,
@@ -156,14 +168,7 @@ class Runtime:
     ) -> tuple[int, str]:
         """Run ``argv`` inside a running container's view; (exit code, output). 124 on timeout."""
         proc = await asyncio.create_subprocess_exec(
-            self._s.python,
-            "-m",
-            "compute_domains.sim.container_init",
-            "enter",
-            str(running.spec_path),
-            str(running.child.pid),
-            "--",
-            *argv,
+            *self._enter_argv(running, argv),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
