@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import logging
 import random
 from collections.abc import Callable
