@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-E2E_FAST ?=
+E2E_FAST ?= tests/e2e/test_seed_example.py
 
 .PHONY: setup tools test test-unit test-integration test-e2e demo lint check clean
 

@@ -47,6 +47,23 @@ async def _eventually(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} not reached in {timeout:.0f}s (last: {last!r})")
 
 
+async def _follow_log(admin: AsyncClient, pod: str, until: str, timeout: float = 180) -> str:
+    """The pod's log, followed until ``until`` appears (the program reports when it can)."""
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for line in admin.log(pod, namespace="default", follow=True):
+            seen.append(line)
+            if until in line or "NOT READY" in line:
+                return
+
+    try:
+        await asyncio.wait_for(follow(), timeout)
+    except TimeoutError:
+        pass
+    return "".join(seen)
+
+
 async def _cd(admin: AsyncClient) -> dict[str, Any]:
     obj = await admin.get(computedomain.ComputeDomainResource, "compute-domain-0",
                           namespace="default")
@@ -94,10 +111,9 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):
         assert pod.metadata is not None and pod.metadata.name
-        log = "".join([line async for line in admin.log(pod.metadata.name,
-                                                          namespace="default")])
+        log = await _follow_log(admin, pod.metadata.name, "mnnvl-workload: OK")
         assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
-        assert "domain UP" in log, log
+        assert "OK: channels=1 domain=UP" in log, log
 
     kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
 

@@ -1,10 +1,268 @@
-"""``cdctl plugin ...``: the plugin component as the chart runs it."""
+"""``cdctl plugin ...``: run the plugin component (flags and environment → settings → ``run()``).
+
+``cdctl plugin run`` is what the Helm chart's DaemonSet runs on every GPU node. Every flag has
+an environment variable (upstream's names where upstream has the setting), so the chart
+configures it through ``env``. SIGTERM or SIGINT cancels the plugin; it stops its gRPC servers
+and removes its sockets within ``--shutdown-timeout`` seconds, after which the process exits
+regardless. A start-up failure (fabric not ready, corrupt checkpoint, ...) exits with code 1
+and one clear line, so the pod crash-loops visibly until the cause is gone.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
 import click
+
+from compute_domains.infra import kube, logs
+from compute_domains.plugin import app, config, discovery
+
+logger = logging.getLogger(__name__)
+
+_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
+_DIR = click.Path(file_okay=False, path_type=Path)
+_FILE = click.Path(dir_okay=False, path_type=Path)
+_PORT = click.IntRange(0, 65535)
 
 
 @click.group("plugin")
 def group() -> None:
     """The plugin component (as the Helm chart runs it)."""
+
+
+@group.command("run")
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="Node served. Env NODE_NAME.")
+@click.option(
+    "--namespace",
+    envvar=["POD_NAMESPACE", "NAMESPACE"],
+    default="default",
+    show_default=True,
+    help="Driver namespace (ComputeDomainCliques are read there). Env POD_NAMESPACE.",
+)
+@click.option(
+    "--kubelet-registrar-directory-path",
+    "registrar_dir",
+    envvar="KUBELET_REGISTRAR_DIRECTORY_PATH",
+    type=_DIR,
+    default=Path("/var/lib/kubelet/plugins_registry"),
+    show_default=True,
+    help="Kubelet plugin-registration folder (host path).",
+)
+@click.option(
+    "--kubelet-plugins-directory-path",
+    "plugins_dir",
+    envvar="KUBELET_PLUGINS_DIRECTORY_PATH",
+    type=_DIR,
+    default=Path("/var/lib/kubelet/plugins"),
+    show_default=True,
+    help="Kubelet plugin data folder (host path).",
+)
+@click.option(
+    "--cdi-root",
+    envvar="CDI_ROOT",
+    type=_DIR,
+    default=Path("/var/run/cdi"),
+    show_default=True,
+    help="CDI spec folder of the container runtime (host path).",
+)
+@click.option(
+    "--host-root",
+    envvar="HOST_ROOT",
+    type=_DIR,
+    default=Path("/"),
+    show_default=True,
+    help="Where the host paths above are reachable from this process (simulated nodes).",
+)
+@click.option(
+    "--proc-devices-path",
+    envvar="PROC_DEVICES_PATH",
+    type=_FILE,
+    default=Path("/proc/devices"),
+    show_default=True,
+    help="The kernel's device-major table. Env PROC_DEVICES_PATH.",
+)
+@click.option(
+    "--boot-id-path",
+    envvar="BOOT_ID_PATH",
+    type=_FILE,
+    default=Path("/proc/sys/kernel/random/boot_id"),
+    show_default=True,
+    help="The kernel boot ID file. Env BOOT_ID_PATH.",
+)
+@click.option(
+    "--fabric-imex-mgmt-path",
+    envvar="FABRIC_IMEX_MGMT_PATH",
+    type=_FILE,
+    default=Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt"),
+    show_default=True,
+    help="The fabric-imex-mgmt capability file (daemon claims on MNNVL nodes).",
+)
+@click.option(
+    "--imex-config-template",
+    envvar="IMEX_CONFIG_TEMPLATE",
+    type=_FILE,
+    default=None,
+    help="IMEX config template placed in each per-CD folder; none: the daemon's built-in one.",
+)
+@click.option(
+    "--strict-fabric/--no-strict-fabric",
+    envvar="STRICT_FABRIC",
+    default=True,
+    show_default=True,
+    help="Refuse to start while the NVLink fabric registers or is in error.",
+)
+@click.option(
+    "--channel-slots",
+    envvar="CHANNEL_SLOTS",
+    type=click.IntRange(1, config.MAX_CHANNEL_SLOTS),
+    default=8,
+    show_default=True,
+    help="Channel devices published per node (pods of one ComputeDomain per node).",
+)
+@click.option(
+    "--quarantine-corrupt-checkpoint/--no-quarantine-corrupt-checkpoint",
+    envvar="QUARANTINE_CORRUPT_CHECKPOINT",
+    default=False,
+    show_default=True,
+    help="Move a corrupt checkpoint aside and start empty instead of failing.",
+)
+@click.option(
+    "--metrics-port",
+    envvar="METRICS_PORT",
+    type=_PORT,
+    default=None,
+    help="Port of /metrics and /healthz; unset disables. Env METRICS_PORT.",
+)
+@click.option(
+    "--metrics-address",
+    envvar="METRICS_ADDRESS",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address of the metrics (and gRPC health) server. Env METRICS_ADDRESS.",
+)
+@click.option(
+    "--healthcheck-port",
+    envvar="HEALTHCHECK_PORT",
+    type=_PORT,
+    default=None,
+    help="Port of the grpc.health.v1 service; unset disables. Env HEALTHCHECK_PORT.",
+)
+@click.option(
+    "--cleanup-interval",
+    envvar="CLEANUP_INTERVAL",
+    type=click.FloatRange(min=1.0),
+    default=300.0,
+    show_default=True,
+    help="Seconds between cleanup passes.",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=_FILE,
+    default=None,
+    help="Kubeconfig file; in-cluster ServiceAccount when unset. Env KUBECONFIG.",
+)
+@click.option(
+    "--log-level",
+    envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
+    type=_LEVELS,
+    default="info",
+    show_default=True,
+    help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
+)
+@click.option(
+    "--log-format",
+    envvar="LOG_FORMAT",
+    type=_FORMATS,
+    default="text",
+    show_default=True,
+    help="Log line format. Env LOG_FORMAT.",
+)
+@click.option(
+    "--shutdown-timeout",
+    envvar="SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(min=1.0),
+    default=15.0,
+    show_default=True,
+    help="Seconds a stop may take before the process exits anyway.",
+)
+def run(
+    node_name: str,
+    namespace: str,
+    registrar_dir: Path,
+    plugins_dir: Path,
+    cdi_root: Path,
+    host_root: Path,
+    proc_devices_path: Path,
+    boot_id_path: Path,
+    fabric_imex_mgmt_path: Path,
+    imex_config_template: Path | None,
+    strict_fabric: bool,
+    channel_slots: int,
+    quarantine_corrupt_checkpoint: bool,
+    metrics_port: int | None,
+    metrics_address: str,
+    healthcheck_port: int | None,
+    cleanup_interval: float,
+    kubeconfig: Path | None,
+    log_level: str,
+    log_format: str,
+    shutdown_timeout: float,
+) -> None:
+    """Run the DRA kubelet plugin of this node until SIGTERM."""
+    fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
+    logs.setup(log_level.lower(), fmt)
+    settings = config.PluginSettings(
+        node_name=node_name,
+        driver_namespace=namespace,
+        paths=config.PathSettings(
+            host_root=host_root,
+            registrar_dir=registrar_dir,
+            plugins_dir=plugins_dir,
+            cdi_root=cdi_root,
+            proc_devices=proc_devices_path,
+            boot_id=boot_id_path,
+            fabric_imex_mgmt=fabric_imex_mgmt_path,
+            imex_config_template=imex_config_template,
+        ),
+        cleanup=config.CleanupSettings(interval_s=cleanup_interval),
+        metrics=config.MetricsSettings(port=metrics_port, bind_address=metrics_address),
+        kube=kube.KubeSettings(kubeconfig=kubeconfig, field_manager="compute-domain-plugin"),
+        channel_slots=channel_slots,
+        strict_fabric=strict_fabric,
+        health_port=healthcheck_port,
+        quarantine_corrupt_checkpoint=quarantine_corrupt_checkpoint,
+    )
+    logger.info("starting plugin with %s", settings)
+    nvml = discovery.NvmlDiscovery(proc_devices=proc_devices_path, strict_fabric=strict_fabric)
+    asyncio.run(_serve(app.Plugin(settings, nvml), shutdown_timeout))
+
+
+async def _serve(instance: app.Plugin, shutdown_timeout: float) -> None:
+    """Run ``instance``; the first SIGTERM/SIGINT cancels it, and exit is forced after a bound."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(instance.run(), name="plugin")
+
+    def stop(signum: int) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        task.cancel()
+        loop.call_later(shutdown_timeout, _force_exit)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+
+
+def _force_exit() -> None:
+    logger.error("graceful stop took too long; exiting")
+    logging.shutdown()
+    os._exit(1)

@@ -6,17 +6,21 @@ never be trusted when damaged.
 File format (our own; JSON, UTF-8, keys sorted, two-space indent)::
 
     {"checksum": "sha256:<hex>", "claims": {<uid>: <entry>, ...}, "nodeBootID": "...",
-     "version": 1}
+     "version": 2}
 
 ``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace, UTF-8) of the whole
 document without the ``checksum`` key. It is verified on the parsed document, so re-indenting the
 file does not break it, but changing any value does.
 
 Compatibility rules:
-- We write version 1 and read version 1 only. Any other version, invalid JSON, a wrong checksum or
-  a document that does not fit the layout raises ``CheckpointCorruptError`` with a ``reason``; the
-  caller quarantines the file (``quarantine``) and decides whether to start empty.
-- A future version 2 must keep ``version`` at the top level so that this reader reports
+- We write version 2 and read versions 1 and 2. Version 2 added the entry key ``resourceVersion``
+  (the claim's resourceVersion when it was prepared) and the state ``UnprepareCompleted`` (a
+  tombstone that lets the plugin refuse a late prepare of a claim it already unprepared); a
+  version 1 entry reads with an empty ``resourceVersion``.
+- Any other version, invalid JSON, a wrong checksum or a document that does not fit the layout
+  raises ``CheckpointCorruptError`` with a ``reason``; the caller quarantines the file
+  (``quarantine``) or refuses to start.
+- A future version must keep ``version`` at the top level so that this reader reports
   ``UNKNOWN_VERSION`` instead of guessing.
 
 Invariants:
@@ -40,8 +44,10 @@ from typing import Any
 
 from compute_domains.infra import atomicfile, errors
 
-VERSION = 1
-"""The checkpoint format version this module writes (and the only one it reads)."""
+VERSION = 2
+"""The checkpoint format version this module writes."""
+READABLE_VERSIONS = (1, 2)
+"""Format versions this module reads."""
 
 FILE_NAME = "checkpoint.json"
 """The checkpoint's file name inside the plugin directory."""
@@ -56,6 +62,14 @@ class ClaimState(enum.StrEnum):
     """Prepare finished; ``devices`` is what the kubelet was given. Prepare again is a no-op."""
     PREPARE_ABORTED = "PrepareAborted"
     """Prepare failed permanently; its side effects still need undoing by unprepare/cleanup."""
+    UNPREPARED = "UnprepareCompleted"
+    """Unprepare finished: a tombstone without devices. A prepare of the same claim version
+    (same ``resource_version``) is refused; the entry expires after a while."""
+
+    @property
+    def live(self) -> bool:
+        """Whether the claim may still hold side effects (label, CDI spec) on this node."""
+        return self is not ClaimState.UNPREPARED
 
 
 class CorruptionReason(enum.StrEnum):
@@ -116,6 +130,8 @@ class ClaimEntry:
     """The prepared devices; complete only in ``PREPARE_COMPLETED``."""
     status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Snapshot of the ResourceClaim ``status`` (allocation) as plain JSON; opaque here."""
+    resource_version: str = ""
+    """The claim's ``metadata.resourceVersion`` when it was prepared; empty when unknown."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -175,8 +191,9 @@ def decode(data: bytes | str, *, path: Path | None = None) -> Checkpoint:
         raise CheckpointCorruptError(path, CorruptionReason.INVALID_JSON, str(err)) from err
     if not isinstance(doc, dict):
         raise CheckpointCorruptError(path, CorruptionReason.INVALID_LAYOUT, "not a JSON object")
-    if doc.get("version") != VERSION:
-        detail = f"version {doc.get('version')!r}, this reader knows {VERSION}"
+    version = doc.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        detail = f"version {version!r}, this reader knows {list(READABLE_VERSIONS)}"
         raise CheckpointCorruptError(path, CorruptionReason.UNKNOWN_VERSION, detail)
     stored = doc.pop("checksum", None)
     if stored != _checksum(doc):
@@ -184,7 +201,10 @@ def decode(data: bytes | str, *, path: Path | None = None) -> Checkpoint:
         raise CheckpointCorruptError(path, CorruptionReason.CHECKSUM_MISMATCH, detail)
     try:
         _exact_keys(doc, {"version", "nodeBootID", "claims"}, "checkpoint")
-        claims = {uid: _entry_from_json(uid, raw) for uid, raw in _obj(doc["claims"]).items()}
+        claims = {
+            uid: _entry_from_json(uid, raw, version=int(version))
+            for uid, raw in _obj(doc["claims"]).items()
+        }
         return Checkpoint(boot_id=_str(doc["nodeBootID"]), claims=claims)
     except (KeyError, TypeError, ValueError) as err:
         detail = f"{type(err).__name__}: {err}"
@@ -259,6 +279,7 @@ def _entry_to_json(e: ClaimEntry) -> dict[str, Any]:
         "updatedAt": _time_to_json(e.updated_at),
         "devices": [_device_to_json(d) for d in e.devices],
         "status": dict(e.status),
+        "resourceVersion": e.resource_version,
     }
 
 
@@ -273,13 +294,23 @@ def _device_to_json(d: PreparedDevice) -> dict[str, Any]:
     }
 
 
-_ENTRY_KEYS = {"uid", "namespace", "name", "state", "startedAt", "updatedAt", "devices", "status"}
+_ENTRY_KEYS_V1 = {
+    "uid",
+    "namespace",
+    "name",
+    "state",
+    "startedAt",
+    "updatedAt",
+    "devices",
+    "status",
+}
+_ENTRY_KEYS = {*_ENTRY_KEYS_V1, "resourceVersion"}
 _DEVICE_KEYS = {"poolName", "deviceName", "requestNames", "cdiDeviceIDs", "kind", "domainID"}
 
 
-def _entry_from_json(uid: str, raw: object) -> ClaimEntry:
+def _entry_from_json(uid: str, raw: object, *, version: int) -> ClaimEntry:
     obj = _obj(raw)
-    _exact_keys(obj, _ENTRY_KEYS, f"claim {uid}")
+    _exact_keys(obj, _ENTRY_KEYS if version >= 2 else _ENTRY_KEYS_V1, f"claim {uid}")
     if obj["uid"] != uid:
         raise ValueError(f"claim keyed {uid!r} has uid {obj['uid']!r}")
     return ClaimEntry(
@@ -291,6 +322,7 @@ def _entry_from_json(uid: str, raw: object) -> ClaimEntry:
         updated_at=_time_from_json(obj["updatedAt"]),
         devices=tuple(_device_from_json(d) for d in _list(obj["devices"])),
         status=_obj(obj["status"]),
+        resource_version=_str(obj.get("resourceVersion", "")),
     )
 
 

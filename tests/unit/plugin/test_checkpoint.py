@@ -36,6 +36,7 @@ def _entry(
             ),
         ),
         status={"allocation": {"devices": {"results": [{"device": "channel-0"}]}}},
+        resource_version="42",
     )
 
 
@@ -56,15 +57,15 @@ def test_round_trip_through_a_file_keeps_every_field(tmp_path: Path) -> None:
 
 def test_empty_checkpoint_bytes_are_pinned() -> None:
     # Golden file: changing the layout or the checksum rule must be a new format version.
-    canonical = f'{{"claims":{{}},"nodeBootID":"{BOOT}","version":1}}'.encode()
+    canonical = f'{{"claims":{{}},"nodeBootID":"{BOOT}","version":2}}'.encode()
     digest = hashlib.sha256(canonical).hexdigest()
-    assert digest == "410d236a6925bc06238f4a2d536d39ae5a06b07d139a071210f71efb7e9ddad7"
+    assert digest == "a107e8d6342d935c3e8dda8bb80bd5baa7b720c32e6d05daf3fa322cd8f20032"
     expected = (
         "{\n"
         f'  "checksum": "sha256:{digest}",\n'
         '  "claims": {},\n'
         f'  "nodeBootID": "{BOOT}",\n'
-        '  "version": 1\n'
+        '  "version": 2\n'
         "}\n"
     )
     assert cp.encode(cp.Checkpoint(boot_id=BOOT)).decode() == expected
@@ -90,6 +91,7 @@ def test_golden_entry_layout() -> None:
             }
         ],
         "status": {"allocation": {"devices": {"results": [{"device": "channel-0"}]}}},
+        "resourceVersion": "42",
     }
 
 
@@ -131,7 +133,7 @@ def _naive_time(data: bytes) -> bytes:
 
 def _future_version(data: bytes) -> bytes:
     doc = json.loads(data)
-    doc["version"] = 2
+    doc["version"] = 3
     return _resign(doc)
 
 
@@ -234,3 +236,20 @@ def test_naive_timestamps_are_refused_on_encode() -> None:
     bad = dataclasses.replace(_entry(), started_at=T0.replace(tzinfo=None))
     with pytest.raises(ValueError, match="timezone"):
         cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(bad))
+
+
+def test_version_1_files_are_still_read() -> None:
+    doc = json.loads(cp.encode(_sample()))
+    doc["version"] = 1
+    for entry in doc["claims"].values():
+        del entry["resourceVersion"]
+    old = cp.decode(_resign(doc))
+    assert old.get("uid-1") == dataclasses.replace(_entry(), resource_version="")
+
+
+def test_tombstones_round_trip_and_are_not_live() -> None:
+    tomb = dataclasses.replace(_entry(), state=cp.ClaimState.UNPREPARED, devices=(), status={})
+    back = cp.decode(cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(tomb)))
+    assert back.get("uid-1") == tomb
+    assert not tomb.state.live
+    assert all(s.live for s in cp.ClaimState if s is not cp.ClaimState.UNPREPARED)

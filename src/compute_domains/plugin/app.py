@@ -1,0 +1,221 @@
+"""Compose the kubelet plugin of one node and run it: ``Plugin.run()``.
+
+Start-up order (any failure ends ``run`` with an exception; nothing is left listening):
+1. Hardware discovery (NVML, ``/proc/devices``) in a worker thread; strict fabric checks.
+2. Folders; the checkpoint is opened for the current boot (a checkpoint of an earlier boot is
+   reset; a corrupt one stops start-up unless quarantining is enabled); the base CDI spec.
+3. A first cleanup pass (stale claims, orphaned specs, a stray node label from before a reboot).
+4. The DRA gRPC service (v1 + v1beta1), then the registration service, so the kubelet can use
+   the endpoint as soon as it learns it.
+5. Background tasks in one TaskGroup: ResourceSlice publisher, periodic cleanup, optional
+   metrics/health HTTP endpoint and gRPC health service. A failing task cancels the others.
+Cancellation stops the gRPC servers (in-flight calls get a short grace) and removes our sockets;
+the ResourceSlice stays, as upstream leaves it.
+
+Many plugins can run in one process (the simulator does so): nothing here is global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from lightkube import AsyncClient
+
+from compute_domains.infra import bootid, errors, kube
+from compute_domains.plugin import (
+    cdi,
+    checkpoint,
+    cleanup,
+    computedomain,
+    discovery,
+    driver,
+    edits,
+    grpc_server,
+    health,
+    metrics,
+    registration,
+    resourceslice,
+    state,
+)
+from compute_domains.plugin.config import PluginSettings
+
+logger = logging.getLogger(__name__)
+
+
+class Plugin:
+    """The DRA kubelet plugin of one node."""
+
+    def __init__(self, settings: PluginSettings, hardware: discovery.Discovery) -> None:
+        """Args: settings: everything configurable; hardware: discovery (NVML in production)."""
+        self._s = settings
+        self._discovery = hardware
+        self.metrics = metrics.PluginMetrics(settings.node_name)
+        self.ready = asyncio.Event()
+        """Set once the kubelet sockets listen and the slice publisher runs."""
+        self.registration: registration.RegistrationServicer | None = None
+        self.device_state: state.DeviceState | None = None
+        self.http: metrics.HttpEndpoint | None = None
+
+    async def run(self) -> None:
+        """Serve the node until cancelled."""
+        s, paths = self._s, self._s.paths
+        extra = {"node": s.node_name}
+        info = await asyncio.to_thread(self._discovery.discover)
+        logger.info(
+            "discovered %d GPUs, driver %s, clique %r",
+            len(info.gpus),
+            info.driver_version,
+            info.clique_id,
+            extra=extra,
+        )
+        boot_id = await asyncio.to_thread(bootid.read_boot_id, paths.boot_id)
+        await asyncio.to_thread(self._prepare_folders)
+        async with kube.client(s.kube) as client:
+            await self._serve(client, info, boot_id)
+
+    def _prepare_folders(self) -> None:
+        paths = self._s.paths
+        paths.local(paths.plugin_dir).mkdir(parents=True, exist_ok=True, mode=0o750)
+        paths.local(paths.domains_dir).mkdir(parents=True, exist_ok=True, mode=0o755)
+        cdi_root = paths.local(paths.cdi_root)
+        cdi_root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        dev_root = paths.local(Path("/dev"))
+        cdi.CdiWriter(cdi_root).write_base_spec(
+            cdi.build_base_spec(cdi.nvidia_device_paths(dev_root))
+        )
+
+    async def _serve(self, client: AsyncClient, info: discovery.NodeInfo, boot_id: str) -> None:
+        s, paths = self._s, self._s.paths
+        publisher: resourceslice.SlicePublisher | None = None
+        domains = computedomain.Domains(
+            client, node=s.node_name, driver_namespace=s.driver_namespace
+        )
+        facts = edits.NodeFacts(
+            clique_id=info.clique_id, channel_major=info.channel_major, caps_major=info.caps_major
+        )
+
+        def on_binding(uid: str) -> None:
+            logger.info("node binding: %s", uid or "free", extra={"node": s.node_name})
+            if publisher is not None:
+                publisher.poke()
+
+        device_state = state.DeviceState(
+            node=s.node_name,
+            paths=paths,
+            retry=s.retry,
+            facts=facts,
+            domains=domains,
+            channel_slots=s.channel_slots,
+            on_binding=on_binding,
+            on_checkpoint=self.metrics.observe_checkpoint,
+        )
+        self.device_state = device_state
+        await self._open_checkpoint(device_state, boot_id)
+        publisher = resourceslice.SlicePublisher(
+            client,
+            node=s.node_name,
+            channel_slots=s.channel_slots,
+            binding=lambda: device_state.binding,
+        )
+        sweeper = cleanup.Cleanup(
+            client=client,
+            device_state=device_state,
+            domains=domains,
+            settings=s.cleanup,
+            node=s.node_name,
+        )
+        await sweeper.run_once()
+        drv = driver.Driver(
+            client=client,
+            device_state=device_state,
+            node=s.node_name,
+            retry=s.retry,
+            metrics=self.metrics,
+        )
+        dra = grpc_server.dra_server(drv)
+        self.registration = registration.RegistrationServicer(paths.dra_socket, s.node_name)
+        reg = registration.registration_server(self.registration)
+        dra_path, reg_path = paths.local(paths.dra_socket), paths.local(paths.registration_socket)
+        dra_inode = await grpc_server.listen_unix(dra, dra_path)
+        try:
+            reg_inode = await grpc_server.listen_unix(reg, reg_path)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(_guard(publisher.run, "slices"), name="slices")
+                    tg.create_task(
+                        _guard(_after(s.cleanup.interval_s, sweeper.run), "cleanup"), name="cleanup"
+                    )
+                    self._optional_tasks(tg, dra_path, reg_path)
+                    self.ready.set()
+                    logger.info("plugin serving", extra={"node": s.node_name})
+            finally:
+                await grpc_server.stop_unix(reg, reg_path, reg_inode)
+        finally:
+            await grpc_server.stop_unix(dra, dra_path, dra_inode)
+
+    def _optional_tasks(self, tg: asyncio.TaskGroup, dra_path: Path, reg_path: Path) -> None:
+        s = self._s
+
+        async def healthy() -> bool:
+            return await health.probe(reg_path, dra_path)
+
+        if s.metrics.port is not None:
+            self.http = metrics.HttpEndpoint(s.metrics, self.metrics, healthy)
+            tg.create_task(_guard(self.http.run, "metrics"), name="metrics")
+        if s.health_port is not None:
+            port = s.health_port
+
+            async def serve_health() -> None:
+                server = health.health_server(reg_path, dra_path)
+                server.add_insecure_port(f"{s.metrics.bind_address}:{port}")
+                await server.start()
+                try:
+                    await server.wait_for_termination()
+                finally:
+                    await server.stop(1.0)
+
+            tg.create_task(_guard(serve_health, "grpc-health"), name="grpc-health")
+
+    async def _open_checkpoint(self, device_state: state.DeviceState, boot_id: str) -> None:
+        path = device_state.checkpoint_path
+        try:
+            boot = await device_state.open_for_boot(boot_id)
+        except checkpoint.CheckpointCorruptError as err:
+            if not self._s.quarantine_corrupt_checkpoint:
+                raise errors.ConfigError(
+                    f"{err}; move the file aside (or start with checkpoint quarantining enabled) "
+                    "to start with an empty checkpoint"
+                ) from err
+            moved = await asyncio.to_thread(
+                checkpoint.quarantine, path, now=datetime.datetime.now(datetime.UTC)
+            )
+            logger.error("quarantined corrupt checkpoint to %s: %s", moved, err)
+            boot = await device_state.open_for_boot(boot_id)
+        if boot.discarded:
+            logger.warning(
+                "Invalidating checkpoint: node rebooted (boot %s → %s); dropped %d claims",
+                boot.previous_boot_id,
+                boot_id,
+                len(boot.discarded),
+                extra={"node": self._s.node_name},
+            )
+
+
+async def _after(delay: float, run: Callable[[], Awaitable[None]]) -> None:
+    await asyncio.sleep(delay)
+    await run()
+
+
+async def _guard(run: Callable[[], Awaitable[None]] | Awaitable[None], name: str) -> None:
+    """Run a background task; log how it ended unless cancelled, then let it propagate."""
+    try:
+        await (run() if callable(run) else run)
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        logger.exception("plugin task %s failed", name)
+        raise

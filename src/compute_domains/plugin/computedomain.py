@@ -1,0 +1,237 @@
+"""Node-side ComputeDomain checks: find a CD by UID, own the node label, wait for readiness.
+
+- Lookups are fresh reads (a list in the claim's namespace, filtered by UID), not an informer
+  cache: a CD created a moment ago is found, and a deleted one is not. A channel claim whose CD
+  does not exist, or lives in another namespace than the claim, fails permanently; a daemon
+  claim (which lives in the driver namespace) finds its CD in any namespace and retries while
+  it is missing, as upstream does.
+- The node label ``resource.nvidia.com/computeDomain=<cdUID>`` pulls the CD's daemon onto the
+  node. It is written with a resourceVersion precondition, so two writers cannot both win;
+  a label for another CD refuses the claim with a retryable error. Removing it only ever
+  removes our own value (a newer CD's label is left alone).
+- Readiness is watched, not polled: read the node's entry once, then follow a watch from that
+  read's resourceVersion until the entry is Ready or the attempt's time runs out. On a node with
+  a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
+  written by the daemon; on a node without one it is the CD's ``status.nodes`` entry, which the
+  controller derives from the daemon pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from lightkube import ALL_NS, AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
+from compute_domains.infra import errors
+
+logger = logging.getLogger(__name__)
+
+
+class NodeHeldError(errors.TemporaryError):
+    """The node is labelled for another ComputeDomain."""
+
+
+class DomainPort(Protocol):
+    """What the claim state machine needs from the API (``Domains``; unit tests pass a fake)."""
+
+    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        """The CD with ``uid`` in ``namespace``, or None."""
+        ...
+
+    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
+        """The CD of a workload claim (permanent error when missing or elsewhere)."""
+        ...
+
+    async def for_daemon(self, uid: str) -> ComputeDomain:
+        """The CD of a daemon claim (temporary error when missing)."""
+        ...
+
+    async def label(self, cd: ComputeDomain) -> bool:
+        """Label the node for ``cd`` (``NodeHeldError`` when labelled for another)."""
+        ...
+
+    async def unlabel(self, uid: str) -> bool:
+        """Remove the node label if it names ``uid``."""
+        ...
+
+    async def label_value(self) -> str:
+        """The node's current ComputeDomain label."""
+        ...
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        """Return once the node's daemon of ``cd`` is Ready (temporary error on timeout)."""
+        ...
+
+
+class Domains:
+    """ComputeDomain reads and node-label writes for one node (the ``DomainPort`` in use)."""
+
+    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+        self._client = client
+        self._node = node
+        self._driver_ns = driver_namespace
+
+    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        """The CD with ``uid`` in ``namespace`` (all namespaces by default), or None."""
+        try:
+            async for item in self._client.list(ComputeDomainResource, namespace=namespace):
+                if (item.metadata and item.metadata.uid) == uid:
+                    return ComputeDomain.from_resource(item)
+        except ApiError as err:
+            raise errors.TemporaryError(f"listing ComputeDomains: {err.status.message}") from err
+        return None
+
+    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
+        """The CD of a workload claim, which must live in the claim's namespace.
+
+        Raises:
+            errors.PermanentError: no such CD, or it lives in another namespace.
+        """
+        cd = await self.find(uid, claim_namespace)
+        if cd is not None:
+            return cd
+        elsewhere = await self.find(uid)
+        if elsewhere is not None:
+            raise errors.PermanentError(
+                f"ComputeDomain {elsewhere.namespace}/{elsewhere.name} ({uid}) is in another "
+                f"namespace than the claim ({claim_namespace})"
+            )
+        raise errors.PermanentError(f"ComputeDomain with UID {uid} not found")
+
+    async def for_daemon(self, uid: str) -> ComputeDomain:
+        """The CD of a daemon claim (any namespace).
+
+        Raises:
+            errors.TemporaryError: not found (yet).
+        """
+        cd = await self.find(uid)
+        if cd is None:
+            raise errors.TemporaryError(f"compute domain not found: {uid}")
+        return cd
+
+    async def label(self, cd: ComputeDomain) -> bool:
+        """Label the node for ``cd``; True when the label was written now.
+
+        Raises:
+            NodeHeldError: the node is labelled for another ComputeDomain.
+            errors.TemporaryError: the API refused or conflicted.
+        """
+        node = await self._get_node()
+        labels = (node.metadata.labels if node.metadata else None) or {}
+        current = labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+        if current == cd.uid:
+            return False
+        if current:
+            raise NodeHeldError(
+                f"node {self._node} is held by another ComputeDomain (label "
+                f"{names.COMPUTE_DOMAIN_LABEL}={current}); ComputeDomain "
+                f"{cd.namespace}/{cd.name} can use it once that one leaves"
+            )
+        await self._patch_label(node, cd.uid)
+        logger.info(
+            "labelled node for ComputeDomain",
+            extra={"node": self._node, "cd": f"{cd.namespace}/{cd.name}"},
+        )
+        return True
+
+    async def unlabel(self, uid: str) -> bool:
+        """Remove the node label if it names ``uid``; True when it was removed now."""
+        node = await self._get_node()
+        labels = (node.metadata.labels if node.metadata else None) or {}
+        if labels.get(names.COMPUTE_DOMAIN_LABEL) != uid:
+            return False
+        await self._patch_label(node, None)
+        logger.info("removed node label of ComputeDomain %s", uid, extra={"node": self._node})
+        return True
+
+    async def label_value(self) -> str:
+        """The node's current ComputeDomain label ("" when none)."""
+        node = await self._get_node()
+        labels = (node.metadata.labels if node.metadata else None) or {}
+        return str(labels.get(names.COMPUTE_DOMAIN_LABEL, ""))
+
+    async def _get_node(self) -> Node:
+        try:
+            return await self._client.get(Node, self._node)
+        except ApiError as err:
+            raise errors.TemporaryError(f"reading node {self._node}: {err.status.message}") from err
+
+    async def _patch_label(self, node: Node, value: str | None) -> None:
+        version = node.metadata.resourceVersion if node.metadata else None
+        # The resourceVersion makes the patch conditional: a concurrent writer gets a 409.
+        patch = {
+            "metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: value}, "resourceVersion": version}
+        }
+        try:
+            await self._client.patch(Node, self._node, patch, patch_type=PatchType.MERGE)
+        except ApiError as err:
+            raise errors.TemporaryError(
+                f"updating node {self._node} label: {err.status.message}"
+            ) from err
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        """Return once this node's entry for ``cd`` is Ready.
+
+        Raises:
+            errors.TemporaryError: not Ready within ``timeout`` seconds.
+        """
+        node = self._node
+        if clique_id:
+            name = names.clique_object_name(cd.uid, clique_id)
+            where = f"clique {self._driver_ns}/{name}"
+
+            def clique_ready(obj: Any) -> bool:
+                entry = ComputeDomainClique.from_resource(obj).daemon(node)
+                return entry is not None and entry.status is Readiness.READY
+
+            waiting = _follow(
+                self._client, ComputeDomainCliqueResource, name, self._driver_ns, clique_ready
+            )
+        else:
+            where = f"status of ComputeDomain {cd.namespace}/{cd.name}"
+
+            def cd_ready(obj: Any) -> bool:
+                status = ComputeDomain.from_resource(obj).status
+                entry = status.node(node) if status is not None else None
+                return entry is not None and entry.status is Readiness.READY
+
+            waiting = _follow(self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiting
+        except TimeoutError as err:
+            raise errors.TemporaryError(
+                f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
+                f"{timeout:g}s (waiting for {where}: IMEX daemon not Ready yet)"
+            ) from err
+        except ApiError as err:
+            raise errors.TemporaryError(f"watching {where}: {err.status.message}") from err
+
+
+async def _follow(
+    client: AsyncClient, res: Any, name: str, namespace: str, ready: Callable[[Any], bool]
+) -> None:
+    """Read ``name`` once, then follow a watch from that read until ``ready`` holds."""
+    version: str | None = None
+    try:
+        obj = await client.get(res, name, namespace=namespace)
+        if ready(obj):
+            return
+        version = obj.metadata.resourceVersion if obj.metadata else None
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+    async for op, obj in client.watch(
+        res, namespace=namespace, fields={"metadata.name": name}, resource_version=version
+    ):
+        if op != "DELETED" and ready(obj):
+            return

@@ -1,0 +1,197 @@
+"""Batch orchestration of kubelet calls: per-claim isolation, bounded retries, metrics, logs.
+
+One NodePrepareResources call may carry several claims. Each claim is handled in its own task,
+so one slow or failing claim never delays or fails another, and every claim gets a result:
+- the claim is read fresh from the API (a missing claim, a new UID or no allocation fail it);
+- temporary errors are retried with capped exponential backoff (250 ms doubling to 3 s) until
+  the call's budget (below the kubelet's 45 s) is spent; the last error is then returned, so
+  the kubelet's event says what the claim is waiting for;
+- permanent errors are returned at once (the kubelet retries the pod later anyway).
+Unexpected exceptions are bugs or host trouble: they are logged with their traceback and
+treated as temporary. ``asyncio.CancelledError`` always propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from compute_domains.api import names
+from compute_domains.infra import backoff, errors, filelock
+from compute_domains.plugin import checkpoint, configs, metrics, state
+from compute_domains.plugin.config import RetrySettings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_DRIVER = names.DRIVER_NAME
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Result:
+    """The outcome of one claim: devices, or an error text for the kubelet."""
+
+    devices: tuple[checkpoint.PreparedDevice, ...] = ()
+    error: str = ""
+
+
+class Driver:
+    """Turns kubelet batches into per-claim ``DeviceState`` calls."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncClient,
+        device_state: state.DeviceState,
+        node: str,
+        retry: RetrySettings,
+        metrics: metrics.PluginMetrics,
+    ) -> None:
+        self._client = client
+        self._state = device_state
+        self._node = node
+        self._retry = retry
+        self._metrics = metrics
+        self._backoff = backoff.Backoff(
+            initial=retry.initial_backoff_s, maximum=retry.max_backoff_s, jitter=0.0
+        )
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Result]:
+        """Prepare every claim; claim UID → result."""
+        results = await asyncio.gather(*(self._prepare_one(r) for r in refs))
+        return {r.uid: res for r, res in zip(refs, results, strict=True)}
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Unprepare every claim; claim UID → error text ("" on success)."""
+        results = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
+        return {r.uid: res for r, res in zip(refs, results, strict=True)}
+
+    def _log(self, ref: ClaimRef) -> logging.LoggerAdapter[logging.Logger]:
+        bound = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid, "node": self._node}
+        return logging.LoggerAdapter(logger, bound)
+
+    async def _prepare_one(self, ref: ClaimRef) -> Result:
+        log = self._log(ref)
+        deadline = asyncio.get_running_loop().time() + self._retry.budget_s
+        claim: configs.Claim | None = None
+
+        async def attempt() -> tuple[checkpoint.PreparedDevice, ...]:
+            nonlocal claim
+            if claim is None:
+                claim = await self._fetch(ref)
+            left = deadline - asyncio.get_running_loop().time()
+            wait = min(self._retry.readiness_timeout_s, left)
+            return await self._state.prepare(claim, wait_s=wait)
+
+        outcome = await self._retrying(metrics.PREPARE, attempt, deadline, log)
+        if isinstance(outcome, str):
+            return Result(error=f"prepare claim {ref.namespace}/{ref.name} ({ref.uid}): {outcome}")
+        log.info("prepared claim: %s", ", ".join(d.device_name for d in outcome))
+        return Result(devices=outcome)
+
+    async def _unprepare_one(self, ref: ClaimRef) -> str:
+        log = self._log(ref)
+        deadline = asyncio.get_running_loop().time() + self._retry.budget_s
+
+        async def attempt() -> checkpoint.ClaimEntry | None:
+            return await self._state.unprepare(ref.uid)
+
+        outcome = await self._retrying(metrics.UNPREPARE, attempt, deadline, log)
+        if isinstance(outcome, str):
+            return f"unprepare claim {ref.namespace}/{ref.name} ({ref.uid}): {outcome}"
+        if outcome is None:
+            log.info("Unprepare noop: claim not found in checkpoint data")
+        else:
+            log.info("unprepared claim (was %s)", outcome.state.value)
+        return ""
+
+    async def _retrying(
+        self,
+        operation: str,
+        attempt: Callable[[], Awaitable[T]],
+        deadline: float,
+        log: logging.LoggerAdapter[logging.Logger],
+    ) -> T | str:
+        """Run ``attempt`` until it succeeds, fails permanently or the deadline nears.
+
+        Returns the attempt's value, or the error text to hand to the kubelet.
+        """
+        loop = asyncio.get_running_loop()
+        retry_type = "prepare_devices" if operation == metrics.PREPARE else "unprepare_devices"
+        inflight = self._metrics.inflight.labels(_DRIVER, operation)
+        tries = 0
+        while True:
+            started = loop.time()
+            inflight.inc()
+            try:
+                value = await attempt()
+            except errors.PermanentError as err:
+                self._metrics.error(operation, "permanent")
+                log.error("Permanent error %sing devices: %s", operation, err)
+                return f"permanent error: {err}"
+            except filelock.LockTimeoutError as err:
+                self._metrics.error(operation, "lock_acquire")
+                last = str(err)
+            except errors.TemporaryError as err:
+                self._metrics.error(operation, retry_type)
+                last = str(err)
+            except ApiError as err:  # an API call not classified where it was made
+                self._metrics.error(operation, retry_type)
+                last = f"API error: {err.status.message}"
+            except (OSError, ValueError, KeyError, TypeError) as err:  # host trouble or a bug
+                self._metrics.error(operation, retry_type)
+                log.exception("unexpected error %sing devices", operation)
+                last = f"internal error: {type(err).__name__}: {err}"
+            else:
+                self._metrics.requests.labels(_DRIVER, operation).inc()
+                self._metrics.duration.labels(_DRIVER, operation).observe(loop.time() - started)
+                return value
+            finally:
+                inflight.dec()
+            delay = self._backoff.delay(tries)
+            tries += 1
+            if loop.time() + delay >= deadline:
+                log.warning("giving up for now after %d attempts: %s", tries, last)
+                return last
+            log.debug("attempt %d failed, retrying in %.2fs: %s", tries, delay, last)
+            await asyncio.sleep(delay)
+
+    async def _fetch(self, ref: ClaimRef) -> configs.Claim:
+        try:
+            obj = await self._client.get(ResourceClaim, ref.name, namespace=ref.namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not found") from err
+            raise errors.TemporaryError(f"reading claim: {err.status.message}") from err
+        meta = obj.metadata
+        if meta is None or meta.uid != ref.uid:
+            found = meta.uid if meta else None
+            raise errors.PermanentError(
+                f"claim {ref.namespace}/{ref.name} got replaced (UID {found}, expected {ref.uid})"
+            )
+        status = obj.status.to_dict() if obj.status is not None else {}
+        if not status.get("allocation"):
+            raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not allocated")
+        return configs.Claim(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            resource_version=meta.resourceVersion or "",
+            status=status,
+        )

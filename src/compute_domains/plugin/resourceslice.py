@@ -1,0 +1,181 @@
+"""Publish this node's ResourceSlice and keep it so: republish on drift, deletion or binding change.
+
+The slice (``devices.slice_spec``) has a fixed name, ``<node>-compute-domain.nvidia.com``, one
+pool named after the node and an owner reference to the Node (controller), so it goes away with
+the Node. A watch on the slices of our driver and node (field selectors ``spec.nodeName`` and
+``spec.driver``) marks the state dirty when our slice is deleted (the kubelet wipes a node's
+slices when it restarts or after a plugin has been gone for 30 s), changed by someone else, or
+when a foreign slice of ours appears (an older plugin's, deleted as obsolete); ``poke`` marks it
+dirty when the node's binding changed. One reconcile task brings the API to the wanted state,
+bumping the pool generation on every content change; failures retry with backoff. Slices are
+left in place at shutdown, as upstream does: a restarting plugin must not flap its devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from compute_domains.api import names
+from compute_domains.infra import backoff
+from compute_domains.plugin import devices
+
+logger = logging.getLogger(__name__)
+
+_RETRY = backoff.Backoff(initial=0.5, maximum=30.0)
+
+
+class SlicePublisher:
+    """Keeps one node's ResourceSlice equal to the wanted content."""
+
+    def __init__(
+        self, client: AsyncClient, *, node: str, channel_slots: int, binding: Callable[[], str]
+    ) -> None:
+        self._client = client
+        self._node = node
+        self._slots = channel_slots
+        self._binding = binding
+        self._name = devices.slice_name(node)
+        self._dirty = asyncio.Event()
+        self._dirty.set()
+        self.published = asyncio.Event()
+        """Set once the wanted content was written (or found) at least once."""
+        self._fields: dict[str, Any] = {"spec.nodeName": node, "spec.driver": names.DRIVER_NAME}
+
+    def poke(self) -> None:
+        """Recompute and republish soon (the binding changed)."""
+        self._dirty.set()
+
+    async def run(self) -> None:
+        """Publish, then follow the slices until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._reconcile_loop(), name=f"slice-reconcile:{self._node}")
+            tg.create_task(self._watch_loop(), name=f"slice-watch:{self._node}")
+
+    def _wanted(self) -> list[dict[str, Any]]:
+        return devices.slice_devices(self._slots, self._binding())
+
+    async def _reconcile_loop(self) -> None:
+        failures = 0
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self._reconcile()
+            except (ApiError, httpx.HTTPError) as err:
+                delay = _RETRY.delay(failures)
+                failures += 1
+                logger.warning(
+                    "publishing the ResourceSlice failed (%s); retrying in %.1fs",
+                    getattr(getattr(err, "status", None), "message", None) or err,
+                    delay,
+                    extra={"node": self._node},
+                )
+                await asyncio.sleep(delay)
+                self._dirty.set()
+            else:
+                failures = 0
+                self.published.set()
+
+    async def _reconcile(self) -> None:
+        ours: ResourceSlice | None = None
+        async for item in self._client.list(ResourceSlice, fields=self._fields):
+            name = item.metadata.name if item.metadata else None
+            if name == self._name:
+                ours = item
+            elif name:
+                logger.info("deleting obsolete ResourceSlice %s", name, extra={"node": self._node})
+                try:
+                    await self._client.delete(ResourceSlice, name)
+                except ApiError as err:
+                    if err.status.code != 404:
+                        raise
+        wanted = self._wanted()
+        if ours is not None and self._matches(ours, wanted):
+            return
+        generation = 1
+        if ours is not None:
+            current = ours.to_dict().get("spec", {}).get("pool", {}).get("generation", 0)
+            generation = int(current) + 1
+        meta: dict[str, Any] = {"name": self._name, "ownerReferences": [await self._owner()]}
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": meta,
+            "spec": devices.slice_spec(self._node, self._slots, self._binding(), generation),
+        }
+        if ours is None:
+            await self._client.create(_slice(body))
+            action = "published"
+        else:
+            assert ours.metadata is not None
+            meta["resourceVersion"] = ours.metadata.resourceVersion
+            await self._client.replace(_slice(body))
+            action = "republished"
+        logger.info(
+            "%s ResourceSlice %s (generation %d, binding %s)",
+            action,
+            self._name,
+            generation,
+            self._binding() or "none",
+            extra={"node": self._node},
+        )
+
+    def _matches(self, obj: ResourceSlice, wanted: list[dict[str, Any]]) -> bool:
+        spec = obj.to_dict().get("spec", {})
+        pool = spec.get("pool", {})
+        return (
+            spec.get("nodeName") == self._node
+            and pool.get("name") == self._node
+            and pool.get("resourceSliceCount") == 1
+            and devices.same_devices(spec.get("devices"), wanted)
+        )
+
+    async def _owner(self) -> dict[str, Any]:
+        node = await self._client.get(Node, self._node)
+        uid = node.metadata.uid if node.metadata else None
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": self._node,
+            "uid": uid,
+            "controller": True,
+        }
+
+    async def _watch_loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async for op, obj in self._client.watch(ResourceSlice, fields=self._fields):
+                    failures = 0
+                    name = obj.metadata.name if obj.metadata else None
+                    if op == "DELETED" and name != self._name:
+                        continue
+                    if (
+                        op == "DELETED"
+                        or name != self._name
+                        or not self._matches(obj, self._wanted())
+                    ):
+                        self._dirty.set()
+            except (ApiError, httpx.HTTPError) as err:
+                delay = _RETRY.delay(failures)
+                failures += 1
+                logger.warning(
+                    "ResourceSlice watch ended (%s); restarting in %.1fs",
+                    err,
+                    delay,
+                    extra={"node": self._node},
+                )
+                await asyncio.sleep(delay)
+
+
+def _slice(body: dict[str, Any]) -> ResourceSlice:
+    return cast(ResourceSlice, ResourceSlice.from_dict(body))

@@ -1,0 +1,343 @@
+"""DeviceState: the idempotent prepare/unprepare state machine over the node's checkpoint.
+
+The checkpoint (``checkpoint.json`` in our plugin folder) is the only record of what this node
+prepared, and it is re-read inside every transaction, because a second plugin process (a
+rolling update) may have written it. A transaction holds an in-process ``asyncio.Lock`` and the
+node-local lock file ``pu.lock`` (``fcntl.flock``; a holder that dies releases it). Transactions
+are short: no transaction waits for a daemon, so RPCs are never serialised behind one another.
+
+Claim states: absent → ``PrepareStarted`` → ``PrepareCompleted`` → ``UnprepareCompleted``
+(a tombstone); a permanent failure records ``PrepareAborted``. Prepare of a channel claim runs in
+three steps: (1) in a transaction: record ``PrepareStarted`` with the planned devices (and so
+the CD they bind the node to), then write the node label; (2) without any lock: wait until the
+node's IMEX daemon is Ready; (3) in a transaction: if the claim was not unprepared meanwhile,
+write its CDI spec and record ``PrepareCompleted``. Daemon claims need no wait.
+
+Invariants:
+- Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
+- A prepare of a claim version (same UID and resourceVersion) that was already unprepared is
+  refused permanently: it is a late retry that would otherwise leak the label and CDI spec.
+- The node label of CD ``X`` exists only while a live entry (started, completed or aborted)
+  holds a channel device of ``X``: it is written after the entry, and unprepare removes it when
+  the last such entry goes (reference count per CD, beyond upstream's one claim per node).
+- Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
+- Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from compute_domains.api.computedomain import ComputeDomain
+from compute_domains.infra import errors, filelock
+from compute_domains.plugin import (
+    cdi,
+    checkpoint,
+    computedomain,
+    configs,
+    devices,
+    discovery,
+    edits,
+)
+from compute_domains.plugin.config import PathSettings, RetrySettings
+
+logger = logging.getLogger(__name__)
+
+State = checkpoint.ClaimState
+LOCK_FILE = "pu.lock"
+"""Name of the node-local lock file in the plugin folder."""
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def channel_holders(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[str, set[str]]:
+    """CD UID → UIDs of the live claims holding channel devices of it (``exclude`` left out)."""
+    out: dict[str, set[str]] = {}
+    for uid, entry in cp.claims.items():
+        if uid == exclude or not entry.state.live:
+            continue
+        for device in entry.devices:
+            if device.kind == devices.DeviceType.CHANNEL and device.domain_id:
+                out.setdefault(device.domain_id, set()).add(uid)
+    return out
+
+
+def binding_of(cp: checkpoint.Checkpoint) -> str:
+    """The CD the node is bound to ("" when free); the lowest UID if, wrongly, several."""
+    held = sorted(channel_holders(cp))
+    return held[0] if held else ""
+
+
+@dataclasses.dataclass(slots=True)
+class Transaction:
+    """The checkpoint as read under the locks; ``save`` replaces it."""
+
+    current: checkpoint.Checkpoint
+    """The checkpoint as of the last read or ``save``."""
+    _state: DeviceState
+
+    async def save(self, new: checkpoint.Checkpoint) -> None:
+        """Write ``new`` atomically and make it this transaction's view."""
+        await asyncio.to_thread(checkpoint.save, self._state.checkpoint_path, new)
+        self.current = new
+        self._state.observe(new)
+
+
+class DeviceState:
+    """Owns the checkpoint, the claim CDI specs and the per-CD folders of one node."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        paths: PathSettings,
+        retry: RetrySettings,
+        facts: edits.NodeFacts,
+        domains: computedomain.DomainPort,
+        channel_slots: int,
+        on_binding: Callable[[str], None] = lambda _uid: None,
+        on_checkpoint: Callable[[checkpoint.Checkpoint], None] = lambda _cp: None,
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
+        self._node = node
+        self._paths = paths
+        self._retry = retry
+        self._facts = facts
+        self._domains = domains
+        self._offered = devices.allocatable(channel_slots)
+        self._on_binding = on_binding
+        self._on_checkpoint = on_checkpoint
+        self._now = now
+        plugin_dir = paths.local(paths.plugin_dir)
+        self.checkpoint_path = plugin_dir / checkpoint.FILE_NAME
+        self._lock_path = plugin_dir / LOCK_FILE
+        self.writer = cdi.CdiWriter(paths.local(paths.cdi_root))
+        self._mutex = asyncio.Lock()
+        self._binding: str | None = None
+
+    @property
+    def binding(self) -> str:
+        """The CD UID this node is bound to as of the last read or write ("" when free)."""
+        return self._binding or ""
+
+    def observe(self, cp: checkpoint.Checkpoint) -> None:
+        """Note a checkpoint just read or written; report a binding change."""
+        self._on_checkpoint(cp)
+        new = binding_of(cp)
+        if new != self._binding:
+            self._binding = new
+            self._on_binding(new)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """Hold both locks and the current checkpoint for one read-modify-write.
+
+        Raises:
+            filelock.LockTimeoutError: another plugin process held the lock too long (retryable).
+        """
+        async with self._mutex:
+            lock = filelock.FileLock(
+                self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
+            )
+            await lock.acquire_async()
+            try:
+                found = await asyncio.to_thread(checkpoint.load, self.checkpoint_path)
+                cp = found if found is not None else checkpoint.Checkpoint()
+                self.observe(cp)
+                yield Transaction(current=cp, _state=self)
+            finally:
+                lock.release()
+
+    async def open_for_boot(self, boot_id: str) -> checkpoint.BootCheck:
+        """Load the checkpoint for this boot (reset after a reboot), under the locks.
+
+        Raises:
+            checkpoint.CheckpointCorruptError: the file cannot be trusted (left in place).
+        """
+        async with self._mutex:
+            lock = filelock.FileLock(
+                self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
+            )
+            async with lock:
+                boot = await asyncio.to_thread(
+                    checkpoint.open_for_boot, self.checkpoint_path, boot_id
+                )
+        self.observe(boot.checkpoint)
+        return boot
+
+    async def prepare(
+        self, claim: configs.Claim, *, wait_s: float
+    ) -> tuple[checkpoint.PreparedDevice, ...]:
+        """One attempt to prepare ``claim``; ``wait_s`` bounds the readiness wait.
+
+        Raises:
+            errors.PermanentError: retrying cannot help (bad config, wrong namespace, ...).
+            errors.TemporaryError: retrying may help (daemon not Ready, conflict, lock).
+        """
+        async with self.transaction() as txn:
+            entry = txn.current.get(claim.uid)
+            if entry is not None and entry.state is State.PREPARE_COMPLETED:
+                return entry.devices
+            if (
+                entry is not None
+                and entry.state is State.UNPREPARED
+                and entry.resource_version == claim.resource_version
+            ):
+                raise errors.PermanentError(
+                    f"claim {claim.ref} was unprepared at {entry.updated_at:%H:%M:%S}; refusing a "
+                    "late prepare of the same claim version"
+                )
+            now = self._now()
+            live = entry is not None and entry.state.live
+            base = checkpoint.ClaimEntry(
+                uid=claim.uid,
+                namespace=claim.namespace,
+                name=claim.name,
+                state=State.PREPARE_STARTED,
+                started_at=entry.started_at if live and entry else now,
+                updated_at=now,
+                devices=entry.devices if live and entry else (),
+                status=claim.status,
+                resource_version=claim.resource_version,
+            )
+            try:
+                plan, cd = await self._begin(txn, claim, base)
+            except errors.PermanentError:
+                # Recorded so that the failure is visible and the cleanup can judge the claim.
+                held = txn.current.get(claim.uid) or base
+                aborted = dataclasses.replace(held, state=State.PREPARE_ABORTED)
+                await txn.save(txn.current.with_claim(aborted))
+                raise
+        if plan.has_channels:
+            await self._domains.wait_ready(cd, self._facts.clique_id, max(wait_s, 0.1))
+        async with self.transaction() as txn:
+            current = txn.current.get(claim.uid)
+            if current is None or not current.state.live:
+                raise errors.PermanentError(
+                    f"claim {claim.ref} was unprepared while its prepare waited; not preparing"
+                )
+            if current.state is State.PREPARE_COMPLETED:
+                return current.devices
+            prepared = await asyncio.to_thread(self._apply, claim, plan, cd)
+            done = dataclasses.replace(
+                current, state=State.PREPARE_COMPLETED, devices=prepared, updated_at=self._now()
+            )
+            await txn.save(txn.current.with_claim(done))
+        return prepared
+
+    async def _begin(
+        self, txn: Transaction, claim: configs.Claim, base: checkpoint.ClaimEntry
+    ) -> tuple[configs.Plan, ComputeDomain]:
+        """Step 1 under the locks: plan, local checks, CD lookup, record, label."""
+        plan = configs.plan(claim, node=self._node, offered=self._offered)
+        self._check_overlap(txn.current, claim, plan)
+        if plan.has_channels:
+            held = {
+                d for d in channel_holders(txn.current, exclude=claim.uid) if d != plan.domain_id
+            }
+            if held:
+                holder = sorted(held)[0]
+                claims = ", ".join(sorted(channel_holders(txn.current)[holder]))
+                raise computedomain.NodeHeldError(
+                    f"node {self._node} is held by another ComputeDomain ({holder}, claims "
+                    f"{claims}); ComputeDomain {plan.domain_id} can use it once that one leaves"
+                )
+            cd = await self._domains.for_channel(plan.domain_id, claim.namespace)
+        else:
+            cd = await self._domains.for_daemon(plan.domain_id)
+        recorded = dataclasses.replace(base, devices=edits.planned_devices(plan))
+        await txn.save(txn.current.with_claim(recorded))
+        if plan.has_channels:
+            await self._domains.label(cd)
+        return plan, cd
+
+    def _check_overlap(
+        self, cp: checkpoint.Checkpoint, claim: configs.Claim, plan: configs.Plan
+    ) -> None:
+        wanted = plan.device_names()
+        for uid, other in cp.claims.items():
+            if uid == claim.uid or other.state is not State.PREPARE_COMPLETED:
+                continue
+            for device in other.devices:
+                if device.device_name in wanted:
+                    raise errors.TemporaryError(
+                        f"requested device {device.device_name} is already allocated to "
+                        f"different claim {other.namespace}/{other.name} ({uid})"
+                    )
+
+    def _apply(
+        self, claim: configs.Claim, plan: configs.Plan, cd: ComputeDomain
+    ) -> tuple[checkpoint.PreparedDevice, ...]:
+        """Blocking: per-CD folder for daemons, CDI spec, the devices to return."""
+        facts = self._facts
+        host_dir = self._paths.domains_dir / cd.uid
+        if plan.has_daemon:
+            local_dir = self._paths.local(host_dir)
+            local_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+            template = self._paths.imex_config_template
+            if template is not None:
+                shutil.copyfile(template, local_dir / "imexd.cfg.tmpl")
+            if facts.clique_id:
+                facts = dataclasses.replace(facts, imex_mgmt=self._read_capability())
+        wanted = edits.container_edits(plan, facts=facts, cd=cd, domain_dir=host_dir)
+        spec, prepared = edits.prepared_devices(claim.uid, plan, wanted)
+        if spec is not None:
+            self.writer.write_claim_spec(spec)
+        else:
+            self.writer.remove_claim_spec(claim.uid)
+        return prepared
+
+    def _read_capability(self) -> discovery.CapabilityDevice:
+        path = self._paths.fabric_imex_mgmt
+        try:
+            return discovery.parse_capability(path.read_text())
+        except (OSError, discovery.DiscoveryError) as err:
+            raise errors.TemporaryError(
+                f"reading the fabric-imex-mgmt capability {path}: {err}"
+            ) from err
+
+    async def unprepare(
+        self, uid: str, *, only_if: Callable[[checkpoint.ClaimEntry], bool] | None = None
+    ) -> checkpoint.ClaimEntry | None:
+        """Undo a claim's side effects and leave a tombstone; the entry undone, or None (no-op).
+
+        Args:
+            uid: the claim UID.
+            only_if: undo only when this holds for the current entry (cleanup's re-check).
+
+        Raises:
+            errors.TemporaryError: the node label could not be removed (retryable).
+        """
+        async with self.transaction() as txn:
+            entry = txn.current.get(uid)
+            if (
+                entry is None
+                or not entry.state.live
+                or (only_if is not None and not only_if(entry))
+            ):
+                return None
+            others = channel_holders(txn.current, exclude=uid)
+            for device in entry.devices:
+                domain = device.domain_id
+                if device.kind == devices.DeviceType.CHANNEL and domain and domain not in others:
+                    await self._domains.unlabel(domain)
+                    others[domain] = set()  # once per CD
+            await asyncio.to_thread(self.writer.remove_claim_spec, uid)
+            tombstone = dataclasses.replace(
+                entry, state=State.UNPREPARED, devices=(), status={}, updated_at=self._now()
+            )
+            await txn.save(txn.current.with_claim(tombstone))
+            return entry
+
+    def domain_dir(self, uid: str) -> Path:
+        """Where this process finds the per-CD folder of ``uid``."""
+        return self._paths.local(self._paths.domains_dir / uid)

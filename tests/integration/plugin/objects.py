@@ -1,0 +1,292 @@
+"""Hand-made objects for plugin tests: a CD with its clique, claim templates, pods, logs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+from lightkube.types import PatchType
+
+from compute_domains.api import configs, names
+from compute_domains.api.clique import (
+    CliqueDaemon,
+    ComputeDomainClique,
+    ComputeDomainCliqueResource,
+)
+from compute_domains.api.computedomain import (
+    AllocationMode,
+    ComputeDomainResource,
+    Readiness,
+)
+from compute_domains.plugin import checkpoint, devices
+from compute_domains.sim import state
+from tests.integration.helpers import wait_for
+
+IMAGE = "debian:12"
+
+
+async def namespace(admin: AsyncClient, name: str) -> None:
+    """Create a namespace and wait for its default ServiceAccount (pods need it)."""
+    await admin.create(Namespace.from_dict({"metadata": {"name": name}}))
+    await wait_for(admin, ServiceAccount, "default", lambda _sa: True, namespace=name)
+
+
+async def compute_domain(admin: AsyncClient, ns: str, name: str, *, mode: str = "Single") -> str:
+    """Create a CD (its template is named after it); returns its UID."""
+    obj = await admin.create(
+        ComputeDomainResource.from_dict(
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.COMPUTE_DOMAIN_KIND,
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "numNodes": 0,
+                    "channel": {"resourceClaimTemplate": {"name": name}, "allocationMode": mode},
+                },
+            }
+        )
+    )
+    uid = obj.metadata.uid
+    assert uid
+    return str(uid)
+
+
+async def ready_clique(
+    admin: AsyncClient,
+    driver_ns: str,
+    cd_uid: str,
+    clique_id: str,
+    nodes: list[str],
+    status: Readiness = Readiness.READY,
+) -> None:
+    """The clique running daemons would have written: every node's entry ``status``."""
+    clique = ComputeDomainClique.new(cd_uid=cd_uid, clique_id=clique_id, namespace=driver_ns)
+    daemons = tuple(
+        CliqueDaemon(
+            node_name=node,
+            ip_address=f"127.9.0.{i + 1}",
+            clique_id=clique_id,
+            index=i,
+            status=status,
+        )
+        for i, node in enumerate(nodes)
+    )
+    await admin.create(ComputeDomainClique(metadata=clique.metadata, daemons=daemons).to_resource())
+
+
+async def cd_status_ready(admin: AsyncClient, ns: str, name: str, node: str) -> None:
+    """The status the controller derives for a node without a clique once its daemon is Ready."""
+    entry = {
+        "name": node,
+        "ipAddress": "127.9.9.9",
+        "cliqueID": "",
+        "index": names.NON_FABRIC_INDEX,
+        "status": Readiness.READY.value,
+    }
+    await admin.patch(
+        ComputeDomainResource.Status,
+        name,
+        {"status": {"status": "Ready", "nodes": [entry]}},
+        namespace=ns,
+        patch_type=PatchType.MERGE,
+    )
+
+
+async def set_ready(
+    admin: AsyncClient, driver_ns: str, cd_uid: str, clique_id: str, node: str
+) -> None:
+    """Flip ``node``'s clique entry to Ready, as its daemon does when IMEX is up."""
+    name = names.clique_object_name(cd_uid, clique_id)
+    current = ComputeDomainClique.from_resource(
+        await admin.get(ComputeDomainCliqueResource, name, namespace=driver_ns)
+    )
+    await admin.replace(current.with_status(node, Readiness.READY).to_resource())
+
+
+async def workload_template(
+    admin: AsyncClient, ns: str, name: str, cd_uid: str, *, mode: str = "Single"
+) -> None:
+    """The workload RCT the controller renders: channel class, free-or-own selector, config."""
+    config = configs.ComputeDomainChannelConfig(
+        domain_id=cd_uid, allocation_mode=AllocationMode(mode)
+    )
+    await admin.create(
+        ResourceClaimTemplate.from_dict(
+            {
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": names.CHANNEL_REQUEST,
+                                    "exactly": {
+                                        "deviceClassName": names.CHANNEL_DEVICE_CLASS,
+                                        "selectors": [
+                                            {"cel": {"expression": devices.selector_for(cd_uid)}}
+                                        ],
+                                    },
+                                }
+                            ],
+                            "config": [
+                                {
+                                    "requests": [names.CHANNEL_REQUEST],
+                                    "opaque": {
+                                        "driver": names.DRIVER_NAME,
+                                        "parameters": config.to_dict(),
+                                    },
+                                }
+                            ],
+                        }
+                    }
+                },
+            }
+        )
+    )
+
+
+async def daemon_template(admin: AsyncClient, ns: str, name: str, cd_uid: str) -> None:
+    """The daemon RCT the controller renders in the driver namespace."""
+    config = configs.ComputeDomainDaemonConfig(domain_id=cd_uid)
+    await admin.create(
+        ResourceClaimTemplate.from_dict(
+            {
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": names.DAEMON_REQUEST,
+                                    "exactly": {"deviceClassName": names.DAEMON_DEVICE_CLASS},
+                                }
+                            ],
+                            "config": [
+                                {
+                                    "requests": [names.DAEMON_REQUEST],
+                                    "opaque": {
+                                        "driver": names.DRIVER_NAME,
+                                        "parameters": config.to_dict(),
+                                    },
+                                }
+                            ],
+                        }
+                    }
+                },
+            }
+        )
+    )
+
+
+async def pod(
+    admin: AsyncClient,
+    ns: str,
+    name: str,
+    script: str,
+    *,
+    template: str | None = None,
+    claim: str | None = None,
+    node: str | None = None,
+) -> None:
+    """A pod running ``sh -c script`` with one claim (from a template or by name)."""
+    ref: dict[str, Any] = {"name": "cd"}
+    if template is not None:
+        ref["resourceClaimTemplateName"] = template
+    else:
+        ref["resourceClaimName"] = claim
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": IMAGE,
+                "command": ["sh", "-c", script],
+                "resources": {"claims": [{"name": "cd"}]},
+            }
+        ],
+        "resourceClaims": [ref],
+        "terminationGracePeriodSeconds": 1,
+        "tolerations": [{"operator": "Exists"}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    await admin.create(Pod.from_dict({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
+
+
+async def running(admin: AsyncClient, ns: str, name: str, timeout: float = 120) -> Pod:
+    return await wait_for(
+        admin,
+        Pod,
+        name,
+        lambda p: bool(p.status and p.status.phase == "Running"),
+        namespace=ns,
+        timeout=timeout,
+    )
+
+
+async def log_containing(
+    admin: AsyncClient, ns: str, name: str, text: str, timeout: float = 30
+) -> str:
+    """The container's log once it contains ``text``."""
+    log = ""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                lines = [line async for line in admin.log(name, namespace=ns, container="main")]
+                log = "".join(lines)
+                if text in log:
+                    return log
+                await asyncio.sleep(0.5)
+    except TimeoutError:
+        pod = await admin.get(Pod, name, namespace=ns)
+        status = pod.status.to_dict() if pod.status else {}
+        raise AssertionError(f"{ns}/{name} never logged {text!r}; log {log!r}; {status}") from None
+
+
+async def claim_of(admin: AsyncClient, ns: str, pod_name: str) -> ResourceClaim:
+    p = await admin.get(Pod, pod_name, namespace=ns)
+    assert p.status is not None and p.status.resourceClaimStatuses
+    claim_name = p.status.resourceClaimStatuses[0].resourceClaimName
+    assert claim_name
+    return await admin.get(ResourceClaim, claim_name, namespace=ns)
+
+
+async def node_label(admin: AsyncClient, node: str) -> str | None:
+    n = await admin.get(Node, node)
+    return (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) if n.metadata else None
+
+
+async def wait_label(admin: AsyncClient, node: str, want: str | None, timeout: float = 60) -> None:
+    await wait_for(
+        admin,
+        Node,
+        node,
+        lambda n: (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == want,
+        timeout=timeout,
+    )
+
+
+async def events(admin: AsyncClient, ns: str, pod_name: str) -> list[Event]:
+    return [
+        e
+        async for e in admin.list(Event, namespace=ns)
+        if e.involvedObject is not None and e.involvedObject.name == pod_name
+    ]
+
+
+def read_checkpoint(sim: state.SimPaths, node: str) -> checkpoint.Checkpoint:
+    path = (
+        sim.node_root(node) / "var/lib/kubelet/plugins" / names.DRIVER_NAME / checkpoint.FILE_NAME
+    )
+    found = checkpoint.load(path)
+    assert found is not None
+    return found
+
+
+def cdi_spec_path(sim: state.SimPaths, node: str, claim_uid: str) -> Path:
+    from compute_domains.plugin import cdi
+
+    return sim.node_root(node) / "var/run/cdi" / cdi.claim_spec_file_name(claim_uid)

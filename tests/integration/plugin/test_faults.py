@@ -1,0 +1,334 @@
+"""Bad input and faults: G1 (unknown field), G2 (stale claim cleanup across restarts), slice
+drift, restarts with prepared claims, corrupt checkpoints, and the real CLI with real (mock) NVML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+import httpx2 as httpx
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+
+from compute_domains.api import names
+from compute_domains.infra import errors
+from compute_domains.plugin import app, checkpoint, devices
+from compute_domains.sim import state
+from tests.integration.helpers import wait_for
+from tests.integration.plugin import objects
+from tests.integration.plugin.conftest import (
+    NODES,
+    Namespaces,
+    StartPlugin,
+    node_info,
+    plugin_settings,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.integration
+
+NODE_A, NODE_B = NODES
+State = checkpoint.ClaimState
+
+
+async def _until(check: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not check():
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what or check}") from None
+
+
+async def _bad_claim(admin: AsyncClient, ns: str, name: str) -> None:
+    params = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.CHANNEL_CONFIG_KIND,
+        "domainID": "not-needed-for-test",
+        "unexpectedField": "foo",
+    }
+    await admin.create(
+        ResourceClaim.from_dict(
+            {
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "chan",
+                                "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS},
+                            }
+                        ],
+                        "config": [
+                            {
+                                "requests": ["chan"],
+                                "opaque": {"driver": names.DRIVER_NAME, "parameters": params},
+                            }
+                        ],
+                    }
+                },
+            }
+        )
+    )
+
+
+async def test_g1_g2_unknown_field_fails_at_once_and_the_stale_claim_is_cleaned_later(
+    admin: AsyncClient,
+    spaces: Namespaces,
+    start_plugin: StartPlugin,
+    plugin_sim: state.SimPaths,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="compute_domains.plugin")
+    rc, pod = "batssuite-rc-bad-opaque-config", "batssuite-pod-boc"
+    running = await start_plugin(NODE_A)
+    await _bad_claim(admin, spaces.user, rc)
+    await objects.pod(admin, spaces.user, pod, "sleep 3600", claim=rc, node=NODE_A)
+    await wait_for(
+        admin, Pod, pod, lambda p: bool(p.spec and p.spec.nodeName), namespace=spaces.user
+    )
+    loop = asyncio.get_running_loop()
+    scheduled = loop.time()
+
+    # G1: a FailedPrepareDynamicResources event naming the field, within 10 s.
+    async def failed_event() -> str:
+        while True:
+            for e in await objects.events(admin, spaces.user, pod):
+                if e.reason == "FailedPrepareDynamicResources" and "unknown field" in (
+                    e.message or ""
+                ):
+                    return e.message or ""
+            await asyncio.sleep(0.3)
+
+    message = await asyncio.wait_for(failed_event(), 30)
+    assert loop.time() - scheduled < 10, "the permanent error must not wait for retries"
+    assert 'unknown field "unexpectedField"' in message
+    assert any("Permanent error" in m and "unexpectedField" in m for m in caplog.messages)
+    p = await admin.get(Pod, pod, namespace=spaces.user)
+    waiting = p.status.containerStatuses[0].state.waiting  # type: ignore[index,union-attr]
+    assert waiting is not None and waiting.reason == "ContainerCreating"
+
+    claim_uid = (await admin.get(ResourceClaim, rc, namespace=spaces.user)).metadata.uid  # type: ignore[union-attr]
+    entry = objects.read_checkpoint(plugin_sim, NODE_A).get(str(claim_uid))
+    assert entry is not None and entry.state is State.PREPARE_ABORTED
+
+    # G2 stage 2: a restart keeps the entry, because the claim still exists.
+    await running.stop()
+    caplog.clear()
+    running = await start_plugin(NODE_A)
+    assert f"partially prepared claim not stale: {spaces.user}/{rc}" in caplog.messages
+    assert objects.read_checkpoint(plugin_sim, NODE_A).get(str(claim_uid)) is not None
+
+    # G2 stage 3: with the plugin down, the pod is force-deleted and the claim removed; the
+    # restarted plugin finds the stale entry and unprepares it by itself.
+    await running.stop()
+    await admin.delete(Pod, pod, namespace=spaces.user, grace_period=0)
+    await admin.delete(ResourceClaim, rc, namespace=spaces.user)
+    await wait_gone(admin, ResourceClaim, rc, spaces.user)
+    caplog.clear()
+    await start_plugin(NODE_A)
+    assert any(f"unprepared stale claim: {spaces.user}/{rc}" in m for m in caplog.messages), (
+        caplog.messages
+    )
+    entry = objects.read_checkpoint(plugin_sim, NODE_A).get(str(claim_uid))
+    assert entry is not None and entry.state is State.UNPREPARED
+
+    # G2 stage 4: the kubelet's own unprepare of that claim is an idempotent no-op.
+    await _until(
+        lambda: "Unprepare noop: claim not found in checkpoint data" in caplog.messages,
+        timeout=60,
+        what="the kubelet's unprepare",
+    )
+
+
+async def test_slice_is_republished_when_deleted_or_changed(
+    admin: AsyncClient, spaces: Namespaces, start_plugin: StartPlugin
+) -> None:
+    await start_plugin(NODE_A)
+    name = devices.slice_name(NODE_A)
+    first = await wait_for(admin, ResourceSlice, name, lambda _s: True)
+    await admin.delete(ResourceSlice, name)
+    again = await wait_for(
+        admin, ResourceSlice, name, lambda s: s.metadata.uid != first.metadata.uid, timeout=30
+    )
+    assert again.spec.nodeName == NODE_A
+    body = again.to_dict()
+    body["spec"]["devices"] = [{"name": "bogus", "attributes": {"type": {"string": "gpu"}}}]
+    await admin.replace(ResourceSlice.from_dict(body))
+    fixed = await wait_for(
+        admin,
+        ResourceSlice,
+        name,
+        lambda s: devices.same_devices(
+            s.to_dict()["spec"]["devices"], devices.slice_devices(8, "")
+        ),
+        timeout=30,
+    )
+    assert fixed.spec.pool.generation > again.spec.pool.generation
+    owner = fixed.metadata.ownerReferences[0]
+    assert (owner.kind, owner.name, owner.controller) == ("Node", NODE_A, True)
+    foreign = dict(body, metadata={"name": "00000-leftover"})
+    foreign["spec"] = dict(
+        body["spec"], pool={"name": NODE_A, "generation": 1, "resourceSliceCount": 1}
+    )
+    await admin.create(ResourceSlice.from_dict(foreign))
+    await wait_gone(admin, ResourceSlice, "00000-leftover", None, timeout=30)
+
+
+async def test_a_restart_keeps_prepared_claims_and_unprepares_them_later(
+    admin: AsyncClient, spaces: Namespaces, start_plugin: StartPlugin
+) -> None:
+    running = await start_plugin(NODE_A)
+    uid = await objects.compute_domain(admin, spaces.user, "restart")
+    await objects.ready_clique(admin, spaces.driver, uid, node_info(NODE_A).clique_id, [NODE_A])
+    await objects.workload_template(admin, spaces.user, "restart", uid)
+    await objects.pod(admin, spaces.user, "w", "sleep 3600", template="restart", node=NODE_A)
+    await objects.running(admin, spaces.user, "w")
+    await running.stop()
+    await start_plugin(NODE_A)
+    assert await objects.node_label(admin, NODE_A) == uid, "a restart changes nothing"
+    await admin.delete(Pod, "w", namespace=spaces.user, grace_period=0)
+    await objects.wait_label(admin, NODE_A, None)
+
+
+async def test_a_claim_for_a_domain_in_another_namespace_is_refused(
+    admin: AsyncClient, spaces: Namespaces, start_plugin: StartPlugin
+) -> None:
+    await start_plugin(NODE_A)
+    uid = await objects.compute_domain(admin, spaces.driver, "elsewhere")
+    await objects.workload_template(admin, spaces.user, "elsewhere", uid)
+    await objects.pod(admin, spaces.user, "p", "sleep 3600", template="elsewhere", node=NODE_A)
+
+    async def refused() -> str:
+        while True:
+            for e in await objects.events(admin, spaces.user, "p"):
+                if e.reason == "FailedPrepareDynamicResources" and "another namespace" in (
+                    e.message or ""
+                ):
+                    return e.message or ""
+            await asyncio.sleep(0.3)
+
+    await asyncio.wait_for(refused(), 30)
+    assert await objects.node_label(admin, NODE_A) is None
+
+
+async def test_corrupt_checkpoint_stops_start_up_unless_quarantined(
+    plugin_sim: state.SimPaths, spaces: Namespaces, cluster: None
+) -> None:
+    settings = plugin_settings(plugin_sim, NODE_B, spaces.driver)
+    path = settings.paths.local(settings.paths.plugin_dir) / checkpoint.FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = path.read_bytes() if path.exists() else None
+    path.write_text("{half a checkp")
+    try:
+        with pytest.raises(errors.ConfigError, match="corrupt"):
+            await asyncio.wait_for(app.Plugin(settings, _static(NODE_B)).run(), 60)
+        quarantining = plugin_settings(
+            plugin_sim, NODE_B, spaces.driver, quarantine_corrupt_checkpoint=True
+        )
+        plugin = app.Plugin(quarantining, _static(NODE_B))
+        task = asyncio.create_task(plugin.run())
+        await asyncio.wait_for(plugin.ready.wait(), 60)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert checkpoint.load(path) is not None
+        assert list(path.parent.glob("checkpoint.json.corrupt-*"))
+    finally:
+        for moved in path.parent.glob("checkpoint.json.corrupt-*"):
+            moved.unlink()
+        if saved is not None:
+            path.write_bytes(saved)
+
+
+def _static(node: str) -> object:
+    from tests.integration.plugin.conftest import StaticDiscovery
+
+    return StaticDiscovery(node_info(node))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_cli_with_the_nodes_mock_nvml_serves_a_pod(
+    admin: AsyncClient, spaces: Namespaces, plugin_sim: state.SimPaths, cluster: None
+) -> None:
+    root = plugin_sim.node_root(NODE_B)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "MOCK_NVML_CONFIG": str(root / "var/lib/nvml-mock/config"),
+        "LD_LIBRARY_PATH": str(root / "var/lib/nvml-mock/lib"),
+        "NODE_NAME": NODE_B,
+        "POD_NAMESPACE": spaces.driver,
+    }
+    argv = [sys.executable, "-m", "compute_domains", "plugin", "run"]
+    argv += ["--host-root", str(root), "--kubeconfig", str(plugin_sim.kubeconfig)]
+    argv += ["--proc-devices-path", str(root / "proc/devices")]
+    argv += ["--boot-id-path", str(root / "proc/sys/kernel/random/boot_id")]
+    argv += [
+        "--fabric-imex-mgmt-path",
+        str(root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt"),
+    ]
+    argv += ["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--log-level", "info"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output: list[str] = []
+
+    async def collect() -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            output.append(line.decode(errors="replace"))
+
+    reader = asyncio.create_task(collect())
+    try:
+        async with httpx.AsyncClient() as web:
+
+            async def healthy() -> None:
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await web.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                            return
+                    if proc.returncode is not None:
+                        raise AssertionError("".join(output))
+                    await asyncio.sleep(0.3)
+
+            await asyncio.wait_for(healthy(), 60)
+            clique = node_info(NODE_B).clique_id
+            assert any(f"clique {clique!r}" in line for line in output), "".join(output)
+            uid = await objects.compute_domain(admin, spaces.user, "cli")
+            await objects.ready_clique(admin, spaces.driver, uid, clique, [NODE_B])
+            await objects.workload_template(admin, spaces.user, "cli", uid)
+            script = "ls -l /dev/nvidia-caps-imex-channels; sleep 3600"
+            await objects.pod(admin, spaces.user, "w", script, template="cli", node=NODE_B)
+            await objects.running(admin, spaces.user, "w")
+            await objects.log_containing(admin, spaces.user, "w", "channel0")
+            text = (await web.get(f"http://127.0.0.1:{port}/metrics")).text
+            prepared = 'operation="prepare"} 1.0'
+            assert f'nvidia_dra_requests_total{{driver="{names.DRIVER_NAME}",{prepared}' in text
+            await admin.delete(Pod, "w", namespace=spaces.user, grace_period=0)
+            await objects.wait_label(admin, NODE_B, None)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 30)
+        await reader
+    assert code == 0, "".join(output)
+    registry = root / "var/lib/kubelet/plugins_registry" / f"{names.DRIVER_NAME}-reg.sock"
+    assert not registry.exists(), "sockets are removed on a clean stop"
+    with contextlib.suppress(ApiError):
+        await admin.get(ResourceSlice, devices.slice_name(NODE_B))  # left in place, as upstream

@@ -1,0 +1,174 @@
+"""Plain-data stand-ins for the plugin's unit tests (no Kubernetes API anywhere)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from lightkube import ALL_NS
+
+from compute_domains.api import names
+from compute_domains.api.computedomain import ComputeDomain
+from compute_domains.infra import errors
+from compute_domains.plugin import computedomain, configs, edits, state
+from compute_domains.plugin.config import PathSettings, RetrySettings
+
+NODE = "node-a"
+CLIQUE = "8f0e6c1a-3b2d-4e5f-9a8b-7c6d5e4f3a2b.7"
+CHANNEL_MAJOR = 238
+CAPS_MAJOR = 239
+
+
+def compute_domain(uid: str, namespace: str = "ns", name: str = "cd") -> ComputeDomain:
+    return ComputeDomain.from_dict(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.COMPUTE_DOMAIN_KIND,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}},
+        }
+    )
+
+
+def channel_config(domain: str, mode: str = "Single", **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.CHANNEL_CONFIG_KIND,
+        "domainID": domain,
+        "allocationMode": mode,
+        **extra,
+    }
+
+
+def daemon_config(domain: str) -> dict[str, Any]:
+    return {"apiVersion": names.API_VERSION, "kind": names.DAEMON_CONFIG_KIND, "domainID": domain}
+
+
+def config_entry(
+    params: dict[str, Any], *, source: str = "FromClaim", requests: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "source": source,
+        "opaque": {"driver": names.DRIVER_NAME, "parameters": params},
+    }
+    if requests:
+        entry["requests"] = list(requests)
+    return entry
+
+
+def result(device: str, request: str = "channel", **extra: Any) -> dict[str, Any]:
+    return {
+        "request": request,
+        "driver": names.DRIVER_NAME,
+        "pool": NODE,
+        "device": device,
+        **extra,
+    }
+
+
+def claim(
+    uid: str,
+    results: list[dict[str, Any]],
+    config: list[dict[str, Any]],
+    *,
+    namespace: str = "ns",
+    name: str | None = None,
+    rv: str = "1",
+) -> configs.Claim:
+    status = {"allocation": {"devices": {"results": results, "config": config}}}
+    return configs.Claim(
+        uid=uid,
+        namespace=namespace,
+        name=name or f"claim-{uid}",
+        resource_version=rv,
+        status=json.loads(json.dumps(status)),
+    )
+
+
+class FakeDomains:
+    """An in-memory ``DomainPort``: CDs by UID, one node label, scripted readiness."""
+
+    def __init__(self, *cds: ComputeDomain) -> None:
+        self.cds = {cd.uid: cd for cd in cds}
+        self.node_label = ""
+        self.ready: set[str] = set()
+        self.became_ready = asyncio.Event()
+        self.label_writes = 0
+
+    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        cd = self.cds.get(uid)
+        if cd is None or namespace not in (ALL_NS, cd.namespace):
+            return None
+        return cd
+
+    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
+        cd = self.cds.get(uid)
+        if cd is None:
+            raise errors.PermanentError(f"ComputeDomain with UID {uid} not found")
+        if cd.namespace != claim_namespace:
+            raise errors.PermanentError("ComputeDomain is in another namespace than the claim")
+        return cd
+
+    async def for_daemon(self, uid: str) -> ComputeDomain:
+        cd = self.cds.get(uid)
+        if cd is None:
+            raise errors.TemporaryError(f"compute domain not found: {uid}")
+        return cd
+
+    async def label(self, cd: ComputeDomain) -> bool:
+        if self.node_label == cd.uid:
+            return False
+        if self.node_label:
+            raise computedomain.NodeHeldError(f"held by {self.node_label}")
+        self.node_label = cd.uid
+        self.label_writes += 1
+        return True
+
+    async def unlabel(self, uid: str) -> bool:
+        if self.node_label != uid:
+            return False
+        self.node_label = ""
+        return True
+
+    async def label_value(self) -> str:
+        return self.node_label
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while cd.uid not in self.ready:
+                    await self.became_ready.wait()
+                    self.became_ready.clear()
+        except TimeoutError as err:
+            raise errors.TemporaryError("current node not ready in ComputeDomain") from err
+
+    def make_ready(self, uid: str) -> None:
+        self.ready.add(uid)
+        self.became_ready.set()
+
+
+def paths(root: Path, **extra: Any) -> PathSettings:
+    return PathSettings(host_root=root, fabric_imex_mgmt=root / "fabric-imex-mgmt", **extra)
+
+
+def device_state(
+    root: Path,
+    domains: FakeDomains,
+    *,
+    clique_id: str = CLIQUE,
+    slots: int = 4,
+    bindings: list[str] | None = None,
+    **path_extra: Any,
+) -> state.DeviceState:
+    facts = edits.NodeFacts(clique_id=clique_id, channel_major=CHANNEL_MAJOR, caps_major=CAPS_MAJOR)
+    return state.DeviceState(
+        node=NODE,
+        paths=paths(root, **path_extra),
+        retry=RetrySettings(lock_timeout_s=1.0),
+        facts=facts,
+        domains=domains,
+        channel_slots=slots,
+        on_binding=(bindings.append if bindings is not None else lambda _u: None),
+    )
