@@ -95,7 +95,7 @@ async def test_creation_renders_objects_and_first_status(
         assert env[var].valueFrom.fieldRef.fieldPath == path
     for probe in (container.startupProbe, container.livenessProbe, container.readinessProbe):
         assert probe.exec.command == ["cdctl", "daemon", "check"]
-    assert container.readinessProbe.periodSeconds == 1
+    assert container.readinessProbe.periodSeconds == 5
     assert container.startupProbe.periodSeconds == 1
 
     daemon_rct = await client.get(ResourceClaimTemplate, ds_name, namespace=driver_ns)

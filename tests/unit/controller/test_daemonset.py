@@ -72,7 +72,7 @@ def test_container_command_env_and_probes() -> None:
     common = {"exec": check, "initialDelaySeconds": 0, "timeoutSeconds": 10, "successThreshold": 1}
     assert c["startupProbe"] == {**common, "periodSeconds": 1, "failureThreshold": 1200}
     assert c["livenessProbe"] == {**common, "periodSeconds": 60, "failureThreshold": 20}
-    assert c["readinessProbe"] == {**common, "periodSeconds": 1, "failureThreshold": 1}
+    assert c["readinessProbe"] == {**common, "periodSeconds": 5, "failureThreshold": 1}
 
 
 def test_image_pull_secrets_are_rendered_when_set() -> None:

@@ -1,0 +1,103 @@
+"""A ComputeDomain across two racks, and node loss (upstream gaps §1.L; drill C-style checks).
+
+Two simulated racks of two nodes each: one ComputeDomain whose four pods land one per node
+(each takes all 4 GPUs of a node) forms one clique object and one IMEX domain per rack with
+indices counted per clique; stopping a node with ``cdctl sim node stop`` turns its entry
+NotReady (status that does not lie about a dead node), and starting it again brings the entry
+back Ready with the same index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod
+
+from compute_domains.api import clique, computedomain, names
+from compute_domains.sim import control, state, topology
+from tests.e2e.conftest import DRIVER_NS
+
+pytestmark = pytest.mark.timeout(1200)
+SHAPE = topology.Shape(racks=2, nodes_per_rack=2)
+
+
+async def _status(admin: AsyncClient) -> dict[str, Any]:
+    obj = await admin.get(computedomain.ComputeDomainResource, "two-racks", namespace="default")
+    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
+    return doc.get("status") or {}
+
+
+async def _until(check: Any, timeout: float, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+async def test_two_racks_two_cliques_and_node_loss(admin: AsyncClient,
+                                                   rack_sim: state.SimPaths) -> None:
+    await admin.create(computedomain.ComputeDomainResource(
+        metadata=ObjectMeta(name="two-racks", namespace="default"),
+        spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "two-racks-rct"}}}))
+    await admin.create(Deployment.from_dict({
+        "metadata": {"name": "two-racks", "namespace": "default"},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"job": "two"}},
+                 "template": {"metadata": {"labels": {"job": "two"}}, "spec": {
+                     "resourceClaims": [{"name": "cd", "resourceClaimTemplateName":
+                                         "two-racks-rct"}],
+                     "containers": [{"name": "ctr", "image": "ubuntu:22.04",
+                                     "command": ["mnnvl-workload"],
+                                     "resources": {"claims": [{"name": "cd"}],
+                                                   "limits": {"nvidia.com/gpu": 4}}}]}}}}))
+
+    async def formed() -> bool:
+        st = await _status(admin)
+        nodes = st.get("nodes") or []
+        return (st.get("status") == "Ready" and len(nodes) == 4
+                and all(n["status"] == "Ready" for n in nodes))
+
+    await _until(formed, 300, "4 Ready nodes")
+    nodes = (await _status(admin))["nodes"]
+    by_clique: dict[str, list[int]] = {}
+    for n in nodes:
+        by_clique.setdefault(n["cliqueID"], []).append(n["index"])
+    assert len(by_clique) == 2, by_clique
+    assert all(sorted(ix) == [0, 1] for ix in by_clique.values()), by_clique
+    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource,
+                                           namespace=DRIVER_NS)]
+    assert len(cliques) == 2
+
+    victim = next(n for n in nodes if n["name"].startswith("gb200-r1-"))
+    await asyncio.to_thread(control.request, rack_sim.root / "control.sock",
+                            {"op": "stop", "node": victim["name"]})
+
+    async def victim_not_ready() -> bool:
+        entry = next((n for n in (await _status(admin)).get("nodes") or []
+                      if n["name"] == victim["name"]), None)
+        return entry is None or entry["status"] != "Ready"
+
+    await _until(victim_not_ready, 60, f"entry of stopped node {victim['name']} not Ready")
+    await asyncio.to_thread(control.request, rack_sim.root / "control.sock",
+                            {"op": "start", "node": victim["name"]})
+    await _until(formed, 300, "all 4 Ready again after the node came back")
+    after = {n["name"]: (n["cliqueID"], n["index"]) for n in (await _status(admin))["nodes"]}
+    before = {n["name"]: (n["cliqueID"], n["index"]) for n in nodes}
+    assert after == before, "an index moved between nodes"
+
+    await admin.delete(Deployment, "two-racks", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "two-racks", namespace="default")
+
+    async def clean() -> bool:
+        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
+                                            labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource,
+                                             namespace=DRIVER_NS)]
+        return not left
+
+    await _until(clean, 120, "no daemon pod or clique left")
