@@ -27,6 +27,7 @@ from compute_domains.daemon import imexconfig
 from compute_domains.sim import state
 from tests.integration.daemon import pods
 from tests.integration.daemon.pods import NODES
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -182,8 +183,13 @@ async def test_a_node_without_a_clique_idles_and_is_ready(
         "daemon-plain", NODES[0], ns=ns, cd=compute_domain, clique_id="", max_nodes=18
     )
     await _create(admin, pod)
-    ready = await pods.wait_ready(admin, "daemon-plain", ns)
-    assert ready.metadata.labels[names.CLIQUE_ID_LABEL] == ""
+    await pods.wait_ready(admin, "daemon-plain", ns)
+    # The label and readiness are independent (the probe passes at once without a clique).
+    labelled = await wait_for(
+        admin, Pod, "daemon-plain",
+        lambda p: names.CLIQUE_ID_LABEL in ((p.metadata and p.metadata.labels) or {}),
+        namespace=ns, timeout=60)
+    assert labelled.metadata.labels[names.CLIQUE_ID_LABEL] == ""  # type: ignore[union-attr,index]
     assert [c async for c in admin.list(ComputeDomainCliqueResource, namespace=ns)] == []
     assert pods.imex_pids("daemon-plain") == []
 
