@@ -13,7 +13,7 @@ prepare, only for not leaving things behind). Steps:
    by a crash between unprepare steps, or by claims of an earlier boot).
 4. A node label ``resource.nvidia.com/computeDomain`` that no live channel claim holds is
    removed (left by a reboot or a crash); the daemon of that CD then leaves the node.
-5. Per-CD folders ``domains/<uid>`` are removed once no live daemon claim uses them and the
+5. Per-CD folders ``domains/<uid>`` are removed once no live claim uses them and the
    ComputeDomain no longer exists (upstream removes them 10 minutes after the CD is gone).
 """
 
@@ -31,7 +31,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.infra import errors
-from compute_domains.plugin import checkpoint, computedomain, devices, state
+from compute_domains.plugin import checkpoint, computedomain, state
 from compute_domains.plugin.config import CleanupSettings
 
 logger = logging.getLogger(__name__)
@@ -162,13 +162,7 @@ class Cleanup:
 
     async def _domain_dirs(self) -> None:
         cp = await self._snapshot()
-        used = {
-            d.domain_id
-            for e in cp.claims.values()
-            if e.state.live
-            for d in e.devices
-            if d.kind == devices.DeviceType.DAEMON
-        }
+        used = {d.domain_id for e in cp.claims.values() if e.state.live for d in e.devices}
         root = self._state.domain_dir("")
         found = await asyncio.to_thread(
             lambda: [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

@@ -17,7 +17,8 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from types import MappingProxyType
+from typing import Final, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _DRIVER = names.DRIVER_NAME
+_VERB: Final = MappingProxyType({metrics.PREPARE: "preparing", metrics.UNPREPARE: "unpreparing"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,7 +145,7 @@ class Driver:
                 value = await attempt()
             except errors.PermanentError as err:
                 self._metrics.error(operation, "permanent")
-                log.error("Permanent error %sing devices: %s", operation, err)
+                log.error("Permanent error %s devices: %s", _VERB[operation], err)
                 return f"permanent error: {err}"
             except filelock.LockTimeoutError as err:
                 self._metrics.error(operation, "lock_acquire")
@@ -156,7 +158,7 @@ class Driver:
                 last = f"API error: {err.status.message}"
             except (OSError, ValueError, KeyError, TypeError) as err:  # host trouble or a bug
                 self._metrics.error(operation, retry_type)
-                log.exception("unexpected error %sing devices", operation)
+                log.exception("unexpected error %s devices", _VERB[operation])
                 last = f"internal error: {type(err).__name__}: {err}"
             else:
                 self._metrics.requests.labels(_DRIVER, operation).inc()

@@ -4,7 +4,9 @@ This is the "compute" half of prepare; ``state`` does the "apply and record" hal
 files, checkpoint). Rules (upstream §2.8.1, §2.8.2, §2.9):
 - Channel device on a node with a clique ID: device nodes ``/dev/nvidia-caps-imex-channels/
   channel<N>`` for the CD's channels (channel 0, or all 2048 in ``All`` mode), whatever the
-  slot. Without a clique ID (no multi-node NVLink): no edits and no CDI ID.
+  slot. Beyond upstream, also the CD's identity env (as daemons get it) and the per-CD folder
+  read-only at ``/imexd``, so a workload can ask its node's IMEX daemon about the domain.
+  Without a clique ID (no multi-node NVLink): no edits and no CDI ID.
 - Daemon device: env ``CLIQUE_ID``, ``COMPUTE_DOMAIN_UUID/NAME/NAMESPACE``, the per-CD host
   folder bind-mounted at ``/imexd``, and (with a clique ID) the fabric-imex-mgmt capability
   node; its CDI IDs are the base spec's ``device=all`` first, then its own claim device.

@@ -277,12 +277,15 @@ class DeviceState:
     def _apply(
         self, claim: configs.Claim, plan: configs.Plan, cd: ComputeDomain
     ) -> tuple[checkpoint.PreparedDevice, ...]:
-        """Blocking: per-CD folder for daemons, CDI spec, the devices to return."""
+        """Blocking: per-CD folder, CDI spec, the devices to return."""
         facts = self._facts
         host_dir = self._paths.domains_dir / cd.uid
-        if plan.has_daemon:
-            local_dir = self._paths.local(host_dir)
+        local_dir = self._paths.local(host_dir)
+        if plan.has_daemon or facts.clique_id:
+            # Daemons write their IMEX config there; workloads see it read-only (the daemon
+            # usually created it already, but a bind mount of a missing folder fails).
             local_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if plan.has_daemon:
             template = self._paths.imex_config_template
             if template is not None:
                 shutil.copyfile(template, local_dir / "imexd.cfg.tmpl")

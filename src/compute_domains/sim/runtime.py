@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import compute_domains
 from compute_domains.sim import procs
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,12 @@ class Running:
 
 def _system_dirs(settings: RuntimeSettings) -> list[str]:
     dirs = [d for d in (*SYSTEM_DIRS, *settings.extra_system_dirs) if Path(d).exists()]
-    for path in (sys.prefix, sys.base_prefix):
+    # This installation must be visible inside: the interpreter, its environment and the folder
+    # the compute_domains package is imported from (an editable checkout may live anywhere,
+    # e.g. a CI clone under /tmp).
+    root = Path(compute_domains.__file__).resolve().parents[1]
+    package_root = str(root.parent if root.name == "src" else root)  # a checkout: all of it
+    for path in (sys.prefix, sys.base_prefix, package_root):
         if not any(path == d or path.startswith(d + "/") for d in dirs):
             dirs.append(path)
     return dirs

@@ -54,6 +54,11 @@ async def test_channel_prepare_labels_node_writes_spec_and_completes(
     ]
     entry = await _entry(s, "c1")
     assert entry is not None and entry.state is State.PREPARE_COMPLETED
+    edits = spec["devices"][0]["containerEdits"]
+    assert f"COMPUTE_DOMAIN_UUID={CD_A}" in edits["env"]
+    (mount,) = edits["mounts"]
+    assert (mount["containerPath"], mount["options"][0]) == ("/imexd", "ro")
+    assert (tmp_path / mount["hostPath"].lstrip("/")).is_dir(), "the folder to mount exists"
 
 
 async def test_prepare_is_idempotent(tmp_path: Path, domains: fakes.FakeDomains) -> None:
