@@ -74,12 +74,12 @@ def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
 
 
 def test_up_env_status_raw_down(home: Path, toolset: toolchain.Toolset) -> None:
-    up = _run(home, "sim", "up", "--name", "cli")
+    up = _run(home, "sim", "up", "--racks", "0", "--name", "cli")
     kubeconfig = home / "sims" / "cli" / "controlplane" / "kubeconfig" / "admin.yaml"
     assert str(kubeconfig) in up.stdout
     assert "kubectl get nodes" in up.stdout
 
-    again = _run(home, "sim", "up", "--name", "cli")
+    again = _run(home, "sim", "up", "--racks", "0", "--name", "cli")
     assert "already running" in again.stderr
 
     exports = _run(home, "sim", "env", "--name", "cli").stdout.splitlines()
@@ -127,7 +127,7 @@ def test_up_env_status_raw_down(home: Path, toolset: toolchain.Toolset) -> None:
 def test_killed_supervisor_leaves_no_process_and_next_up_cleans(
     home: Path, toolset: toolchain.Toolset
 ) -> None:
-    _run(home, "sim", "up", "--name", "crash")
+    _run(home, "sim", "up", "--racks", "0", "--name", "crash")
     state = json.loads((home / "sims/crash/state.json").read_text())
     pids = list(
         json.loads((home / "sims/crash/controlplane/endpoints.json").read_text())["pids"].values()
@@ -138,7 +138,7 @@ def test_killed_supervisor_leaves_no_process_and_next_up_cleans(
     status = _status(home, "crash")
     assert status["running"] is False and status["stale"] is True
 
-    up = _run(home, "sim", "up", "--name", "crash")
+    up = _run(home, "sim", "up", "--racks", "0", "--name", "crash")
     assert "stale" in up.stderr
     assert _status(home, "crash")["running"] is True
     _run(home, "sim", "down", "--name", "crash")
@@ -151,7 +151,8 @@ def test_port_in_use_is_one_clear_error_and_nothing_runs(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        res = _run(home, "sim", "up", "--name", "busy", "--api-port", str(port), check=False)
+        res = _run(home, "sim", "up", "--racks", "0", "--name", "busy", "--api-port", str(port),
+                   check=False)
     assert res.returncode == 1
     assert f"port 127.0.0.1:{port} is already in use" in res.stderr
     assert "Traceback" not in res.stderr
