@@ -1,0 +1,105 @@
+"""Upstream G3 "global CD status" and D1 "daemon shutdown: status cleanup", with their limits.
+
+One node, a ComputeDomain with ``numNodes: 1`` and one workload pod (upstream's
+``channel-injection.yaml``): the pod is Ready within 100 s; the CD is ``Ready`` with its node
+within 4 s of that; deleting the pod takes under 10 s; then within 3 s the node entry is gone and
+the CD is ``NotReady`` (G3 allows 5 s), and the node's daemon goes away with its claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+
+from compute_domains.api import computedomain, names
+from compute_domains.sim import topology
+from tests.e2e.conftest import DRIVER_NS
+from tests.e2e.test_seed_example import _follow_log
+
+pytestmark = pytest.mark.timeout(900)
+SHAPE = topology.Shape(racks=1, nodes_per_rack=1)
+CD = "imex-channel-injection"
+
+
+async def _status(admin: AsyncClient) -> dict[str, Any]:
+    obj = await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
+    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
+    return doc.get("status") or {}
+
+
+async def _within(seconds: float, check: Any, what: str) -> float:
+    t0 = time.monotonic()
+    while not await check():
+        if time.monotonic() - t0 > seconds:
+            raise AssertionError(f"{what} not within {seconds:.0f}s")
+        await asyncio.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def _ready(p: Pod) -> bool:
+    return bool(p.status and any(c.type == "Ready" and c.status == "True"
+                                 for c in p.status.conditions or []))
+
+
+async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
+    await admin.create(computedomain.ComputeDomainResource(
+        metadata=ObjectMeta(name=CD, namespace="default"),
+        spec={"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}}))
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "imex-channel-injection", "namespace": "default"},
+        "spec": {"terminationGracePeriodSeconds": 2,
+                 "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{CD}-rct"}],
+                 "containers": [{"name": "ctr", "image": "ubuntu:22.04",
+                                 "command": ["sh", "-c", "ls /dev/nvidia-caps-imex-channels; "
+                                             "sleep 3600"],
+                                 "resources": {"claims": [{"name": "cd"}]}}]}}))
+
+    async def pod_ready() -> bool:
+        return _ready(await admin.get(Pod, "imex-channel-injection", namespace="default"))
+
+    await _within(100, pod_ready, "workload pod Ready")
+    logs = await _follow_log(admin, "imex-channel-injection", "channel0", timeout=30)
+    assert "channel0" in logs
+
+    async def cd_ready() -> bool:
+        st = await _status(admin)
+        return st.get("status") == "Ready" and len(st.get("nodes") or []) == 1
+
+    await _within(4, cd_ready, "G3: CD Ready with its node after the pod turned Ready")
+    uid = (await admin.get(computedomain.ComputeDomainResource, CD,
+                           namespace="default")).metadata.uid  # type: ignore[union-attr]
+    daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
+                                           labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    assert len(daemons) == 1
+
+    await admin.delete(Pod, "imex-channel-injection", namespace="default")
+
+    async def pod_gone() -> bool:
+        try:
+            await admin.get(Pod, "imex-channel-injection", namespace="default")
+        except ApiError as err:
+            return err.status.code == 404
+        return False
+
+    await _within(10, pod_gone, "workload pod gone")
+
+    async def cd_empty() -> bool:
+        st = await _status(admin)
+        return not st.get("nodes") and st.get("status") == "NotReady"
+
+    await _within(3, cd_empty, "D1/G3: node entry removed and CD NotReady")
+
+    async def daemon_gone() -> bool:
+        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
+                                            labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+        return not left
+
+    await _within(60, daemon_gone, "the node's daemon leaves with the last claim")
+    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
