@@ -81,17 +81,19 @@ def _formed(snap: dict[str, Any]) -> bool:
 @click.option("--name", default="demo", show_default=True, help="Name of the demo's sim.")
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--timeout", default=600, show_default=True, help="Seconds to wait for formation.")
-def demo(name: str, keep: bool, timeout: int) -> None:
+@click.option("--racks", default=1, show_default=True,
+              help="Racks of 18 nodes (2 is the seeds' A4X shape; slow on a 2-core machine).")
+def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
     """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster."""
     console = Console()
     t0 = time.monotonic()
     console.rule("[bold]1. upstream tools (built once, then cached)")
     toolset = tools.build_tools(console)
     paths = state.SimPaths(options.sim_home(), name)
-    console.rule("[bold]2. simulated cluster: 2 racks x 18 GB200 nodes x 4 GPUs + the driver")
+    console.rule(f"[bold]2. simulated cluster: {racks} rack(s) x 18 GB200 nodes x 4 GPUs + driver")
     t1 = time.monotonic()
-    with console.status("control plane, 36 simulated nodes, then `helm install` of the chart"):
-        lifecycle.start(paths, toolset.bin_dir, shape=topology.Shape(),
+    with console.status(f"control plane, {18 * racks} simulated nodes, then `helm install`"):
+        lifecycle.start(paths, toolset.bin_dir, shape=topology.Shape(racks=racks),
                         chart=options.chart_dir())
     console.print(f"cluster and driver up in {time.monotonic() - t1:.1f}s")
     kc, bins = paths.kubeconfig, toolset.bin_dir
