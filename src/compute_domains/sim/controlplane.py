@@ -5,7 +5,8 @@ free loopback ports, so several control planes run side by side; certificates, k
 kubeconfigs are generated into the sim's own folder; each component logs to its own file.
 ``ControlPlane.run()`` starts the components in dependency order, waits for each one's health
 endpoint, publishes the endpoints, and then watches them: a component that dies ends the run
-with its log tail. Cancellation stops them in reverse order (SIGTERM, bounded wait, SIGKILL).
+with its log tail (``restart`` is a fault drill that takes one down and up on purpose).
+Cancellation stops them in reverse order (SIGTERM, bounded wait, SIGKILL).
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ class ControlPlane:
     def __init__(self, settings: ControlPlaneSettings) -> None:
         self._s = settings
         self._children: list[procs.Child] = []
+        self._launch: dict[str, tuple[list[str], str, Path | None]] = {}
+        self._restarting: set[str] = set()
+        self._changed = asyncio.Event()
         self.ready = asyncio.Event()
         self.endpoints: Endpoints | None = None
 
@@ -309,9 +313,35 @@ class ControlPlane:
     async def _start(
         self, name: str, argv: Sequence[str], *, health: str, ca: Path | None = None
     ) -> None:
+        self._launch[name] = (list(argv), health, ca)
         child = await procs.start(name, argv, log_path=self._logs / f"{name}.log")
         self._children.append(child)
         await self._wait_healthy(child, health, ca)
+
+    async def restart(self, name: str, *, down_s: float = 0.0) -> None:
+        """Stop one component, keep it down ``down_s`` seconds, start it again and wait healthy.
+
+        A fault drill (e.g. the API server restarting while a controller reconciles): the same
+        arguments and ports are reused, etcd keeps its data, and the run does not end because
+        the component exited on purpose.
+        """
+        if name not in self._launch:
+            raise errors.SimError(f"no component {name!r} in this control plane")
+        argv, health, ca = self._launch[name]
+        old = next(c for c in self._children if c.name == name)
+        self._restarting.add(name)
+        try:
+            await old.stop()
+            self._children.remove(old)
+            if down_s:
+                await asyncio.sleep(down_s)
+            child = await procs.start(name, argv, log_path=self._logs / f"{name}.log")
+            self._children.append(child)
+            await self._wait_healthy(child, health, ca)
+            logger.info("%s restarted (pid %d)", name, child.pid)
+        finally:
+            self._restarting.discard(name)
+            self._changed.set()
 
     async def _wait_healthy(self, child: procs.Child, url: str, ca: Path | None) -> None:
         # Local health endpoints only; controller-manager and scheduler serve self-signed
@@ -350,14 +380,22 @@ class ControlPlane:
         )
 
     async def _watch_children(self) -> None:
-        waits = {asyncio.ensure_future(c.proc.wait()): c for c in self._children}
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for fut in waits:
-                fut.cancel()
-        dead = waits[next(iter(done))]
-        raise errors.SimError(self._died_message(dead))
+        while True:
+            self._changed.clear()
+            waits = {asyncio.ensure_future(c.proc.wait()): c for c in self._children}
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                done, _ = await asyncio.wait([*waits, changed], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for fut in [*waits, changed]:
+                    fut.cancel()
+            dead = [waits[f] for f in done if f in waits and waits[f].name not in self._restarting]
+            if dead:
+                raise errors.SimError(self._died_message(dead[0]))
+            if not self._restarting or changed in done:
+                continue
+            # A component is being restarted on purpose: wait until that is over.
+            await self._changed.wait()
 
     async def _stop_all(self) -> None:
         for child in reversed(self._children):
