@@ -1,5 +1,5 @@
 """``python -m compute_domains`` runs the ``cdctl`` command line."""
 
-from compute_domains.cli.main import main
+from compute_domains.cli.entry import main
 
 main()

@@ -62,35 +62,8 @@ def cli(log_level: str, log_format: str) -> None:
     logs.setup(log_level, "json" if log_format == "json" else "text")
 
 
-def _fast_daemon_check(argv: list[str]) -> None:
-    """``cdctl daemon check`` without click or the Kubernetes client (an exec probe that runs
-    every second on every daemon): the same flags and ``CLIQUE_ID`` as the full command."""
-    import argparse
-    import asyncio
-    import os
-    from pathlib import Path
-
-    from compute_domains.daemon import probe
-
-    parser = argparse.ArgumentParser(prog="cdctl daemon check")
-    parser.add_argument("--cliqueid", "--clique-id", dest="clique_id",
-                        default=os.environ.get("CLIQUE_ID", ""))
-    parser.add_argument("--imex-config", type=Path, default=Path("/imexd/imexd.cfg"))
-    parser.add_argument("--imex-ctl", default="nvidia-imex-ctl")
-    parser.add_argument("--timeout", type=float, default=8.0)
-    args, _ = parser.parse_known_args(argv)  # logging flags of the full command are accepted
-    result = asyncio.run(probe.check(probe.CheckSettings(
-        clique_id=args.clique_id, config_path=args.imex_config, ctl_command=args.imex_ctl,
-        timeout=args.timeout)))
-    print(result.message, file=sys.stdout if result.ok else sys.stderr)
-    sys.exit(0 if result.ok else 1)
-
-
 def main() -> None:
     """Console-script entry: run the CLI; project errors become one clear line and exit 1."""
-    args = sys.argv[1:]
-    if args[:2] == ["daemon", "check"] and not {"-h", "--help"} & set(args):
-        _fast_daemon_check(args[2:])
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

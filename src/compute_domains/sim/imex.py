@@ -24,13 +24,15 @@ The modules behind this one: ``imex_config`` (config, nodes file, resolution, fa
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from compute_domains.sim import imex_ctl, imex_daemon
+from compute_domains.sim import imex_ctlbase
+
+# The daemon and the -N/-n client (asyncio) are imported where they run: ``ctl -q`` is the
+# probe path and stays light.
 
 DEFAULT_CONFIG = Path("/etc/nvidia-imex/config.cfg")
 
@@ -75,6 +77,10 @@ def _ignore_early_signals() -> None:
 def main_imex(argv: Sequence[str]) -> int:
     """Run the simulated daemon with ``argv`` (without the program name); its exit status."""
     _ignore_early_signals()
+    import asyncio
+
+    from compute_domains.sim import imex_daemon
+
     args = _imex_parser().parse_args(list(argv))
     if args.version:
         sys.stdout.write(f"IMEX version: {args.sim_version}\n")
@@ -106,7 +112,7 @@ def main_ctl(argv: Sequence[str]) -> int:
         except ValueError:
             sys.stderr.write(f"invalid port {args.tcp[1]!r}\n")
             return 2
-    options = imex_ctl.CtlOptions(
+    options = imex_ctlbase.CtlOptions(
         action=args.action,
         config_path=args.config or DEFAULT_CONFIG,
         tcp=tcp,
@@ -115,6 +121,17 @@ def main_ctl(argv: Sequence[str]) -> int:
         host_names=args.host_names,
         timeout=None if args.timeout_ms is None else args.timeout_ms / 1000.0,
     )
+    if options.action == "q":
+        try:
+            imex_ctlbase.query(options, sys.stdout)
+        except imex_ctlbase.CtlError as failure:
+            sys.stderr.write(f"{failure}\n")
+            return failure.status
+        return 0
+    import asyncio
+
+    from compute_domains.sim import imex_ctl
+
     return asyncio.run(imex_ctl.run_ctl(options, sys.stdout, sys.stderr))
 
 

@@ -27,7 +27,6 @@ SIM_FAULT_DIR           (the folder itself)         where the flag files live
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import ipaddress
 import socket
@@ -181,6 +180,8 @@ class Resolver:
                 if wanted in (name.lower() for name in fields[1:]) and is_ip(fields[0]):
                     return fields[0]
             return None
+        import asyncio  # here, not at the top: ``nvidia-imex-ctl -q`` never resolves names
+
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 entry, None, type=socket.SOCK_STREAM

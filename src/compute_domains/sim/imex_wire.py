@@ -13,12 +13,16 @@ node's row, gathered by the local daemon from its peers' command ports).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import json
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+# asyncio is imported where it is used at run time: ``nvidia-imex-ctl -q`` is a probe that runs
+# every second on every node and only needs ``encode``/``decode_header`` (tens of ms saved).
 
 MAX_FRAME = 1 << 20
 _HEADER = struct.Struct(">I")
@@ -97,19 +101,46 @@ async def recv(reader: asyncio.StreamReader) -> Message | None:
     Raises:
         ProtocolError: A truncated or malformed frame.
     """
+    import asyncio
+
     try:
         header = await reader.readexactly(_HEADER.size)
     except asyncio.IncompleteReadError as err:
         if err.partial:
             raise ProtocolError("truncated frame header") from err
         return None
+    try:
+        body = await reader.readexactly(body_size(header))
+    except asyncio.IncompleteReadError as err:
+        raise ProtocolError("truncated or malformed frame") from err
+    return decode(body)
+
+
+HEADER_SIZE = _HEADER.size
+"""Bytes of a frame header."""
+
+
+def body_size(header: bytes) -> int:
+    """The body length a frame header announces.
+
+    Raises:
+        ProtocolError: Larger than ``MAX_FRAME``.
+    """
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME:
         raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    return int(size)
+
+
+def decode(body: bytes) -> Message:
+    """The message in a frame body.
+
+    Raises:
+        ProtocolError: Not JSON, or not an object with a string ``t``.
+    """
     try:
-        body = await reader.readexactly(size)
         message = json.loads(body)
-    except (asyncio.IncompleteReadError, ValueError) as err:
+    except ValueError as err:
         raise ProtocolError("truncated or malformed frame") from err
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):
         raise ProtocolError("frame is not a typed message")
