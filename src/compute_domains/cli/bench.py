@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -10,6 +11,7 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import formation
+from compute_domains.bench import churn, formation
 from compute_domains.cli import options, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, procs, state, topology
@@ -85,20 +87,51 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
 
 def _table(results: list[dict[str, Any]]) -> Table:
     table = Table("N", "daemons Ready", "pods Running", "CD Ready", "last daemon→CD Ready",
-                  "teardown", "API writes (form)", "controller CPU", "plugins CPU",
+                  "teardown", "API writes (form)", "non-Lease writes/N", "controller CPU",
+                  "plugins CPU",
                   title="ComputeDomain formation (median, min..max seconds)")
-    def cell(res: dict[str, Any], key: str) -> str:
+    def cell(res: dict[str, Any], key: str, digits: int = 1) -> str:
         v = res[key]
-        return f"{v['median']:.1f}s ({v['min']:.1f}..{v['max']:.1f})"
+        return (f"{v['median']:.{digits}f}s ({v['min']:.{digits}f}..{v['max']:.{digits}f})")
 
     for res in results:
         table.add_row(str(res["n"]), cell(res, "daemons_ready_s"), cell(res, "workloads_running_s"),
-                      cell(res, "cd_ready_s"), cell(res, "last_daemon_to_cd_ready_s"),
+                      cell(res, "cd_ready_s"), cell(res, "last_daemon_to_cd_ready_s", 2),
                       cell(res, "teardown_s"),
                       f"{res['writes_formation']['median']:.0f}",
+                      f"{res['writes_formation_no_leases']['median'] / res['n']:.1f}",
                       f"{res['cpu_s']['controller run']:.1f}s",
                       f"{res['cpu_s']['plugin run']:.1f}s")
     return table
+
+
+@contextlib.contextmanager
+def _sim(
+    console: Console, name: str, racks: int, keep: bool
+) -> Iterator[tuple[state.SimPaths, Path]]:
+    """A running sim with the driver (reused when one of that name runs); stopped afterwards."""
+    toolset = tools.build_tools(console)
+    paths = state.SimPaths(options.sim_home(), name)
+    with console.status(f"sim with {racks} racks of 18 nodes and the driver..."):
+        started = lifecycle.start(paths, toolset.bin_dir, chart=options.chart_dir(),
+                                  shape=topology.Shape(racks=racks))
+    try:
+        yield paths, toolset.bin_dir
+    finally:
+        if not keep and not started.already_running:
+            lifecycle.stop(paths)
+
+
+def _write(console: Console, kind: str, doc: dict[str, Any]) -> Path:
+    """Write a result document under bench/results/ with the machine it ran on."""
+    out_dir = options.repo_root() / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    load = os.getloadavg()[0]
+    out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "load_at_end": load, **doc},
+                              indent=1, default=str))
+    console.print(f"results written to {out}")
+    return out
 
 
 @click.group("bench")
@@ -116,21 +149,70 @@ def formation_cmd(sizes: str, repeats: int, name: str, keep: bool) -> None:
     """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N."""
     console = Console()
     ns = sorted({int(s) for s in sizes.split(",") if s.strip()})
-    toolset = tools.build_tools(console)
-    paths = state.SimPaths(options.sim_home(), name)
-    racks = max(1, math.ceil(max(ns) / 18))
-    with console.status(f"sim with {racks} racks of 18 nodes and the driver..."):
-        started = lifecycle.start(paths, toolset.bin_dir, chart=options.chart_dir(),
-                                  shape=topology.Shape(racks=racks))
-    try:
-        results = asyncio.run(_bench(paths, toolset.bin_dir, ns, repeats, console))
-    finally:
-        if not keep and not started.already_running:
-            lifecycle.stop(paths)
+    with _sim(console, name, max(1, math.ceil(max(ns) / 18)), keep) as (paths, bins):
+        results = asyncio.run(_bench(paths, bins, ns, repeats, console))
     console.print(_table(results))
-    out_dir = options.repo_root() / "bench" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"formation-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "results": results},
-                              indent=1))
-    console.print(f"results written to {out}")
+    _write(console, "formation", {"results": results})
+
+
+async def _churn(paths: state.SimPaths, lanes: int, cycles: int, n: int,
+                 console: Console) -> list[churn.Cycle]:
+    client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
+    run_id = uuid.uuid4().hex[:5]
+    spaces = [f"churn-{run_id}-{lane}" for lane in range(lanes)]
+    for ns in spaces:
+        await client.create(Namespace(metadata=ObjectMeta(name=ns)))
+    await asyncio.sleep(2)  # the ServiceAccount controller fills the namespaces
+
+    def roots() -> list[Path]:
+        base = (paths.root / "nodes").resolve()
+        return sorted(p for p in base.iterdir() if p.is_dir())
+
+    async def lane(index: int) -> list[churn.Cycle]:
+        done = []
+        for k in range(cycles):
+            cycle = await churn.one_cycle(client, lane=index, cycle=k, n=n, ns=spaces[index],
+                                          driver_ns=_DRIVER_NS, node_roots=roots)
+            verdict = "ok" if not cycle.problems else f"FAILED: {'; '.join(cycle.problems)}"
+            console.print(f"lane {index} cycle {k + 1}/{cycles}: formed "
+                          f"{cycle.formation_s:.1f}s, torn down {cycle.teardown_s:.1f}s, "
+                          f"{verdict}")
+            done.append(cycle)
+        return done
+
+    try:
+        per_lane = await asyncio.gather(*(lane(i) for i in range(lanes)))
+    finally:
+        for ns in spaces:
+            await client.delete(Namespace, ns)
+        await client.close()
+    return [c for cs in per_lane for c in cs]
+
+
+@group.command("churn")
+@click.option("--lanes", default=3, show_default=True, help="Parallel create/delete lanes.")
+@click.option("--cycles", default=12, show_default=True, help="Cycles per lane.")
+@click.option("--nodes", "n", default=2, show_default=True, help="Pods (nodes) per domain.")
+@click.option("--racks", default=1, show_default=True)
+@click.option("--name", default="churn", show_default=True, help="Sim to use or start.")
+@click.option("--keep", is_flag=True, help="Leave the sim running afterwards.")
+def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool) -> None:
+    """Soak: CDs created and deleted in parallel lanes, consistency checked after every cycle."""
+    console = Console()
+    if lanes * n > racks * 18:
+        raise click.UsageError(f"{lanes} lanes x {n} nodes need more than {racks} rack(s)")
+    with _sim(console, name, racks, keep) as (paths, _bins):
+        cycles_done = asyncio.run(_churn(paths, lanes, cycles, n, console))
+    summary = churn.summarize(cycles_done)
+    table = Table("lanes", "nodes/CD", "cycles", "failed", "formation p50", "formation p99",
+                  "teardown p50", "teardown p99", title="ComputeDomain churn")
+    table.add_row(str(lanes), str(n), str(summary["cycles"]), str(summary["failed"]),
+                  f"{summary['formation_p50_s']:.1f}s", f"{summary['formation_p99_s']:.1f}s",
+                  f"{summary['teardown_p50_s']:.1f}s", f"{summary['teardown_p99_s']:.1f}s")
+    console.print(table)
+    for problem in summary["problems"]:
+        console.print(f"[red]{problem}[/red]")
+    _write(console, "churn", {"lanes": lanes, "nodes_per_cd": n, "summary": summary,
+                              "cycles": [dataclasses.asdict(c) for c in cycles_done]})
+    if summary["failed"]:
+        raise click.ClickException(f"{summary['failed']} of {summary['cycles']} cycles failed")

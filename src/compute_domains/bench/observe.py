@@ -1,0 +1,175 @@
+"""What the benchmarks watch: the workload they create, formation milestones, leftovers.
+
+Shared by ``formation`` (timings) and ``churn`` (consistency under create/delete load): the
+manifests of one ComputeDomain plus a Deployment of N single-node pods, an ``Observer`` that
+timestamps each formation milestone when its watch event arrives, and ``leftovers`` that lists
+whatever of a deleted domain is still in the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from compute_domains.api import clique, computedomain, names
+
+
+def ready(pod: Any) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return bool(pod.status and any(c.type == "Ready" and c.status == "True"
+                                   for c in pod.status.conditions or []))
+
+
+def manifests(n: int, ns: str, name: str, affinity: bool) -> tuple[dict[str, Any], Deployment]:
+    """The ComputeDomain ``name`` and a Deployment of ``n`` pods using its channel template."""
+    cd = {"apiVersion": names.API_VERSION, "kind": "ComputeDomain",
+          "metadata": {"name": name, "namespace": ns},
+          "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}}}
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{name}-rct"}],
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "ctr", "image": "ubuntu:22.04", "command": ["mnnvl-workload"],
+                        "resources": {"claims": [{"name": "cd"}],
+                                      "limits": {"nvidia.com/gpu": 4}}}],
+    }
+    if affinity:
+        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"bench": name}},
+             "topologyKey": names.GPU_CLIQUE_LABEL}]}}
+    dep = Deployment.from_dict({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": n, "selector": {"matchLabels": {"bench": name}},
+                 "template": {"metadata": {"labels": {"bench": name}}, "spec": spec}}})
+    assert isinstance(dep, Deployment)
+    return cd, dep
+
+
+async def wait_until(check: Any, timeout: float) -> float:
+    """Seconds until ``check()`` holds (re-checked on a short period; bounded)."""
+    t0 = time.monotonic()
+    while not await check():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"not reached in {timeout:.0f}s")
+        await asyncio.sleep(0.25)  # bench sampling period (its own reads are not writes)
+    return time.monotonic() - t0
+
+
+class Observer:
+    """Follows the run's objects by watch; marks when each formation milestone was first seen.
+
+    Timestamps are taken when the watch event arrives (not on a sampling period), so a
+    sub-second gap such as "last daemon Ready → CD Ready" is measured, not rounded to a poll.
+    """
+
+    def __init__(self, client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str,
+                 uid: str, t0: float) -> None:
+        self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
+        self._name, self._uid, self._t0 = name, uid, t0
+        self._daemons: dict[str, bool] = {}
+        self._workloads: dict[str, bool] = {}
+        self._cliques: dict[str, list[Any]] = {}
+        self._cd: dict[str, Any] = {}
+        self.marks: dict[str, float] = {}
+        self.done = asyncio.Event()
+
+    def _evaluate(self) -> None:
+        now = time.monotonic() - self._t0
+        n = self._n
+        if sum(self._daemons.values()) >= n:
+            self.marks.setdefault("daemons", now)
+        if sum(self._workloads.values()) >= n:
+            self.marks.setdefault("workloads", now)
+        entries = [d for ds in self._cliques.values() for d in ds]
+        if sum(1 for d in entries if d.get("status") == "Ready") >= n:
+            self.marks.setdefault("cliques", now)
+        nodes = self._cd.get("nodes") or []
+        if self._cd.get("status") == "Ready" and len(nodes) == n:
+            self.marks.setdefault("cd", now)
+        if {"daemons", "workloads", "cliques", "cd"} <= set(self.marks):
+            self.done.set()
+
+    async def _follow(self, res: Any, store: Any, *, namespace: str,
+                      labels: dict[str, Any] | None = None,
+                      fields: dict[str, Any] | None = None) -> None:
+        async for op, obj in self._client.watch(res, namespace=namespace, labels=labels,
+                                                fields=fields):
+            store(op, obj)
+            self._evaluate()
+
+    def _pod_store(self, table: dict[str, bool]) -> Any:
+        def store(op: str, pod: Any) -> None:
+            if op == "DELETED":
+                table.pop(pod.metadata.name, None)
+            else:
+                table[pod.metadata.name] = ready(pod)
+        return store
+
+    def _clique_store(self, op: str, obj: Any) -> None:
+        data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+        name = str(data["metadata"]["name"])
+        if not name.startswith(self._uid):
+            return
+        if op == "DELETED":
+            self._cliques.pop(name, None)
+        else:
+            self._cliques[name] = list(data.get("daemons") or [])
+
+    def _cd_store(self, op: str, obj: Any) -> None:
+        data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+        self._cd = {} if op == "DELETED" else dict(data.get("status") or {})
+
+    async def wait(self, timeout: float) -> None:
+        """Return once every milestone was seen; TimeoutError after ``timeout`` seconds."""
+        follows = [
+            self._follow(Pod, self._pod_store(self._daemons), namespace=self._driver_ns,
+                         labels={names.COMPUTE_DOMAIN_LABEL: self._uid}),
+            self._follow(Pod, self._pod_store(self._workloads), namespace=self._ns,
+                         labels={"bench": self._name}),
+            self._follow(clique.ComputeDomainCliqueResource, self._clique_store,
+                         namespace=self._driver_ns),
+            self._follow(computedomain.ComputeDomainResource, self._cd_store,
+                         namespace=self._ns, fields={"metadata.name": self._name}),
+        ]
+        tasks = [asyncio.create_task(f) for f in follows]
+        try:
+            await asyncio.wait_for(self.done.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"N={self._n}: not formed in {timeout:.0f}s; "
+                               f"milestones seen: {sorted(self.marks)}") from None
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _names(client: AsyncClient, res: Any, **where: Any) -> list[str]:
+    return [str(obj.metadata.name) async for obj in client.list(res, **where)]
+
+
+async def leftovers(client: AsyncClient, *, uid: str, ns: str, name: str,
+                    driver_ns: str) -> list[str]:
+    """What of the deleted domain ``name`` (``uid``) and its workload is still there."""
+    mine = {names.COMPUTE_DOMAIN_LABEL: uid}
+    left = [f"daemon pod {p}" for p in await _names(client, Pod, namespace=driver_ns, labels=mine)]
+    left += [f"workload pod {p}"
+             for p in await _names(client, Pod, namespace=ns, labels={"bench": name})]
+    left += [f"clique {c}"
+             for c in await _names(client, clique.ComputeDomainCliqueResource, namespace=driver_ns)
+             if c.startswith(uid)]
+    left += [f"label on node {x}" for x in await _names(client, Node, labels=mine)]
+    # Claims generated for the workload's pods are named after them: "<deployment>-...".
+    left += [f"claim {c}" for c in await _names(client, ResourceClaim, namespace=ns)
+             if c.startswith(f"{name}-")]
+    try:
+        await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
+        left.append(f"ComputeDomain {name}")
+    except ApiError:
+        pass
+    return left

@@ -1,0 +1,58 @@
+"""Formation benchmark bookkeeping: API request counts from /metrics, writes, summaries."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from compute_domains.bench import formation
+
+_LINE = (
+    'apiserver_request_total{{code="{code}",component="apiserver",group="",resource="{res}",'
+    'scope="namespace",subresource="{sub}",verb="{verb}",version="v1"}} {n}'
+)
+METRICS = "\n".join(
+    [
+        "# HELP apiserver_request_total Counter of apiserver requests",
+        _LINE.format(code=201, res="pods", sub="", verb="POST", n=3),
+        _LINE.format(code=200, res="pods", sub="status", verb="PATCH", n=5),
+        _LINE.format(code=200, res="leases", sub="", verb="PUT", n=7),
+        _LINE.format(code=200, res="pods", sub="", verb="LIST", n=11),
+        _LINE.format(code=409, res="pods", sub="", verb="POST", n=1),
+        "other_metric 4",
+    ]
+)
+
+
+async def test_request_counts_sum_by_verb_and_resource() -> None:
+    async def fetch() -> str:
+        return METRICS
+
+    counts = await formation.request_counts(fetch)
+    assert counts == Counter({"POST pods": 4, "PATCH pods": 5, "PUT leases": 7, "LIST pods": 11})
+    assert formation._writes(counts) == 16
+    assert formation._writes(counts, leases=False) == 9
+
+
+def _run(t: float) -> formation.Run:
+    return formation.Run(
+        n=4,
+        daemons_ready_s=t,
+        workloads_running_s=t + 1,
+        cd_ready_s=t + 0.5,
+        entries_ready_s=t + 0.25,
+        last_daemon_to_cd_ready_s=0.25,
+        teardown_s=2 * t,
+        writes_formation=100,
+        writes_formation_no_leases=60,
+        writes_teardown=50,
+        requests_formation={},
+    )
+
+
+def test_summary_is_median_and_spread() -> None:
+    summary = formation.summarize([_run(3.0), _run(1.0), _run(2.0)])
+    assert summary["n"] == 4
+    assert summary["repeats"] == 3
+    assert summary["daemons_ready_s"] == {"median": 2.0, "min": 1.0, "max": 3.0}
+    assert summary["teardown_s"] == {"median": 4.0, "min": 2.0, "max": 6.0}
+    assert summary["writes_formation_no_leases"]["median"] == 60.0
