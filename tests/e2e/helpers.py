@@ -1,0 +1,248 @@
+"""Small building blocks of the acceptance modules: upstream's helpers.sh in Python.
+
+``upgrade`` is upstream's ``iupgrade_wait`` (``helm upgrade --install --wait`` with changed
+values, then every driver pod Ready); ``within`` asserts an upstream time limit; the object
+builders make upstream's ``channel-injection.yaml`` shapes (a ComputeDomain, a pod that lists
+its channels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+
+from compute_domains.api import computedomain, names
+from compute_domains.cli import options
+from compute_domains.sim import driver, state
+from tests.e2e.conftest import DRIVER_NS
+
+LIST_CHANNELS = "ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
+"""The command of upstream's channel-injection pods."""
+
+
+def _tool(sim: state.SimPaths, tool: str, *args: str, timeout: float = 300) -> str:
+    bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
+    res = subprocess.run(
+        [str(bins / tool), "--kubeconfig", str(sim.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if res.returncode != 0:
+        raise AssertionError(
+            f"{tool} {' '.join(args)} failed ({res.returncode}):\n{res.stdout}{res.stderr}"
+        )
+    return res.stdout
+
+
+def kubectl(sim: state.SimPaths, *args: str, timeout: float = 300) -> str:
+    """Run the sim's kubectl; a non-zero exit fails the test with its output."""
+    return _tool(sim, "kubectl", *args, timeout=timeout)
+
+
+def upgrade(sim: state.SimPaths, *values: str) -> None:
+    """Upstream's ``iupgrade_wait``: reinstall the chart with ``values`` and wait for its pods.
+
+    The simulator-only NVML value is always set (the sim installed the chart with it).
+    """
+    argv = [
+        "upgrade",
+        "--install",
+        driver.RELEASE,
+        str(options.chart_dir()),
+        "--namespace",
+        DRIVER_NS,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "300s",
+        "--set",
+        "nvmlMock.enabled=true",
+    ]
+    for value in values:
+        argv += ["--set", value]
+    _tool(sim, "helm", *argv, timeout=360)
+    # helm's --wait lets a one-node DaemonSet (maxUnavailable 1) and a Deployment at minimum
+    # availability through; upstream then waits for every plugin and controller pod Ready.
+    for workload in (
+        "deployment/compute-domains-controller",
+        "daemonset/compute-domains-kubelet-plugin",
+    ):
+        try:
+            kubectl(
+                sim, "rollout", "status", "-n", DRIVER_NS, workload, "--timeout=300s", timeout=330
+            )
+        except AssertionError as err:
+            pods = kubectl(sim, "get", "pods", "-n", DRIVER_NS, "-o", "wide")
+            raise AssertionError(f"{err}\n{pods}") from None
+
+
+def uninstall(sim: state.SimPaths) -> None:
+    """``helm uninstall --wait``: the chart's pods are gone; CRDs and node files stay."""
+    _tool(
+        sim,
+        "helm",
+        "uninstall",
+        driver.RELEASE,
+        "--namespace",
+        DRIVER_NS,
+        "--wait",
+        "--timeout",
+        "120s",
+        timeout=180,
+    )
+
+
+async def within(seconds: float, check: Callable[[], Awaitable[Any]], what: str) -> float:
+    """Poll ``check`` until truthy; fail when ``seconds`` (an upstream limit) pass first."""
+    t0 = time.monotonic()
+    while not await check():
+        if time.monotonic() - t0 > seconds:
+            raise AssertionError(f"{what} not within {seconds:.0f}s")
+        await asyncio.sleep(0.2)
+    return time.monotonic() - t0
+
+
+def ready(p: Pod) -> bool:
+    return bool(
+        p.status
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    )
+
+
+async def pod_ready(admin: AsyncClient, name: str, namespace: str = "default") -> bool:
+    try:
+        return ready(await admin.get(Pod, name, namespace=namespace))
+    except ApiError as err:
+        if err.status.code == 404:
+            return False
+        raise
+
+
+async def gone(admin: AsyncClient, kind: Any, name: str, namespace: str | None = "default") -> bool:
+    try:
+        await admin.get(kind, name, namespace=namespace)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+async def create_cd(
+    admin: AsyncClient,
+    name: str,
+    *,
+    num_nodes: int = 0,
+    mode: str | None = None,
+    namespace: str = "default",
+) -> str:
+    """Create a ComputeDomain whose channel template is ``<name>-rct``; return its UID."""
+    channel: dict[str, Any] = {"resourceClaimTemplate": {"name": f"{name}-rct"}}
+    if mode is not None:
+        channel["allocationMode"] = mode
+    obj = await admin.create(
+        computedomain.ComputeDomainResource(
+            metadata=ObjectMeta(name=name, namespace=namespace),
+            spec={"numNodes": num_nodes, "channel": channel},
+        )
+    )
+    return str(obj.metadata.uid)  # type: ignore[union-attr]
+
+
+async def cd_status(admin: AsyncClient, name: str, namespace: str = "default") -> dict[str, Any]:
+    obj = await admin.get(computedomain.ComputeDomainResource, name, namespace=namespace)
+    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
+    return doc.get("status") or {}
+
+
+def channel_pod(
+    name: str,
+    template: str,
+    *,
+    command: str = LIST_CHANNELS,
+    node: str | None = None,
+    gpus: int | None = None,
+    namespace: str = "default",
+) -> Pod:
+    """A pod whose one container consumes a claim from ``template`` (upstream's shape)."""
+    resources: dict[str, Any] = {"claims": [{"name": "cd"}]}
+    if gpus is not None:
+        resources["limits"] = {"nvidia.com/gpu": gpus}
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 2,
+        "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": template}],
+        "containers": [
+            {
+                "name": "ctr",
+                "image": "ubuntu:22.04",
+                "command": ["sh", "-c", command],
+                "resources": resources,
+            }
+        ],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return cast(
+        Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    )
+
+
+async def daemon_pods(admin: AsyncClient, cd_uid: str | None) -> list[Pod]:
+    """The CD's daemon pods (every CD's when ``cd_uid`` is None), terminating ones included."""
+    return [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: cd_uid}
+        )
+    ]
+
+
+async def log_of(
+    admin: AsyncClient, pod: str, namespace: str = "default", container: str | None = None
+) -> str:
+    """``kubectl logs``: everything the container wrote so far."""
+    return "".join(
+        [line async for line in admin.log(pod, namespace=namespace, container=container)]
+    )
+
+
+async def component_logs(admin: AsyncClient, component: str) -> dict[str, str]:
+    """Pod name → log of every driver pod of ``component`` (``controller``/``kubelet-plugin``)."""
+    pods = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/component": component}
+        )
+    ]
+    return {
+        str(p.metadata.name): await log_of(admin, str(p.metadata.name), DRIVER_NS)
+        for p in pods
+        if p.metadata and not p.metadata.deletionTimestamp
+    }
+
+
+async def log_with(
+    admin: AsyncClient, pod: str, texts: tuple[str, ...], timeout: float = 30
+) -> str:
+    """The container's log once it holds every one of ``texts`` (it may lag pod readiness)."""
+    logs = ""
+
+    async def has_all() -> bool:
+        nonlocal logs
+        logs = await log_of(admin, pod)
+        return all(t in logs for t in texts)
+
+    try:
+        await within(timeout, has_all, f"{texts} in the log of {pod}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; log:\n{logs[-3000:]}") from None
+    return logs
