@@ -1,0 +1,244 @@
+"""Upstream B3 (multi-CD demo flows) and the §1.L gaps upstream never tested, on 2 racks x 2 nodes.
+
+* B3 "no ComputeDomain": a GPU job without a CD adds no pod to the driver namespace and labels
+  no node.
+* B3 "two jobs with distinct CDs at the same time" + §1.L.3 clique boundaries: two CDs created
+  at once, each with one pod per rack, so each spans both cliques; each gets one
+  ComputeDomainClique per clique, indices restart per clique, daemons only on its own nodes.
+* §1.L.5 deletion ordering (#380, #725, PR #384, PR #518): deleting one CD while its workload
+  still runs removes its daemons, cliques and node labels (and the CD itself, no stuck
+  finalizer), leaves the other CD untouched (its labels, daemons and status), and the orphaned
+  workload pods still delete within upstream's 10 s, their claims with them.
+* §1.L.6 late prepare after unprepare (#1162 -> PR #1188): a pod deleted while its claim's
+  prepare is still waiting for the daemon leaves nothing behind, also after the kubelet's 45 s
+  prepare window has passed: no node label, daemon, CDI spec, or claim still prepared in the
+  node's checkpoint.
+
+Not repeated here: one-CD-per-node refusal and two pods of one CD sharing a node are driven
+through the real scheduler in ``tests/integration/plugin/test_channels.py``; node loss is in
+``test_two_racks.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+
+from compute_domains.api import clique, computedomain, names
+from compute_domains.plugin import checkpoint
+from compute_domains.sim import state, topology
+from tests.e2e import helpers
+from tests.e2e.conftest import DRIVER_NS
+from tests.integration.plugin.objects import read_checkpoint
+
+pytestmark = pytest.mark.timeout(1200)
+SHAPE = topology.Shape(racks=2, nodes_per_rack=2)
+NODES = ("gb200-r0-n00", "gb200-r0-n01", "gb200-r1-n00", "gb200-r1-n01")
+# Each CD takes one node of each rack, so each spans both cliques.
+PLACEMENT = {"cd-a": ("gb200-r0-n00", "gb200-r1-n00"), "cd-b": ("gb200-r0-n01", "gb200-r1-n01")}
+
+
+async def _labels(admin: AsyncClient) -> dict[str, str | None]:
+    """Node → the CD UID its label names (None: free)."""
+    return {
+        str(n.metadata.name): (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)  # type: ignore[union-attr]
+        for n in [n async for n in admin.list(Node)]
+    }
+
+
+def _claim_specs(sim: state.SimPaths, node: str) -> list[str]:
+    return [f.name for f in (sim.node_root(node) / "var/run/cdi").glob("*claim*")]
+
+
+def _held_claims(sim: state.SimPaths, node: str) -> list[str]:
+    """Checkpoint entries of ``node`` that still hold (or may hold) devices."""
+    done = (checkpoint.ClaimState.UNPREPARED,)
+    return [
+        f"{e.namespace}/{e.name} {e.state}"
+        for e in read_checkpoint(sim, node).claims.values()
+        if e.state not in done
+    ]
+
+
+async def test_b3_a_job_without_a_cd_adds_no_driver_pods(admin: AsyncClient) -> None:
+    """B3 "nvbandwidth-test-no-compute-domain-job": no extra pods in the driver namespace."""
+    before = {str(p.metadata.name) async for p in admin.list(Pod, namespace=DRIVER_NS)}  # type: ignore[union-attr]
+    pod = helpers.channel_pod("no-cd", "unused", command="sleep 3600", gpus=4).to_dict()
+    pod["spec"]["resourceClaims"] = []
+    pod["spec"]["containers"][0]["resources"].pop("claims")
+    await admin.create(cast(Pod, Pod.from_dict(pod)))
+    await helpers.within(100, lambda: helpers.pod_ready(admin, "no-cd"), "pod Ready")
+    await asyncio.sleep(5)  # give a wrongly triggered daemon time to show up
+    after = {str(p.metadata.name) async for p in admin.list(Pod, namespace=DRIVER_NS)}  # type: ignore[union-attr]
+    assert after == before
+    assert set((await _labels(admin)).values()) == {None}
+    await admin.delete(Pod, "no-cd", namespace="default")
+    await helpers.within(10, lambda: helpers.gone(admin, Pod, "no-cd"), "pod gone")
+
+
+async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
+    """B3 "two 2-node jobs with distinct CDs at once"; §1.L.3 cliques; §1.L.5 deletion order."""
+    uids = {cd: await helpers.create_cd(admin, cd, num_nodes=2) for cd in PLACEMENT}
+    for cd, nodes in PLACEMENT.items():
+        for i, node in enumerate(nodes):
+            await admin.create(helpers.channel_pod(f"{cd}-{i}", f"{cd}-rct", node=node, gpus=4))
+
+    async def both_ready() -> bool:
+        for cd in PLACEMENT:
+            st = await helpers.cd_status(admin, cd)
+            nodes = st.get("nodes") or []
+            if st.get("status") != "Ready" or len(nodes) != 2:
+                return False
+        return True
+
+    await helpers.within(300, both_ready, "both CDs Ready with 2 nodes each")
+    for cd, nodes in PLACEMENT.items():
+        entries = (await helpers.cd_status(admin, cd))["nodes"]
+        assert sorted(e["name"] for e in entries) == sorted(nodes), entries
+        assert len({e["cliqueID"] for e in entries}) == 2, f"{cd} spans both racks: {entries}"
+        assert [e["index"] for e in entries] == [0, 0], f"indices restart per clique: {entries}"
+        cliques = [
+            c
+            async for c in admin.list(
+                clique.ComputeDomainCliqueResource,
+                namespace=DRIVER_NS,
+                labels={names.COMPUTE_DOMAIN_LABEL: uids[cd]},
+            )
+        ]
+        assert len(cliques) == 2, f"{cd}: one ComputeDomainClique per clique"
+        daemons = await helpers.daemon_pods(admin, uids[cd])
+        assert sorted(str(d.spec.nodeName) for d in daemons) == sorted(nodes)  # type: ignore[union-attr]
+        for i in range(2):
+            await helpers.log_with(admin, f"{cd}-{i}", ("channel0",))
+    assert await _labels(admin) == {n: uids[cd] for cd, ns in PLACEMENT.items() for n in ns}
+    b_daemons = {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])}  # type: ignore[union-attr]
+
+    # Delete cd-a while its workload still runs: its daemons go, cd-b is untouched.
+    await admin.delete(computedomain.ComputeDomainResource, "cd-a", namespace="default")
+    await helpers.within(
+        60,
+        lambda: helpers.gone(admin, computedomain.ComputeDomainResource, "cd-a"),
+        "cd-a deleted (no stuck finalizer)",
+    )
+
+    async def a_torn_down() -> bool:
+        left: list[Any] = list(await helpers.daemon_pods(admin, uids["cd-a"]))
+        left += [
+            c
+            async for c in admin.list(
+                clique.ComputeDomainCliqueResource,
+                namespace=DRIVER_NS,
+                labels={names.COMPUTE_DOMAIN_LABEL: uids["cd-a"]},
+            )
+        ]
+        labels = await _labels(admin)
+        return not left and all(labels[n] is None for n in PLACEMENT["cd-a"])
+
+    await helpers.within(60, a_torn_down, "cd-a's daemons, cliques and node labels gone")
+    assert {n: v for n, v in (await _labels(admin)).items() if v} == {
+        n: uids["cd-b"] for n in PLACEMENT["cd-b"]
+    }
+    st = await helpers.cd_status(admin, "cd-b")
+    assert st["status"] == "Ready" and len(st["nodes"]) == 2, st
+    assert {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])} == (  # type: ignore[union-attr]
+        b_daemons
+    ), "cd-b's daemons were restarted"
+
+    # The orphaned workload still deletes promptly, and its claims with it.
+    a_claims = [
+        c.name
+        for i in range(2)
+        for c in (
+            await admin.get(Pod, f"cd-a-{i}", namespace="default")
+        ).status.resourceClaimStatuses  # type: ignore[union-attr]
+        or []
+    ]
+    assert len(a_claims) == 2
+    for i in range(2):
+        await admin.delete(Pod, f"cd-a-{i}", namespace="default")
+
+    async def a_pods_gone() -> bool:
+        return all([await helpers.gone(admin, Pod, f"cd-a-{i}") for i in range(2)])
+
+    await helpers.within(10, a_pods_gone, "cd-a's workload pods gone")
+
+    async def a_claims_gone() -> bool:
+        for name in a_claims:
+            if not await helpers.gone(admin, ResourceClaim, str(name)):
+                return False
+        return not any(_claim_specs(rack_sim, n) for n in PLACEMENT["cd-a"])
+
+    await helpers.within(60, a_claims_gone, "cd-a's claims and CDI specs gone")
+    for node in PLACEMENT["cd-a"]:
+        assert _held_claims(rack_sim, node) == []
+
+    # Then cd-b the usual way: workload, then CD; nothing of either is left.
+    for i in range(2):
+        await admin.delete(Pod, f"cd-b-{i}", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "cd-b", namespace="default")
+
+    async def nothing_left() -> bool:
+        left: list[Any] = list(await helpers.daemon_pods(admin, None))
+        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")]
+        left += [
+            d
+            async for d in admin.list(
+                DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        left += [c async for c in admin.list(ResourceClaim, namespace="*")]
+        left += [
+            t
+            async for t in admin.list(
+                ResourceClaimTemplate, namespace="*", labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        files = [f for n in NODES for f in _claim_specs(rack_sim, n)]
+        return not left and not files and set((await _labels(admin)).values()) == {None}
+
+    await helpers.within(120, nothing_left, "no daemon, clique, claim, template, label or file")
+
+
+async def test_late_prepare_after_unprepare_leaves_nothing(
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
+    """§1.L.6 (#1162): a pod deleted while its prepare waits for the daemon leaves nothing."""
+    node = NODES[0]
+    uid = await helpers.create_cd(admin, "late")
+    await admin.create(helpers.channel_pod("late", "late-rct", node=node))
+
+    async def scheduled() -> bool:
+        p = await admin.get(Pod, "late", namespace="default")
+        return bool(p.spec and p.spec.nodeName and p.status and p.status.resourceClaimStatuses)
+
+    await helpers.within(60, scheduled, "pod scheduled with its claim")
+    claim = (await admin.get(Pod, "late", namespace="default")).status.resourceClaimStatuses[0]  # type: ignore[union-attr,index]
+    # The daemon needs seconds to turn Ready, so the prepare is still waiting for it now.
+    await asyncio.sleep(1)
+    deleted = time.monotonic()
+    await admin.delete(Pod, "late", namespace="default", grace_period=0)
+    await helpers.within(10, lambda: helpers.gone(admin, Pod, "late"), "pod gone")
+
+    async def clean() -> bool:
+        return (
+            (await _labels(admin))[node] is None
+            and not await helpers.daemon_pods(admin, uid)
+            and not _claim_specs(rack_sim, node)
+            and await helpers.gone(admin, ResourceClaim, str(claim.resourceClaimName))
+            and not _held_claims(rack_sim, node)
+        )
+
+    await helpers.within(120, clean, "no label, daemon, CDI spec or prepared claim left")
+    # A late prepare retry would land within the kubelet's 45 s window: still clean after it.
+    await asyncio.sleep(max(0.0, 50 - (time.monotonic() - deleted)))
+    assert await clean(), (await _labels(admin), _held_claims(rack_sim, node))
+    await admin.delete(computedomain.ComputeDomainResource, "late", namespace="default")
