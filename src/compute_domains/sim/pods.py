@@ -87,6 +87,8 @@ class PodWorker:
         self.uid, self.name, self.namespace = meta.uid, meta.name, meta.namespace
         self.ip = pod_ip
         self._records: list[podstatus.ContainerRecord] = []
+        self._published: dict[str, str] = {}
+        """Condition type → status this kubelet last wrote (to notice others' rewrites)."""
         self._running: dict[str, runtime.Running] = {}
         self._sandbox_ready = False
         self._since: dict[str, str] = {}
@@ -106,8 +108,17 @@ class PodWorker:
         return self.pod.spec
 
     def update(self, pod: Pod) -> None:
-        """A newer version of the pod object arrived from the watch."""
+        """A newer version of the pod object arrived from the watch.
+
+        Someone else may have rewritten our status: the node lifecycle controller marks every
+        pod of a NotReady node ``Ready=False``. Like the kubelet's status manager, republish
+        when the server's conditions differ from what this kubelet last wrote, or pods stay
+        NotReady forever after their node recovers.
+        """
         self.pod = pod
+        server = _conditions(pod)
+        if self._published and any(server.get(k) != v for k, v in self._published.items()):
+            self._changed()
 
     def terminate(self, grace: float, gone: bool = False) -> None:
         """Begin termination; ``gone`` when the API object was force-deleted already."""
@@ -188,6 +199,7 @@ class PodWorker:
                 since=self._since,
                 message=self._message,
             )
+            self._published = {c["type"]: c["status"] for c in status["conditions"]}
             try:
                 await self._svc.client.patch(
                     Pod.Status, self.name, {"status": status}, namespace=self.namespace
@@ -417,3 +429,9 @@ class PodWorker:
                 rec.terminate(rec.exit_code or 143)
         with contextlib.suppress(Exception):
             self._changed()
+
+
+def _conditions(pod: Pod) -> dict[str, str]:
+    """Condition type → status of the pod as the server has it (ours only: no PodScheduled)."""
+    conds = (pod.status.conditions if pod.status else None) or []
+    return {str(c.type): str(c.status) for c in conds if c.type != "PodScheduled"}

@@ -130,6 +130,8 @@ def _cond(
     }
     if reason and not ok:
         out["reason"] = reason
+    elif reason:
+        out["reason"] = None  # a merge patch: clear the reason a NotReady spell left behind
     return out
 
 

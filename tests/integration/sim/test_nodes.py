@@ -125,6 +125,26 @@ async def test_probe_gates_readiness(admin: AsyncClient, ns: str) -> None:
     await wait_for(admin, Pod, "probed", _running_ready, namespace=ns, timeout=60)
 
 
+async def test_ready_is_restored_after_the_node_controller_marks_it_false(
+    admin: AsyncClient, ns: str
+) -> None:
+    """A node that missed heartbeats gets its pods marked ``Ready=False`` by the node-lifecycle
+    controller; once the node is back, its kubelet must put its own view back (the status
+    manager's reconcile), or the pods stay NotReady forever."""
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "steady", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "debian:12",
+                                 "command": ["sleep", "3600"]}]},
+    }))
+    await wait_for(admin, Pod, "steady", _running_ready, namespace=ns, timeout=60)
+    # What kube-controller-manager's MarkPodsNotReady writes for a NotReady node.
+    await admin.patch(Pod.Status, "steady", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}}, namespace=ns)
+    pod = await wait_for(admin, Pod, "steady", _running_ready, namespace=ns, timeout=60)
+    ready = next(c for c in pod.status.conditions if c.type == "Ready")  # type: ignore[union-attr]
+    assert ready.reason is None, "the stale NotReady reason was kept"
+
+
 @pytest.fixture
 async def driver(admin: AsyncClient, nodes_sim: state.SimPaths) -> AsyncIterator[TestDriver]:
     drv = TestDriver(admin, NODE_A, nodes_sim.node_root(NODE_A))
