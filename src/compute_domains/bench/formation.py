@@ -53,6 +53,8 @@ class Run:
     """Formation writes without Lease renewals (node and leader heartbeats)."""
     writes_teardown: int
     requests_formation: dict[str, int]
+    milestones: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -108,7 +110,8 @@ async def one_run(client: AsyncClient, fetch: MetricsFetch, n: int, *, ns: str,
                teardown_s=teardown, writes_formation=_writes(form_delta),
                writes_formation_no_leases=_writes(form_delta, leases=False),
                writes_teardown=_writes(after - mid),
-               requests_formation=dict(form_delta.most_common(12)))
+               requests_formation=dict(form_delta.most_common(12)),
+               milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])))
 
 
 def summarize(runs: list[Run]) -> dict[str, Any]:

@@ -27,6 +27,20 @@ def ready(pod: Any) -> bool:
                                    for c in pod.status.conditions or []))
 
 
+_STAGES = ("created", "scheduled", "running", "ready")
+"""How far a pod got, in order (a pod at one stage has passed the earlier ones)."""
+
+
+def stage(pod: Any) -> str:
+    """The furthest of ``_STAGES`` the pod reached."""
+    if ready(pod):
+        return "ready"
+    statuses = (pod.status.containerStatuses if pod.status else None) or []
+    if statuses and all(cs.state and cs.state.running for cs in statuses):
+        return "running"
+    return "scheduled" if pod.spec and pod.spec.nodeName else "created"
+
+
 def manifests(n: int, ns: str, name: str, affinity: bool) -> tuple[dict[str, Any], Deployment]:
     """The ComputeDomain ``name`` and a Deployment of ``n`` pods using its channel template."""
     cd = {"apiVersion": names.API_VERSION, "kind": "ComputeDomain",
@@ -72,8 +86,8 @@ class Observer:
                  uid: str, t0: float) -> None:
         self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
         self._name, self._uid, self._t0 = name, uid, t0
-        self._daemons: dict[str, bool] = {}
-        self._workloads: dict[str, bool] = {}
+        self._daemons: dict[str, str] = {}
+        self._workloads: dict[str, str] = {}
         self._cliques: dict[str, list[Any]] = {}
         self._cd: dict[str, Any] = {}
         self.marks: dict[str, float] = {}
@@ -82,11 +96,18 @@ class Observer:
     def _evaluate(self) -> None:
         now = time.monotonic() - self._t0
         n = self._n
-        if sum(self._daemons.values()) >= n:
+        # Intermediate milestones, for the phase breakdown: every stage reached by all N.
+        for prefix, table in (("daemon", self._daemons), ("workload", self._workloads)):
+            for stage in _STAGES[:-1]:
+                if sum(_STAGES.index(v) >= _STAGES.index(stage) for v in table.values()) >= n:
+                    self.marks.setdefault(f"{prefix}s_{stage}", now)
+        if sum(v == "ready" for v in self._daemons.values()) >= n:
             self.marks.setdefault("daemons", now)
-        if sum(self._workloads.values()) >= n:
+        if sum(v == "ready" for v in self._workloads.values()) >= n:
             self.marks.setdefault("workloads", now)
         entries = [d for ds in self._cliques.values() for d in ds]
+        if len(entries) >= n:
+            self.marks.setdefault("cliques_registered", now)
         if sum(1 for d in entries if d.get("status") == "Ready") >= n:
             self.marks.setdefault("cliques", now)
         nodes = self._cd.get("nodes") or []
@@ -103,12 +124,12 @@ class Observer:
             store(op, obj)
             self._evaluate()
 
-    def _pod_store(self, table: dict[str, bool]) -> Any:
+    def _pod_store(self, table: dict[str, str]) -> Any:
         def store(op: str, pod: Any) -> None:
             if op == "DELETED":
                 table.pop(pod.metadata.name, None)
             else:
-                table[pod.metadata.name] = ready(pod)
+                table[pod.metadata.name] = stage(pod)
         return store
 
     def _clique_store(self, op: str, obj: Any) -> None:

@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, formation
+from compute_domains.bench import churn, formation, report
 from compute_domains.cli import options, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, procs, state, topology
@@ -216,3 +216,26 @@ def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool
                               "cycles": [dataclasses.asdict(c) for c in cycles_done]})
     if summary["failed"]:
         raise click.ClickException(f"{summary['failed']} of {summary['cycles']} cycles failed")
+
+
+@group.command("report")
+@click.option("--doc", "doc_path", type=click.Path(path_type=Path), default=None,
+              help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).")
+def report_cmd(doc_path: Path | None) -> None:
+    """Rewrite the tables in docs/benchmarks.md from the newest results of each kind."""
+    console = Console()
+    root = options.repo_root()
+    doc_path = doc_path or root / "docs" / "benchmarks.md"
+    blocks = {}
+    for kind in report.KINDS:
+        found = report.latest(root / "bench" / "results", kind)
+        if found is None:
+            console.print(f"no {kind} results under bench/results/: its table is left as it is")
+            continue
+        path, doc = found
+        blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
+    try:
+        doc_path.write_text(report.update_doc(doc_path.read_text(), blocks))
+    except (OSError, ValueError) as err:
+        raise click.ClickException(f"{doc_path}: {err}") from err
+    console.print(f"{doc_path}: {', '.join(blocks) or 'nothing'} updated")
