@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 E2E_FAST ?= tests/e2e/test_seed_example.py
 
-.PHONY: setup tools test test-unit test-integration test-e2e demo lint check clean
+.PHONY: setup tools test test-unit test-integration test-e2e demo bench lint check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,21 @@ test-unit: $(STAMP)
 test-integration: setup
 	$(BIN)/pytest $(PYTEST_ARGS) tests/integration
 
+## image: the driver's container image, built without a container engine (docs/image.md)
+.PHONY: image
+image:
+	PYTHON=$(PYTHON) bash scripts/build-image.sh $(IMAGE_ARGS)
+
 ## demo: the main job (see README)
 demo: setup
 	$(BIN)/cdctl demo
+
+## bench: formation and churn benchmarks on the simulator, then the tables in docs/benchmarks.md
+BENCH_SIZES ?= 4,18,36
+bench: setup
+	$(BIN)/cdctl bench formation --sizes $(BENCH_SIZES)
+	$(BIN)/cdctl bench churn
+	$(BIN)/cdctl bench report
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
