@@ -222,8 +222,18 @@ async def test_late_prepare_after_unprepare_leaves_nothing(
 
     await helpers.within(60, scheduled, "pod scheduled with its claim")
     claim = (await admin.get(Pod, "late", namespace="default")).status.resourceClaimStatuses[0]  # type: ignore[union-attr,index]
-    # The daemon needs seconds to turn Ready, so the prepare is still waiting for it now.
-    await asyncio.sleep(1)
+
+    async def preparing() -> bool:
+        return (await _labels(admin))[node] == uid
+
+    # Prepare has begun (it labels the node first) and waits for the daemon to turn Ready.
+    await helpers.within(30, preparing, "the plugin labelled the node for the CD")
+    rc = await admin.get(ResourceClaim, str(claim.resourceClaimName), namespace="default")
+    entry = read_checkpoint(rack_sim, node).get(str(rc.metadata.uid))  # type: ignore[union-attr]
+    p = await admin.get(Pod, "late", namespace="default")
+    assert not helpers.ready(p) and (
+        entry is None or entry.state is not checkpoint.ClaimState.PREPARE_COMPLETED
+    ), f"prepare finished before the delete ({entry}); the race was not hit"
     deleted = time.monotonic()
     await admin.delete(Pod, "late", namespace="default", grace_period=0)
     await helpers.within(10, lambda: helpers.gone(admin, Pod, "late"), "pod gone")
