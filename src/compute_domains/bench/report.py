@@ -43,7 +43,8 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
             f"{_span(r['workloads_running_s'])} | {_span(r['cd_ready_s'])} | "
             f"{_span(r['last_daemon_to_cd_ready_s'], 2)} | {_span(r['teardown_s'])} | "
             f"{r['writes_formation']['median']:.0f} | {no_lease:.0f} | {no_lease / r['n']:.1f} | "
-            f"{r['cpu_s']['controller run']:.1f} s | {r['cpu_s']['plugin run']:.1f} s |"
+            f"{r['cpu_s'].get('driver controller', 0.0):.1f} s | "
+            f"{r['cpu_s'].get('kubelet plugins', 0.0):.1f} s |"
         )
     rows += [
         "",
@@ -69,12 +70,33 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
         marks = r["runs"][0].get("milestones") or {}
         cells = [f"{marks[s]:.1f}" if s in marks else "-" for s in stages]
         rows.append(f"| {r['n']} | " + " | ".join(cells) + " |")
+    rows += _cpu_rows(doc["results"])
     rows += [
         "",
         f"Source: `{source}` ({doc.get('machine', '?')}, load average "
         f"{doc.get('load_at_end', 0):.1f} at the end).",
     ]
     return "\n".join(rows)
+
+
+def _cpu_rows(results: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "",
+        "CPU seconds per kind of process over one formation and teardown (median of the "
+        "repeats; exec probes and exited containers count as exited children of the sim "
+        "kubelets):",
+        "",
+    ]
+    kinds = sorted(
+        {k for r in results for k in r["cpu_s"]},
+        key=lambda k: -max(r["cpu_s"].get(k, 0.0) for r in results),
+    )
+    rows.append("| process | " + " | ".join(f"N = {r['n']}" for r in results) + " |")
+    rows.append("|---|" + "---:|" * len(results))
+    for k in kinds:
+        cells = " | ".join(f"{r['cpu_s'].get(k, 0.0):.1f}" for r in results)
+        rows.append(f"| {k} | {cells} |")
+    return rows
 
 
 def churn_table(doc: dict[str, Any], source: str) -> str:

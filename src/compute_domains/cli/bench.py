@@ -21,30 +21,12 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, formation, report
+from compute_domains.bench import churn, cpu, formation, report
 from compute_domains.cli import options, tools
 from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, procs, state, topology
+from compute_domains.sim import lifecycle, state, topology
 
 _DRIVER_NS = "compute-domains"
-
-
-def _cpu_seconds(marker: str) -> float:
-    """User+system CPU seconds of every process whose command line contains ``marker``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        cmd = " ".join(procs.pid_cmdline(int(entry.name)))
-        if marker not in cmd:
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: int,
@@ -65,18 +47,18 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
         for n in sizes:
             runs = []
             for r in range(repeats):
-                cpu0 = {m: _cpu_seconds(m) for m in ("controller run", "plugin run")}
+                cpu0 = cpu.sample()
                 run = await formation.one_run(client, fetch, n, ns=ns, driver_ns=_DRIVER_NS,
                                               name=f"cd-{n}-{r}")
-                cpu = {m: round(_cpu_seconds(m) - cpu0[m], 2) for m in cpu0}
+                used = cpu.delta(cpu0, cpu.sample())
                 console.print(f"N={n} run {r + 1}/{repeats}: pods running "
                               f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
                               f"teardown {run.teardown_s:.1f}s, writes {run.writes_formation}, "
-                              f"cpu {cpu}")
-                runs.append((run, cpu))
+                              f"cpu s {used}")
+                runs.append((run, used))
             summary = formation.summarize([r for r, _ in runs])
-            summary["cpu_s"] = {m: sorted(c[m] for _, c in runs)[len(runs) // 2]
-                                for m in runs[0][1]}
+            summary["cpu_s"] = {m: sorted(c.get(m, 0.0) for _, c in runs)[len(runs) // 2]
+                                for m in {k for _, c in runs for k in c}}
             summary["runs"] = [dataclasses.asdict(r) for r, _ in runs]
             results.append(summary)
     finally:
@@ -100,8 +82,8 @@ def _table(results: list[dict[str, Any]]) -> Table:
                       cell(res, "teardown_s"),
                       f"{res['writes_formation']['median']:.0f}",
                       f"{res['writes_formation_no_leases']['median'] / res['n']:.1f}",
-                      f"{res['cpu_s']['controller run']:.1f}s",
-                      f"{res['cpu_s']['plugin run']:.1f}s")
+                      f"{res['cpu_s'].get('driver controller', 0.0):.1f}s",
+                      f"{res['cpu_s'].get('kubelet plugins', 0.0):.1f}s")
     return table
 
 

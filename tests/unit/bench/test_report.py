@@ -28,7 +28,7 @@ FORMATION = {
             "teardown_s": _span(5.0),
             "writes_formation": _span(400),
             "writes_formation_no_leases": _span(270),
-            "cpu_s": {"controller run": 1.5, "plugin run": 4.0},
+            "cpu_s": {"driver controller": 1.5, "kubelet plugins": 4.0, "kube-apiserver": 9.0},
             "runs": [{"milestones": {"daemons_created": 2.5, "cd": 8.5}}],
         }
     ],
@@ -41,6 +41,7 @@ def test_formation_table_has_the_numbers_and_the_breakdown() -> None:
     assert "| 270 | 15.0 | 1.5 s | 4.0 s |" in text
     assert "| 18 | - | 2.5 | - |" in text
     assert "bench/results/formation-x.json" in text
+    assert "| kube-apiserver | 9.0 |" in text
 
 
 def test_churn_table_lists_problems() -> None:

@@ -1,0 +1,92 @@
+"""Where the CPU goes during a benchmark: user+system seconds per kind of process, from /proc.
+
+A formation on the simulator runs everything on one machine: the control plane, the simulated
+kubelets (one supervisor process), the driver's controller and plugins, and per CD node a daemon,
+the simulated ``nvidia-imex`` and short-lived exec probes. ``sample()`` reads every live
+process's own CPU time plus the time of children it already reaped (``cutime``/``cstime``), so
+exec probes and exited containers are counted, and files it under the first matching category
+of its command line. The difference of two samples is what one phase cost.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kube-apiserver", ("kube-apiserver",)),
+    ("etcd", ("/etcd ",)),
+    ("controller-manager+scheduler", ("kube-controller-manager", "kube-scheduler")),
+    ("sim kubelets (supervisor)", ("sim serve",)),
+    ("driver controller", ("controller run",)),
+    ("kubelet plugins", ("plugin run",)),
+    ("IMEX daemons", ("daemon run",)),
+    ("daemon probes", ("daemon check",)),
+    ("simulated nvidia-imex(-ctl)", ("imex_main",)),
+    ("container start-up", ("container_init",)),
+)
+"""Category name → command-line fragments; the first match wins."""
+
+
+def categorize(cmdline: str) -> str | None:
+    """The category of a command line, or None when it is not part of the system under test."""
+    padded = f"{cmdline} "
+    for name, fragments in CATEGORIES:
+        if any(f in padded for f in fragments):
+            return name
+    return None
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def sample() -> tuple[dict[str, float], dict[str, float]]:
+    """(own CPU seconds, reaped children's CPU seconds) per category, for every live process.
+
+    Reaped children's time is filed under the category of the parent that reaped them (the
+    supervisor reaps exec probes and container processes); ``attributed`` in ``delta`` moves
+    it to "exec'd by the sim kubelets" so it is not mistaken for the supervisor's own work.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    own: dict[str, float] = {}
+    reaped: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        category = categorize(raw.replace(b"\0", b" ").decode(errors="replace"))
+        if category is None:
+            continue
+        fields = _stat_fields(entry.name)
+        if fields is None:
+            continue
+        # Fields after the command: state=0 ... utime=11 stime=12 cutime=13 cstime=14.
+        own[category] = own.get(category, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        reaped[category] = reaped.get(category, 0.0) + (int(fields[13]) + int(fields[14])) / tick
+    return own, reaped
+
+
+def delta(
+    before: tuple[dict[str, float], dict[str, float]],
+    after: tuple[dict[str, float], dict[str, float]],
+) -> dict[str, float]:
+    """CPU seconds per category between two samples (processes that ended in between and were
+    reaped by a sampled parent count under "exited children of <parent>")."""
+    out: dict[str, float] = {}
+    for name in {*before[0], *after[0]}:
+        value = after[0].get(name, 0.0) - before[0].get(name, 0.0)
+        if value > 0.005:
+            out[name] = round(value, 2)
+    for name in {*before[1], *after[1]}:
+        value = after[1].get(name, 0.0) - before[1].get(name, 0.0)
+        if value > 0.005:
+            out[f"exited children of {name}"] = round(value, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
