@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import logging
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from lightkube import AsyncClient
@@ -51,6 +52,9 @@ class AgentSettings:
     """Folder with stand-in executables put on every container's PATH."""
     address_slot: int = 0
     """Loopback address slot of this sim (``sim.slots``)."""
+    releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    """Project image tag → ``bin`` folder of an earlier release (``sim.releases``); none by
+    default, so every tag runs this installation."""
     kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
 
 
@@ -81,7 +85,8 @@ class NodeAgent:
         self._clients: dict[str, AsyncClient] = {}
         self.nodes: dict[str, node.SimNode] = {}
         self._credentialed: set[str] = set()
-        self._registry = images.ImageRegistry(stand_in_bin=settings.stand_in_bin)
+        self._registry = images.ImageRegistry(stand_in_bin=settings.stand_in_bin,
+                                              releases=dict(settings.releases))
         api = settings.api_server.removeprefix("https://")
         self._api_host, self._api_port = api.rsplit(":", 1)
 
@@ -158,7 +163,9 @@ class NodeAgent:
         if old is not None:
             await old.close()
         self._clients[name] = client
-        extra = (str(self._s.stand_in_bin),) if self._s.stand_in_bin else ()
+        extra: tuple[str, ...] = (str(self._s.stand_in_bin),) if self._s.stand_in_bin else ()
+        # A release's venv must be visible inside containers wherever its cache lives.
+        extra += tuple(str(b.parent) for b in self._s.releases.values())
         rt = runtime.Runtime(
             runtime.RuntimeSettings(isolate=self._s.isolate, extra_system_dirs=extra),
             root / "containers",

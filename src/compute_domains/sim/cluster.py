@@ -23,6 +23,7 @@ from compute_domains.sim import (
     control,
     controlplane,
     pods,
+    releases,
     slots,
     standins,
     state,
@@ -39,7 +40,8 @@ class SimSettings:
     """Everything one simulated cluster needs to start."""
 
     home: Path
-    """Sim home (``$CD_SIM_HOME``); this sim lives in ``<home>/sims/<name>``."""
+    """Sim home (``$CD_SIM_HOME``); this sim lives in ``<home>/sims/<name>``, and earlier
+    releases offered to its sims in ``<home>/releases/<image tag>`` (``sim.releases``)."""
     name: str
     """Name of the sim; several sims run side by side under distinct names."""
     bin_dir: Path
@@ -148,8 +150,9 @@ class SimCluster:
                 api_server=cp.endpoints.api_server,
                 isolate=self._s.isolate,
                 nvml_lib_dir=lib_dir.parent,
-            address_slot=slot,
+                address_slot=slot,
                 stand_in_bin=bin_dir,
+                releases=releases.installed(self._s.home / "releases"),
                 kubelet=self._s.kubelet,
             )
         )

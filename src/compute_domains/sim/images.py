@@ -2,7 +2,9 @@
 
 * the project's own image (any reference whose repository ends in ``compute-domains``) runs the
   project's entry points: its command is looked up on a PATH that holds this installation's
-  console scripts (``cdctl``) and the simulator's stand-ins (``nvidia-imex``, ...);
+  console scripts (``cdctl``) and the simulator's stand-ins (``nvidia-imex``, ...); a tag listed
+  in ``releases`` (an earlier release installed by ``sim.releases``) puts that release's
+  ``bin`` there instead, so ``helm upgrade`` between chart versions really changes the code;
 * ``registry.k8s.io/pause`` sleeps until stopped;
 * any other image runs the container's command with the host's tools; an image without a
   command fails the way a runtime does when an image has no entrypoint.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -30,6 +33,13 @@ def repository(image: str) -> str:
     return ref
 
 
+def tag(image: str) -> str:
+    """The tag of an image reference; ``latest`` when it has none (a digest is not a tag)."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else "latest"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ImageRegistry:
     """The table of simulated images of one cluster."""
@@ -38,6 +48,9 @@ class ImageRegistry:
     """Folder with the simulator's stand-in executables (``nvidia-imex``, ``mnnvl-workload``)."""
     project_bin: Path = Path(sys.executable).parent
     """Folder with this installation's console scripts (``cdctl``)."""
+    releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    """Project image tag → ``bin`` folder of that earlier release's installation; any tag not
+    listed runs this installation (``project_bin``)."""
 
     def is_project(self, image: str) -> bool:
         """True for the project's own image."""
@@ -55,9 +68,15 @@ class ImageRegistry:
             )
         return argv
 
-    def environment(self, env: dict[str, str]) -> dict[str, str]:
-        """Container environment with PATH leading to the project's tools and stand-ins."""
+    def bin_dir(self, image: str) -> Path:
+        """Where the project's console scripts of this image come from."""
+        if self.is_project(image):
+            return self.releases.get(tag(image), self.project_bin)
+        return self.project_bin
+
+    def environment(self, env: dict[str, str], image: str) -> dict[str, str]:
+        """Container environment with PATH leading to the image's project tools and stand-ins."""
         out = dict(env)
-        parts = [str(p) for p in (self.stand_in_bin, self.project_bin) if p is not None]
+        parts = [str(p) for p in (self.stand_in_bin, self.bin_dir(image)) if p is not None]
         out["PATH"] = ":".join([*parts, env.get("PATH", _PATH)])
         return out

@@ -319,7 +319,7 @@ class PodWorker:
             [volumes.expand(a, env) for a in c.command or []],
             [volumes.expand(a, env) for a in c.args or []],
         )
-        env = self._svc.images.environment(env)
+        env = self._svc.images.environment(env, c.image or "")
         hostname = "" if self.spec.hostNetwork else (self.spec.hostname or self.name)
         return runtime.ContainerConfig(
             argv=tuple(argv),

@@ -28,12 +28,13 @@ from lightkube.models.core_v1 import (
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 
+import compute_domains
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import Readiness
 from tests.integration.helpers import wait_for
 
-IMAGE = "ghcr.io/compute-domains/compute-domains:0.1.0"
+IMAGE = f"ghcr.io/compute-domains/compute-domains:{compute_domains.__version__}"
 NODES = ("gb200-r0-n00", "gb200-r0-n01", "gb200-r0-n02")
 CHECK = ["cdctl", "daemon", "check"]
 

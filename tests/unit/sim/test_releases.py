@@ -1,0 +1,73 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from compute_domains.infra import errors
+from compute_domains.sim import releases
+
+
+def test_installed_lists_offered_releases_by_image_tag(tmp_path: Path) -> None:
+    venv = tmp_path / "cache" / "v0.1.0-abc" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "cdctl").write_text("#!/bin/sh\n")
+    (tmp_path / "cache" / "empty" / "bin").mkdir(parents=True)  # no cdctl: not a release
+    offered = tmp_path / "home" / "releases"
+    offered.mkdir(parents=True)
+    (offered / "0.1.0").symlink_to(venv)
+    (offered / "0.0.9").symlink_to(tmp_path / "cache" / "empty")
+    assert releases.installed(offered) == {"0.1.0": (venv / "bin").resolve()}
+    assert releases.installed(tmp_path / "missing") == {}
+
+
+def _repo(path: Path) -> Path:
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "f").write_text("x\n")
+    subprocess.run(["git", "-C", str(path), "add", "f"], check=True)
+    subprocess.run(
+        ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"],
+        check=True,
+    )
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(path),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "tag",
+            "-a",
+            "v9.9.9",
+            "-m",
+            "r",
+        ],
+        check=True,
+    )
+    return path
+
+
+def test_tag_commit_resolves_an_annotated_tag_to_its_commit(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert releases.tag_commit(repo, "v9.9.9") == head
+
+
+def test_a_missing_tag_says_how_to_get_it(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    with pytest.raises(errors.SimError, match=r"git tag v0\.1\.0 is not in .*git fetch --tags"):
+        releases.tag_commit(repo, "v0.1.0")
+
+
+def test_link_offers_a_release_under_its_image_tag(tmp_path: Path) -> None:
+    root = tmp_path / "cache" / "v0.1.0-abc"
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "cdctl").write_text("#!/bin/sh\n")
+    rel = releases.Release(tag="v0.1.0", commit="abc", version="0.1.0", root=root)
+    home = tmp_path / "home"
+    releases.link(rel, home)
+    releases.link(rel, home)  # again: replaces the link
+    assert releases.installed(home / "releases") == {"0.1.0": rel.bin_dir.resolve()}
