@@ -45,8 +45,24 @@ def _stat_fields(pid: str) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()
 
 
-def sample() -> tuple[dict[str, float], dict[str, float]]:
-    """(own CPU seconds, reaped children's CPU seconds) per category, for every live process.
+def _tree(root: int) -> set[str]:
+    """``root`` and all its live descendants (pids as strings)."""
+    children: dict[str, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
+            children.setdefault(fields[1], []).append(entry.name)
+    found, todo = set(), [str(root)]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def sample(root: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(own CPU seconds, reaped children's CPU seconds) per category, for ``root`` (the sim's
+    supervisor) and every process below it, so other sims on the machine are not counted.
 
     Reaped children's time is filed under the category of the parent that reaped them (the
     supervisor reaps exec probes and container processes); ``attributed`` in ``delta`` moves
@@ -55,9 +71,8 @@ def sample() -> tuple[dict[str, float], dict[str, float]]:
     tick = os.sysconf("SC_CLK_TCK")
     own: dict[str, float] = {}
     reaped: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in _tree(root):
+        entry = Path("/proc") / pid
         try:
             raw = (entry / "cmdline").read_bytes()
         except OSError:

@@ -39,6 +39,9 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
             "/metrics"], capture_output=True, text=True, timeout=60, check=True)
         return res.stdout
 
+    recorded = state.read_state(paths)
+    assert recorded is not None
+    root = recorded.supervisor_pid  # CPU is counted for this sim's processes only
     ns = f"bench-{uuid.uuid4().hex[:5]}"
     await client.create(Namespace(metadata=ObjectMeta(name=ns)))
     await asyncio.sleep(2)  # the ServiceAccount controller fills the namespace
@@ -47,10 +50,10 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
         for n in sizes:
             runs = []
             for r in range(repeats):
-                cpu0 = cpu.sample()
+                cpu0 = cpu.sample(root)
                 run = await formation.one_run(client, fetch, n, ns=ns, driver_ns=_DRIVER_NS,
                                               name=f"cd-{n}-{r}")
-                used = cpu.delta(cpu0, cpu.sample())
+                used = cpu.delta(cpu0, cpu.sample(root))
                 console.print(f"N={n} run {r + 1}/{repeats}: pods running "
                               f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
                               f"teardown {run.teardown_s:.1f}s, writes {run.writes_formation}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,8 +42,15 @@ def test_sample_sees_a_busy_process() -> None:
     proc = subprocess.Popen([sys.executable, "-c", code, "daemon check"], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.read(1) == b"x"
-        own, _ = cpu.sample()
+        own, _ = cpu.sample(os.getpid())
         assert own["daemon probes"] >= 0.25
+        assert cpu.sample(proc.pid)[0]["daemon probes"] >= 0.25
+        other = subprocess.Popen(["sleep", "30"])
+        try:
+            assert "daemon probes" not in cpu.sample(other.pid)[0]  # not below that root
+        finally:
+            other.kill()
+            other.wait()
     finally:
         proc.kill()
         proc.wait()
