@@ -20,13 +20,11 @@ import dataclasses
 import json
 import math
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim
 
@@ -114,14 +112,9 @@ async def one_cycle(client: AsyncClient, *, lane: int, cycle: int, n: int, ns: s
                     timeout: float = 600) -> Cycle:
     """Run one cycle in namespace ``ns``; never raises for a failed check (it is recorded)."""
     name = f"churn-{lane}-{cycle}"
-    cd_doc, dep = observe.manifests(n, ns, name, affinity=n <= MAX_PER_CLIQUE)
     problems: list[str] = []
-    t0 = time.monotonic()
-    created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
-    uid = str(created.metadata.uid)  # type: ignore[union-attr]
-    observer = observe.Observer(client, n, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0)
-    waiting = asyncio.create_task(observer.wait(timeout))
-    await client.create(dep)
+    uid, observer, waiting = await observe.apply(client, n, ns=ns, driver_ns=driver_ns,
+                                                 name=name, timeout=timeout)
     formation = float("inf")
     claim_uids: set[str] = set()
     try:
@@ -138,16 +131,10 @@ async def one_cycle(client: AsyncClient, *, lane: int, cycle: int, n: int, ns: s
         claim_uids = await _claim_uids(client, ns, name, driver_ns, uid)
     except TimeoutError as err:
         problems.append(str(err))
-    await client.delete(Deployment, name, namespace=ns)
-    await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
-
-    async def gone() -> bool:
-        return not await observe.leftovers(client, uid=uid, ns=ns, name=name,
-                                           driver_ns=driver_ns)
-
     teardown = float("inf")
     try:
-        teardown = await observe.wait_until(gone, timeout)
+        teardown = await observe.delete_and_wait(client, uid=uid, ns=ns, name=name,
+                                                 driver_ns=driver_ns, timeout=timeout)
     except TimeoutError:
         left = await observe.leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
         problems.append(f"not torn down in {timeout:.0f}s: {left}")

@@ -18,18 +18,14 @@ what a user watching the cluster would see, without a sampling period.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import statistics
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import Deployment
 
-from compute_domains.api import computedomain
 from compute_domains.bench import observe
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -83,25 +79,14 @@ def _writes(delta: Counter[str], *, leases: bool = True) -> int:
 async def one_run(client: AsyncClient, fetch: MetricsFetch, n: int, *, ns: str,
                   driver_ns: str, name: str, timeout: float = 600) -> Run:
     """Form a domain of ``n`` pods, tear it down, return the timings."""
-    cd_doc, dep = observe.manifests(n, ns, name, affinity=n <= 18)
     before = await request_counts(fetch)
-    t0 = time.monotonic()
-    created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
-    uid = str(created.metadata.uid)  # type: ignore[union-attr]
-    observer = observe.Observer(client, n, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0)
-    waiting = asyncio.create_task(observer.wait(timeout))
-    await client.create(dep)
+    uid, observer, waiting = await observe.apply(client, n, ns=ns, driver_ns=driver_ns,
+                                                 name=name, timeout=timeout)
     await waiting
     marks = observer.marks
     mid = await request_counts(fetch)
-    await client.delete(Deployment, name, namespace=ns)
-    await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
-
-    async def gone() -> bool:
-        return not await observe.leftovers(client, uid=uid, ns=ns, name=name,
-                                           driver_ns=driver_ns)
-
-    teardown = await observe.wait_until(gone, timeout)
+    teardown = await observe.delete_and_wait(client, uid=uid, ns=ns, name=name,
+                                             driver_ns=driver_ns, timeout=timeout)
     after = await request_counts(fetch)
     form_delta = mid - before
     return Run(n=n, daemons_ready_s=marks["daemons"], workloads_running_s=marks["workloads"],

@@ -194,3 +194,30 @@ async def leftovers(client: AsyncClient, *, uid: str, ns: str, name: str,
     except ApiError:
         pass
     return left
+
+
+async def apply(client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str,
+                timeout: float) -> tuple[str, Observer, asyncio.Task[None]]:
+    """Create the CD ``name`` and its ``n``-pod workload; returns the CD's UID, the observer
+    that timestamps from this moment, and the task that ends when every milestone was seen
+    (it raises TimeoutError after ``timeout`` seconds)."""
+    cd_doc, dep = manifests(n, ns, name, affinity=n <= 18)
+    t0 = time.monotonic()
+    created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
+    uid = str(created.metadata.uid)  # type: ignore[union-attr]
+    observer = Observer(client, n, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0)
+    waiting = asyncio.create_task(observer.wait(timeout))
+    await client.create(dep)
+    return uid, observer, waiting
+
+
+async def delete_and_wait(client: AsyncClient, *, uid: str, ns: str, name: str,
+                          driver_ns: str, timeout: float) -> float:
+    """Delete the workload and the CD; seconds until nothing of them is left (TimeoutError)."""
+    await client.delete(Deployment, name, namespace=ns)
+    await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
+
+    async def gone() -> bool:
+        return not await leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
+
+    return await wait_until(gone, timeout)
