@@ -81,8 +81,8 @@ def _formed(snap: dict[str, Any]) -> bool:
 @click.option("--name", default="demo", show_default=True, help="Name of the demo's sim.")
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--timeout", default=600, show_default=True, help="Seconds to wait for formation.")
-@click.option("--racks", default=1, show_default=True,
-              help="Racks of 18 nodes (2 is the seeds' A4X shape; slow on a 2-core machine).")
+@click.option("--racks", default=2, show_default=True,
+              help="Racks of 18 GB200 nodes (2 is the seeds' A4X shape).")
 def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
     """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster."""
     console = Console()
