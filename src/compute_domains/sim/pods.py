@@ -157,7 +157,12 @@ class PodWorker:
         except asyncio.CancelledError:
             # Node stop (power cut): containers die at once; nothing is reported.
             self._gone = True
+            # The container loops run in ``main``, not in this task: stop them restarting what
+            # the power cut kills, then end them (else a rebooted node ran every container twice).
+            self._stop.set()
             await self._kill_all(0)
+            main.cancel()
+            await asyncio.gather(main, return_exceptions=True)
             raise
         finally:
             stop.cancel()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
@@ -275,3 +276,51 @@ async def test_stopped_node_turns_not_ready_and_pods_are_evicted(
                 await admin.get(Pod, "victim", namespace=ns)
                 await asyncio.sleep(0.5)
         await asyncio.wait_for(gone(), 60)
+
+
+def _processes_with(marker: str) -> int:
+    """How many processes on this machine have ``marker`` in their command line."""
+    count = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in cmdline.read_bytes():
+                count += 1
+    return count
+
+
+async def _until_count(marker: str, count: int, timeout: float = 30) -> None:
+    """Wait until ``count`` processes carry ``marker`` (a container execs its command late)."""
+    async with asyncio.timeout(timeout):
+        while _processes_with(marker) != count:
+            await asyncio.sleep(0.2)
+
+
+async def test_a_rebooted_node_runs_each_container_once(
+        admin: AsyncClient, ns: str, nodes_sim: state.SimPaths) -> None:
+    """A power cut ends the pod's container loops: the node's next boot is the only restarter.
+
+    Regression: the loops outlived the cancelled pod worker and restarted the killed containers
+    next to the rebooted node's own, so every pod ran twice (two kubelet plugins fought over
+    one ResourceSlice).
+    """
+    marker = f"reboot-{uuid.uuid4().hex[:8]}"
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "survivor", "namespace": ns},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_B},
+                 "containers": [{"name": "c", "image": "debian:12",
+                                 "command": ["sh", "-c", f"sleep 3600; echo {marker}"]}]}}))
+    first = await wait_for(admin, Pod, "survivor", _running_ready, namespace=ns, timeout=60)
+    await _until_count(marker, 1)
+    started = first.status.containerStatuses[0].state.running.startedAt  # type: ignore[index,union-attr]
+    await asyncio.to_thread(node_op, nodes_sim, "reboot", NODE_B)
+
+    def restarted(p: Pod) -> bool:
+        statuses = (p.status.containerStatuses if p.status else None) or []
+        now = statuses[0].state if statuses else None
+        return bool(_running_ready(p) and now and now.running
+                    and now.running.startedAt != started)
+
+    await wait_for(admin, Pod, "survivor", restarted, namespace=ns, timeout=120)
+    await _until_count(marker, 1)
+    await asyncio.sleep(6)  # longer than the 2 s (then 4 s) restart back-off of a stray loop
+    assert _processes_with(marker) == 1
