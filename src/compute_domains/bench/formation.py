@@ -77,13 +77,17 @@ def _writes(delta: Counter[str], *, leases: bool = True) -> int:
 
 
 async def one_run(client: AsyncClient, fetch: MetricsFetch, n: int, *, ns: str,
-                  driver_ns: str, name: str, timeout: float = 600) -> Run:
-    """Form a domain of ``n`` pods, tear it down, return the timings."""
+                  driver_ns: str, name: str, timeout: float = 600,
+                  on_formed: Callable[[], object] | None = None) -> Run:
+    """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
+    between the two (e.g. to sample CPU use per phase)."""
     before = await request_counts(fetch)
     uid, observer, waiting = await observe.apply(client, n, ns=ns, driver_ns=driver_ns,
                                                  name=name, timeout=timeout)
     await waiting
     marks = observer.marks
+    if on_formed is not None:
+        on_formed()
     mid = await request_counts(fetch)
     teardown = await observe.delete_and_wait(client, uid=uid, ns=ns, name=name,
                                              driver_ns=driver_ns, timeout=timeout)
