@@ -109,7 +109,7 @@ def _sim(
     paths = state.SimPaths(options.sim_home(), name)
     with console.status(f"sim with {racks} racks of 18 nodes and the driver..."):
         started = lifecycle.start(paths, toolset.bin_dir, chart=options.chart_dir(),
-                                  shape=topology.Shape(racks=racks))
+                                  shape=topology.Shape(racks=racks), patience=True)
     try:
         yield paths, toolset.bin_dir
     finally:

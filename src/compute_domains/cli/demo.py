@@ -93,8 +93,10 @@ def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
     console.rule(f"[bold]2. simulated cluster: {racks} rack(s) x 18 GB200 nodes x 4 GPUs + driver")
     t1 = time.monotonic()
     with console.status(f"control plane, {18 * racks} simulated nodes, then `helm install`"):
+        # Upstream's node timings: on a loaded 2-core machine a heartbeat may come late, and
+        # an 8 s NotReady + 10 s eviction would reschedule workloads mid-demo.
         lifecycle.start(paths, toolset.bin_dir, shape=topology.Shape(racks=racks),
-                        chart=options.chart_dir())
+                        chart=options.chart_dir(), patience=True)
     console.print(f"cluster and driver up in {time.monotonic() - t1:.1f}s")
     kc, bins = paths.kubeconfig, toolset.bin_dir
     try:

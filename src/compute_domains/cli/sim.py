@@ -181,10 +181,12 @@ def status(name: str, output: str) -> None:
 @click.option("--api-port", type=int, default=None)
 @click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
 @click.option("--chart", type=click.Path(path_type=Path), default=None)
+@click.option("--patient-nodes", is_flag=True,
+              help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).")
 @_shape_options
 def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool,
-          chart: Path | None, racks: int, nodes_per_rack: int, gpus_per_node: int,
-          plain_nodes: int, fabric: tuple[str, ...]) -> None:
+          chart: Path | None, patient_nodes: bool, racks: int, nodes_per_rack: int,
+          gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]) -> None:
     """Run the sim supervisor in the foreground (started by `up` and test fixtures)."""
     from compute_domains.infra import logs
 
@@ -199,7 +201,8 @@ def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_p
     settings = cluster.SimSettings(
         home=home, name=name, bin_dir=bin_dir, api_port=api_port, isolate=isolate,
         shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
-        driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None)
+        driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
+        patience=patient_nodes)
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
 

@@ -41,6 +41,7 @@ def _supervisor_argv(
     die_with_parent: bool,
     shape: topology.Shape,
     chart: Path | None,
+    patience: bool = False,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -71,6 +72,8 @@ def _supervisor_argv(
         argv += ["--api-port", str(api_port)]
     if die_with_parent:
         argv.append("--die-with-parent")
+    if patience:
+        argv.append("--patient-nodes")
     return argv
 
 
@@ -114,8 +117,12 @@ def start(
     die_with_parent: bool = False,
     timeout_s: float = 600.0,
     on_wait: Callable[[str], None] | None = None,
+    patience: bool = False,
 ) -> Started:
-    """Start the sim unless it runs already; block until it is ready or has failed."""
+    """Start the sim unless it runs already; block until it is ready or has failed.
+
+    ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``).
+    """
     recorded = state.read_state(paths)
     if recorded is not None and state.supervisor_alive(paths, recorded):
         if recorded.phase == "ready":
@@ -129,7 +136,8 @@ def start(
     with paths.supervisor_log.open("ab") as log:
         proc = subprocess.Popen(
             _supervisor_argv(
-                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0), chart
+                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0), chart,
+                patience,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -1,0 +1,45 @@
+"""Patient node timings: asked for by demo and benchmarks, carried to kube-controller-manager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compute_domains.sim import controlplane, lifecycle, state, topology
+
+
+def _argv(patience: bool) -> list[str]:
+    paths = state.SimPaths(Path("/tmp/home"), "x")
+    return lifecycle._supervisor_argv(
+        paths, Path("/bin"), None, False, topology.Shape(racks=1), None, patience
+    )
+
+
+def test_the_supervisor_is_told_only_when_asked() -> None:
+    assert "--patient-nodes" in _argv(True)
+    assert "--patient-nodes" not in _argv(False)
+
+
+def test_controller_manager_and_api_server_get_the_timings(tmp_path: Path) -> None:
+    for tool in ("kube-controller-manager", "kube-apiserver"):
+        (tmp_path / tool).touch()
+
+    def api(settings: controlplane.ControlPlaneSettings) -> list[str]:
+        return controlplane.ControlPlane(settings)._apiserver_argv(1, "http://e", tmp_path)
+
+    def kcm(settings: controlplane.ControlPlaneSettings) -> list[str]:
+        return controlplane.ControlPlane(settings)._kcm_argv(1, tmp_path / "kc", tmp_path)
+
+    fast = kcm(controlplane.ControlPlaneSettings(state_dir=tmp_path, bin_dir=tmp_path))
+    patient = kcm(
+        controlplane.ControlPlaneSettings(
+            state_dir=tmp_path, bin_dir=tmp_path, node_monitor_grace_s=40, eviction_toleration_s=300
+        )
+    )
+    assert "--node-monitor-grace-period=8s" in fast
+    assert "--node-monitor-grace-period=40s" in patient
+    patient_api = api(
+        controlplane.ControlPlaneSettings(
+            state_dir=tmp_path, bin_dir=tmp_path, node_monitor_grace_s=40, eviction_toleration_s=300
+        )
+    )
+    assert "--default-not-ready-toleration-seconds=300" in patient_api
