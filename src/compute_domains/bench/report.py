@@ -71,6 +71,9 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
         cells = [f"{marks[s]:.1f}" if s in marks else "-" for s in stages]
         rows.append(f"| {r['n']} | " + " | ".join(cells) + " |")
     rows += _cpu_rows(doc["results"])
+    if doc.get("failures"):
+        rows += ["", "Did not form (the run stopped there):", ""]
+        rows += [f"- {f}" for f in doc["failures"]]
     rows += [
         "",
         f"Source: `{source}` ({doc.get('machine', '?')}, load average "

@@ -35,7 +35,7 @@ def _append_sample(into: list[tuple[dict[str, float], dict[str, float]]], root: 
 
 
 async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: int,
-                 console: Console) -> list[dict[str, Any]]:
+                 console: Console, failures: list[str]) -> list[dict[str, Any]]:
     client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
 
     async def fetch() -> str:
@@ -50,17 +50,23 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
     ns = f"bench-{uuid.uuid4().hex[:5]}"
     await client.create(Namespace(metadata=ObjectMeta(name=ns)))
     await asyncio.sleep(2)  # the ServiceAccount controller fills the namespace
-    results = []
+    results: list[dict[str, Any]] = []
     try:
         for n in sizes:
             runs = []
             for r in range(repeats):
                 cpu0 = cpu.sample(root)
                 formed: list[tuple[dict[str, float], dict[str, float]]] = []
-                run = await formation.one_run(client, fetch, n, ns=ns, driver_ns=_DRIVER_NS,
-                                              name=f"cd-{n}-{r}",
-                                              on_formed=functools.partial(_append_sample,
-                                                                          formed, root))
+                try:
+                    run = await formation.one_run(client, fetch, n, ns=ns, driver_ns=_DRIVER_NS,
+                                                  name=f"cd-{n}-{r}",
+                                                  on_formed=functools.partial(_append_sample,
+                                                                              formed, root))
+                except TimeoutError as err:
+                    # Keep what was measured; larger N would not form either.
+                    failures.append(f"N={n} run {r + 1}: {err}")
+                    console.print(f"[red]N={n} run {r + 1}/{repeats}: {err}[/red]")
+                    return results
                 used = cpu.delta(cpu0, formed[0])
                 console.print(f"N={n} run {r + 1}/{repeats}: pods running "
                               f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
@@ -144,10 +150,13 @@ def formation_cmd(sizes: str, repeats: int, name: str, keep: bool) -> None:
     """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N."""
     console = Console()
     ns = sorted({int(s) for s in sizes.split(",") if s.strip()})
+    failures: list[str] = []
     with _sim(console, name, max(1, math.ceil(max(ns) / 18)), keep) as (paths, bins):
-        results = asyncio.run(_bench(paths, bins, ns, repeats, console))
+        results = asyncio.run(_bench(paths, bins, ns, repeats, console, failures))
     console.print(_table(results))
-    _write(console, "formation", {"results": results})
+    _write(console, "formation", {"results": results, "failures": failures})
+    if failures:
+        raise click.ClickException(f"not every size formed: {'; '.join(failures)}")
 
 
 async def _churn(paths: state.SimPaths, lanes: int, cycles: int, n: int,
