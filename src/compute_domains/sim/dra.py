@@ -159,8 +159,11 @@ class DraManager:
     async def run(self) -> None:
         """Reconcile plugin sockets and vanished pods until cancelled."""
         registry = self._s.root / "var/lib/kubelet/plugins_registry"
-        last_pod_sweep = 0.0
         loop = asyncio.get_running_loop()
+        # The first sweep waits a period, as the kubelet's reconcile waits for its pod sources:
+        # right after a (re)start no pod worker exists yet, and the sweep would unprepare the
+        # claims of every pod still bound here, racing the workers that prepare them again.
+        last_pod_sweep = loop.time()
         try:
             while True:
                 # A socket's identity is its inode: deleted and re-created between two passes
@@ -474,7 +477,13 @@ class DraManager:
     def resolve_cdi(
         self, ids: list[str]
     ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
-        """Container edits of CDI devices from the node's spec folders (host paths mapped)."""
+        """Container edits of CDI devices from the node's spec folders (host paths mapped).
+
+        As the CDI library applies edits to an OCI spec, a later device node or mount replaces
+        an earlier one at the same container path. The same device can come twice: after a
+        reboot the kubelet re-prepares a claim whose checkpointed entry still lists the devices
+        of the earlier boot, and appends the new ones (1.34's ``ClaimInfo.addDevice``).
+        """
         specs, _bad = cdispec.load_spec_dirs(
             [self._s.root / "etc/cdi", self._s.root / "var/run/cdi"]
         )
@@ -485,8 +494,8 @@ class DraManager:
                 f"CDI device injection failed: unresolvable CDI devices {', '.join(ids)}"
             ) from err
         env = edits.env_map()
-        nodes = [
-            runtime.DeviceNode(
+        nodes = {
+            n.path: runtime.DeviceNode(
                 path=n.path,
                 major=n.major or 0,
                 minor=n.minor or 0,
@@ -494,13 +503,13 @@ class DraManager:
                 mode=n.file_mode or 0o666,
             )
             for n in edits.device_nodes
-        ]
-        mounts = [
-            runtime.Mount(
+        }
+        mounts = {
+            m.container_path: runtime.Mount(
                 source=str(self._s.root / m.host_path.lstrip("/")),
                 target=m.container_path,
                 readonly="ro" in m.options,
             )
             for m in edits.mounts
-        ]
-        return env, nodes, mounts
+        }
+        return env, list(nodes.values()), list(mounts.values())

@@ -1,7 +1,8 @@
 """Pod status as a kubelet reports it, computed from the simulated containers' states.
 
 Pure functions: container state records in, the wire-format ``status`` (phase, conditions,
-container statuses, IPs) out. The pod worker owns the records and publishes what this builds.
+container statuses, IPs) out, as the body of a strategic merge patch. The pod worker owns the
+records and publishes what this builds.
 """
 
 from __future__ import annotations
@@ -167,7 +168,11 @@ def build(
         status["initContainerStatuses"] = [r.wire() for r in inits]
     if sandbox_ready and pod_ip:
         status["podIP"] = pod_ip
-        status["podIPs"] = [{"ip": pod_ip}]
+        # podIPs merges by "ip" in a strategic merge patch: a new address (a pod's sandbox
+        # re-created after a reboot) would be added next to the old one, and the API server
+        # refuses two IPv4 addresses, so every later status write of the pod failed. Replace
+        # the list, as the kubelet's two-way patch does.
+        status["podIPs"] = [{"ip": pod_ip}, {"$patch": "replace"}]
     if message:
         status["message"] = message
     return status

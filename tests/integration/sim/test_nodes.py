@@ -4,7 +4,8 @@ Covers: a Deployment of ``sh -c`` pods runs, restarts a failing container and is
 a pod with a claim of the test DRA driver gets the CDI env and device node, and its claim is
 unprepared after deletion, also when the pod was deleted while its kubelet was down; probes
 gate readiness; a stopped node turns NotReady and the real node-lifecycle controller evicts
-its pods.
+its pods; a rebooted node runs each container once, prepares its pods' claims again and
+publishes their new addresses.
 """
 
 from __future__ import annotations
@@ -324,3 +325,43 @@ async def test_a_rebooted_node_runs_each_container_once(
     await _until_count(marker, 1)
     await asyncio.sleep(6)  # longer than the 2 s (then 4 s) restart back-off of a stray loop
     assert _processes_with(marker) == 1
+
+
+async def test_a_rebooted_node_prepares_again_and_publishes_new_addresses(
+        admin: AsyncClient, ns: str, driver: TestDriver, nodes_sim: state.SimPaths) -> None:
+    """After a reboot the kubelet prepares its pods' claims again, creates their containers with
+    the claimed device once, and publishes the pods' new sandbox addresses.
+
+    Regression (acceptance L.2 reboot): the re-prepared claim listed its device twice (the
+    checkpointed entry plus the new one), the container failed on the existing device node
+    and crash-looped; and the status patch merged the new pod IP next to the old one, which
+    the API server refuses, so the node's pods stayed ContainerCreating.
+    """
+    await _wait_registered(driver)
+    await _template(admin, ns)
+    # Created first, the filler takes the lower address now; after the reboot the pods are
+    # listed by name, so the user pod gets a different address from the restarted node.
+    await admin.create(Pod.from_dict({
+        "metadata": {"name": "z-filler", "namespace": ns},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_A},
+                 "containers": [{"name": "c", "image": "debian:12",
+                                 "command": ["sleep", "3600"]}]}}))
+    await wait_for(admin, Pod, "z-filler", _running_ready, namespace=ns, timeout=60)
+    await admin.create(_claim_pod("a-user", ns, NODE_A))
+    first = await wait_for(admin, Pod, "a-user", _running_ready, namespace=ns, timeout=90)
+    claim_uid = driver.prepared[-1]
+    assert first.status is not None and first.status.containerStatuses
+    started = first.status.containerStatuses[0].state.running.startedAt  # type: ignore[union-attr]
+    await asyncio.to_thread(node_op, nodes_sim, "reboot", NODE_A)
+
+    def restarted(p: Pod) -> bool:
+        statuses = (p.status.containerStatuses if p.status else None) or []
+        now = statuses[0].state if statuses else None
+        return bool(_running_ready(p) and now and now.running
+                    and now.running.startedAt != started)
+
+    pod = await wait_for(admin, Pod, "a-user", restarted, namespace=ns, timeout=90)
+    assert driver.prepared.count(claim_uid) == 2, driver.prepared
+    assert claim_uid not in driver.unprepared, "a claim of a running pod was unprepared"
+    assert pod.status is not None and first.status.podIP != pod.status.podIP
+    assert [a.ip for a in pod.status.podIPs or []] == [pod.status.podIP]
