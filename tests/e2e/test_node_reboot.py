@@ -1,0 +1,194 @@
+"""Node reboot (spec §1.L.2, upstream never tested it; ai-cloud-validation #625 "a node rejoins a
+ready CD after reboot"), on one simulated rack of two nodes.
+
+A ComputeDomain with one workload pod per node is Ready; ``cdctl sim node reboot`` power-cycles
+one node with a new boot id. Its entry in the CD status turns NotReady; the node's plugin drops
+its checkpoint (upstream's ``Invalidating checkpoint``), the kubelet prepares the pods' claims
+again, and the domain is Ready again with both nodes, each keeping its index, every workload
+Running with its channel, and nothing of the earlier boot left on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Node, Pod
+
+from compute_domains.api import computedomain, names
+from compute_domains.plugin import cdi, checkpoint
+from compute_domains.sim import control, state, topology
+from tests.e2e import helpers
+from tests.e2e.conftest import DRIVER_NS
+from tests.integration.plugin.objects import read_checkpoint
+
+pytestmark = pytest.mark.timeout(900)
+SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
+CD = "reboot"
+VICTIM = "gb200-r0-n00"
+COMMAND = "echo started; ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
+
+
+async def _workloads(admin: AsyncClient) -> list[Pod]:
+    pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": CD})]
+    return [p for p in pods if p.metadata and not p.metadata.deletionTimestamp]
+
+
+async def _started(admin: AsyncClient, node: str) -> str:
+    """When the container of the workload pod on ``node`` last started ("" if not running)."""
+    for p in await _workloads(admin):
+        if p.spec and p.spec.nodeName == node and p.status and p.status.containerStatuses:
+            running = p.status.containerStatuses[0].state
+            if running and running.running and running.running.startedAt:
+                return f"{p.metadata.uid}/{running.running.startedAt}"  # type: ignore[union-attr]
+    return ""
+
+
+async def _formed(admin: AsyncClient) -> dict[str, int] | None:
+    """Node → index once the CD is Ready with 2 nodes and both workload pods are Ready."""
+    st = await helpers.cd_status(admin, CD)
+    nodes = st.get("nodes") or []
+    live = await _workloads(admin)
+    if (
+        st.get("status") == "Ready"
+        and len(nodes) == 2
+        and all(n["status"] == "Ready" for n in nodes)
+        and len(live) == 2
+        and all(helpers.ready(p) for p in live)
+    ):
+        return {n["name"]: n["index"] for n in nodes}
+    return None
+
+
+async def _watch_entry(admin: AsyncClient, seen: list[str]) -> None:
+    """Record every state of the victim's entry in the CD status ("absent" when it has none).
+
+    A watch, not a poll: the entry is NotReady for a few seconds only, and every status write
+    shows up here.
+    """
+    async for _, obj in admin.watch(
+        computedomain.ComputeDomainResource, namespace="default", fields={"metadata.name": CD}
+    ):
+        st = obj.to_dict().get("status") or {}  # type: ignore[no-untyped-call]
+        entry = next((n for n in st.get("nodes") or [] if n["name"] == VICTIM), None)
+        seen.append(str(entry["status"]) if entry else "absent")
+
+
+async def _driver_pods_ready(admin: AsyncClient, node: str) -> bool:
+    pods = [p async for p in admin.list(Pod, namespace=DRIVER_NS)]
+    here = [
+        p
+        for p in pods
+        if p.spec and p.spec.nodeName == node and p.metadata and not p.metadata.deletionTimestamp
+    ]
+    return bool(here) and all(helpers.ready(p) for p in here)
+
+
+async def _channel_in_latest_start(admin: AsyncClient, pod: str) -> None:
+    log = ""
+
+    async def seen() -> bool:
+        nonlocal log
+        log = await helpers.log_of(admin, pod)
+        return "channel0" in log.rpartition("started")[2]
+
+    try:
+        await helpers.within(30, seen, f"channel0 in the latest start of {pod}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; log:\n{log[-2000:]}") from None
+
+
+async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
+    cd_uid = await helpers.create_cd(admin, CD)
+    pod = helpers.channel_pod("x", f"{CD}-rct", command=COMMAND, gpus=4).to_dict()
+    await admin.create(
+        Deployment.from_dict(
+            {
+                "metadata": {"name": CD, "namespace": "default"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"job": CD}},
+                    "template": {"metadata": {"labels": {"job": CD}}, "spec": pod["spec"]},
+                },
+            }
+        )
+    )
+    before: dict[str, int] = {}
+
+    async def formed() -> bool:
+        nonlocal before
+        before = await _formed(admin) or {}
+        return bool(before)
+
+    await helpers.within(300, formed, "CD Ready with 2 nodes and 2 Ready workloads")
+    first_start = await _started(admin, VICTIM)
+    assert first_start
+    seen: list[str] = []
+    watcher = asyncio.create_task(_watch_entry(admin, seen))
+    await asyncio.to_thread(
+        control.request, rack_sim.root / "control.sock", {"op": "reboot", "node": VICTIM}
+    )
+
+    after: dict[str, int] = {}
+
+    async def reformed() -> bool:
+        nonlocal after
+        after = await _formed(admin) or {}
+        restarted = (await _started(admin, VICTIM)) not in ("", first_start)
+        return bool(after) and restarted and await _driver_pods_ready(admin, VICTIM)
+
+    # The workload on the rebooted node runs again (a new container start), and the CD is Ready.
+    try:
+        await helpers.within(300, reformed, f"CD Ready again after {VICTIM} rebooted")
+    except AssertionError as err:
+        pods = helpers.kubectl(rack_sim, "get", "pods", "-A", "-o", "wide")
+        events = helpers.kubectl(rack_sim, "get", "events", "-A", "--sort-by=.lastTimestamp")
+        logs = await helpers.component_logs(admin, "kubelet-plugin")
+        status = await helpers.cd_status(admin, CD)
+        raise AssertionError(
+            f"{err}\nentry states: {seen}\n{status}\n{pods}\n{events[-6000:]}\n"
+            + "\n".join(f"== {k}\n{v[-4000:]}" for k, v in logs.items())
+        ) from None
+    watcher.cancel()
+    await asyncio.gather(watcher, return_exceptions=True)
+    # The rebooted node's daemon was gone for a while: its entry turned NotReady (or left).
+    assert any(s != "Ready" for s in seen), f"the entry of {VICTIM} stayed Ready: {seen}"
+    assert after == before, f"indices moved: {before} -> {after}"
+
+    # Every workload sees its channel in its latest start (the log keeps earlier starts).
+    for p in await _workloads(admin):
+        await _channel_in_latest_start(admin, str(p.metadata.name))  # type: ignore[union-attr]
+
+    plugin_logs = await helpers.component_logs(admin, "kubelet-plugin")
+    assert any("Invalidating checkpoint: node rebooted" in log for log in plugin_logs.values()), {
+        k: v[-3000:] for k, v in plugin_logs.items()
+    }
+
+    # Nothing of the earlier boot is left: the node's checkpoint, claim CDI specs and label
+    # are those of the claims prepared in this boot (its daemon's and its workload's).
+    node = await admin.get(Node, VICTIM)
+    assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == cd_uid  # type: ignore[union-attr]
+    cp = read_checkpoint(rack_sim, VICTIM)
+    live = {uid for uid, e in cp.claims.items() if e.state is not checkpoint.ClaimState.UNPREPARED}
+    assert len(live) == 2, cp.claims
+    assert all(cp.claims[uid].state is checkpoint.ClaimState.PREPARE_COMPLETED for uid in live), (
+        cp.claims
+    )
+    specs = {f.name for f in (rack_sim.node_root(VICTIM) / "var/run/cdi").glob("*claim*")}
+    assert specs == {cdi.claim_spec_file_name(uid) for uid in live}
+
+    async def one_daemon_per_node() -> bool:
+        pods = await helpers.daemon_pods(admin, cd_uid)
+        return len(pods) == 2 and not any(p.metadata and p.metadata.deletionTimestamp for p in pods)
+
+    await helpers.within(60, one_daemon_per_node, "one daemon pod per node, none terminating")
+
+    await admin.delete(Deployment, CD, namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
+    await helpers.within(
+        120, lambda: helpers.gone(admin, computedomain.ComputeDomainResource, CD), "CD gone"
+    )
