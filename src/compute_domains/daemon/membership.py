@@ -13,8 +13,9 @@ The clique protocol (who writes what):
 * Writes are full updates with optimistic concurrency: a 409 re-reads the object and retries
   at once on the fresh state (backoff only after many lost races in a row), so concurrent joins
   never take the same index (the list-map key keeps node names unique) and N joins cost about N
-  write latencies. A full clique is reported (log line + Event on our pod) and retried on every clique
-  change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
+  write latencies. A full clique is reported (log line + Event on our pod) and retried on every
+  clique change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not
+  started.
 * On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
   terminating predecessor never removes the entry its replacement already took over. Entries of
   daemons that died without this are pruned by the controller.
