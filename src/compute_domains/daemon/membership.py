@@ -11,11 +11,9 @@ The clique protocol (who writes what):
   ``ownerReferences`` (plain references, no ``controller``, no ``blockOwnerDeletion``), so the
   garbage collector deletes the clique once every daemon pod that registered is gone.
 * Writes are full updates with optimistic concurrency: a 409 re-reads the object and retries
-  at once on the fresh state (backoff only after many lost races in a row), so concurrent joins
-  never take the same index (the list-map key keeps node names unique) and N joins cost about N
-  write latencies. A full clique is reported (log line + Event on our pod) and retried on every
-  clique change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not
-  started.
+  with backoff, so concurrent joins never take the same index (the list-map key keeps node names
+  unique). A full clique is reported (log line + Event on our pod) and retried on every clique
+  change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
 * On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
   terminating predecessor never removes the entry its replacement already took over. Entries of
   daemons that died without this are pruned by the controller.
@@ -111,12 +109,6 @@ def peer_mapping(
     return mapping, problems
 
 
-_QUICK_RETRIES = 40
-"""Lost races retried without backoff before the normal backoff applies (a clique has at most
-a few dozen writers; more consecutive losses mean something else is wrong)."""
-_RACE_JITTER_S = 0.05
-
-
 class Membership:
     """Keeps our clique entry true while running; removes it when stopped.
 
@@ -160,8 +152,6 @@ class Membership:
         self._full_reported = False
         self._index: int | None = None
         self._peers: dict[int, str] | None = None
-        self._races = 0
-        """Consecutive lost write races (409/404); quick retries until ``_QUICK_RETRIES``."""
 
     @property
     def index(self) -> int | None:
@@ -278,17 +268,7 @@ class Membership:
             classified = kubeio.classify(err, f"{verb} clique {want.name}")
             if kubeio.status_code(err) in (404, 409):
                 await self._reread()  # lost a race: take the server's state and try again
-                self._races += 1
-                if self._races <= _QUICK_RETRIES:
-                    # A lost race is not an overload: retry at once on the fresh state (a few
-                    # ms of jitter spread a herd of joining daemons). Backing off here made
-                    # 18 daemons joining one clique take ~25 s instead of ~18 write latencies.
-                    raise errors.TemporaryError(
-                        f"{classified}; retrying on the fresh state",
-                        delay=self._rng.uniform(0.0, _RACE_JITTER_S),
-                    ) from err
             raise classified from err
-        self._races = 0
         self._observe(ComputeDomainClique.from_resource(raw), raw)
 
     async def _reread(self) -> None:
