@@ -85,7 +85,7 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
 def _cpu_rows(results: list[dict[str, Any]]) -> list[str]:
     rows = [
         "",
-        "CPU seconds per kind of process over one formation and teardown (median of the "
+        "CPU seconds per kind of process from the apply until formed (median of the "
         "repeats; exec probes and exited containers count as exited children of the sim "
         "kubelets):",
         "",
