@@ -6,9 +6,11 @@ subresource) has one entry per daemon; each entry's ``index`` picks the daemon's
 
 Membership rules (pure; the daemon and controller apply them and write the result):
 - A registering daemon keeps its entry and index, only its IP is refreshed; a new daemon gets the
-  lowest free index in ``[0, max_nodes)``, so gaps left by departed daemons are refilled and the
-  names of the remaining peers never move. A full clique raises ``CliqueFullError`` (retryable:
-  a slot may free up).
+  index its node last held in this clique when that is free (remembered in the annotation
+  ``resource.nvidia.com/lastIndices``, so daemons replaced all at once come back on their own
+  indices whatever order they rejoin in), else the lowest free index in ``[0, max_nodes)``, so
+  gaps left by departed daemons are refilled and the names of the remaining peers never move. A
+  full clique raises ``CliqueFullError`` (retryable: a slot may free up).
 - Every registering daemon pod appends itself to ``ownerReferences`` (not as controller), so the
   garbage collector deletes the clique once all pods that ever registered are gone.
 - ``to_dict`` omits ``daemons`` when empty and always writes ``index`` (0 is meaningful).
@@ -17,6 +19,7 @@ Membership rules (pure; the daemon and controller apply them and write the resul
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, Self
 
@@ -159,8 +162,14 @@ class ComputeDomainClique:
         existing = self.daemon(node_name)
         if existing is not None:
             updated = dataclasses.replace(existing, ip_address=ip_address)
-            return self._with_daemons(updated if d is existing else d for d in self.daemons)
+            kept = self._with_daemons(updated if d is existing else d for d in self.daemons)
+            return kept._remembering(node_name, existing.index)
         index = self.lowest_free_index(max_nodes)
+        before = self.remembered_indices().get(node_name)
+        if before is not None and 0 <= before < max_nodes and before not in {
+            d.index for d in self.daemons
+        }:
+            index = before
         if index is None:
             raise CliqueFullError(
                 f"clique {self.name}: no available indices (all {max_nodes} taken) for node "
@@ -169,7 +178,29 @@ class ComputeDomainClique:
         entry = CliqueDaemon(
             node_name=node_name, ip_address=ip_address, clique_id=self.clique_id, index=index
         )
-        return self._with_daemons((*self.daemons, entry))
+        return self._with_daemons((*self.daemons, entry))._remembering(node_name, index)
+
+    def remembered_indices(self) -> dict[str, int]:
+        """Node → the index it last held here (``lastIndices`` annotation; {} when unreadable)."""
+        raw = (self.metadata.annotations or {}).get(names.LAST_INDICES_ANNOTATION, "")
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): v for k, v in data.items() if isinstance(v, int)}
+
+    def _remembering(self, node_name: str, index: int) -> Self:
+        memory = self.remembered_indices()
+        if memory.get(node_name) == index:
+            return self
+        memory[node_name] = index
+        annotations = {**(self.metadata.annotations or {}),
+                       names.LAST_INDICES_ANNOTATION: json.dumps(memory, sort_keys=True)}
+        meta = _wire.object_meta({"metadata": {**self.metadata.to_dict(),
+                                               "annotations": annotations}})
+        return dataclasses.replace(self, metadata=meta)
 
     def with_status(self, node_name: str, status: Readiness) -> Self:
         """Set the readiness of node ``node_name``'s entry.

@@ -81,6 +81,10 @@ def clique_id(cluster_uuid: str, clique_number: int | str) -> str:
     return f"{cluster_uuid}.{clique_number}"
 
 
+LAST_INDICES_ANNOTATION = f"{GROUP}/lastIndices"
+"""On a clique: JSON node → the index that node last held, so a replaced daemon rejoins on it."""
+
+
 def clique_object_name(cd_uid: str, clique_id: str) -> str:
     """Name of the ComputeDomainClique of one CD and one clique: ``<cdUID>.<cliqueID>``."""
     return f"{cd_uid}.{clique_id}"

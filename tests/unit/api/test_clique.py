@@ -67,6 +67,33 @@ def test_freed_indices_are_refilled_and_remaining_peers_keep_theirs() -> None:
     assert _indices(clique) == {"a": 0, "c": 2, "d": 1}
 
 
+def test_daemons_replaced_all_at_once_rejoin_on_their_own_indices() -> None:
+    # Upstream C2: every daemon of the domain force-deleted; their entries left, and the
+    # replacements register in another order than the first time.
+    formed = _clique("a", "b", "c")
+    empty = formed.retaining_nodes([])
+    rejoined = empty.with_registered("a", "10.1.0.0")
+    rejoined = rejoined.with_registered("c", "10.1.0.2").with_registered("b", "10.1.0.1")
+    assert _indices(rejoined) == {"a": 0, "b": 1, "c": 2}
+
+
+def test_a_remembered_index_taken_meanwhile_falls_back_to_the_lowest_free() -> None:
+    clique = _clique("a", "b").without_ip("10.0.0.1").with_registered("d", "10.0.0.4")
+    assert _indices(clique) == {"a": 0, "d": 1}
+    clique = clique.with_registered("b", "10.0.0.9")
+    assert _indices(clique) == {"a": 0, "d": 1, "b": 2}
+    assert clique.remembered_indices() == {"a": 0, "b": 2, "d": 1}
+
+
+def test_an_unreadable_memory_is_ignored() -> None:
+    clique = _clique("a")
+    meta = clique.metadata.to_dict()
+    meta["annotations"] = {"resource.nvidia.com/lastIndices": "{not json"}
+    broken = ComputeDomainClique.from_dict({**clique.to_dict(), "metadata": meta})
+    assert broken.remembered_indices() == {}
+    assert _indices(broken.retaining_nodes([]).with_registered("z", "10.0.0.7")) == {"z": 0}
+
+
 @pytest.mark.parametrize("max_nodes", [1, 2, 18], ids=["one", "two", "default"])
 def test_a_full_clique_refuses_a_new_node_with_a_retryable_error(max_nodes: int) -> None:
     clique = _clique()
