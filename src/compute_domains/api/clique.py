@@ -231,6 +231,15 @@ class ComputeDomainClique:
         meta = _wire.object_meta({"metadata": {**self.metadata.to_dict(), "ownerReferences": refs}})
         return dataclasses.replace(self, metadata=meta)
 
+    def with_owner_ref(self, ref: Mapping[str, str]) -> Self:
+        """Add a plain owner (``apiVersion``, ``kind``, ``name``, ``uid``) unless listed by UID."""
+        refs = [r.to_dict() for r in self.metadata.ownerReferences or []]
+        if any(r.get("uid") == ref["uid"] for r in refs):
+            return self
+        refs.append({k: ref[k] for k in ("apiVersion", "kind", "name", "uid")})
+        meta = _wire.object_meta({"metadata": {**self.metadata.to_dict(), "ownerReferences": refs}})
+        return dataclasses.replace(self, metadata=meta)
+
     def to_nodes(self) -> tuple[ComputeDomainNode, ...]:
         """The ComputeDomain ``status.nodes[]`` entries of this clique, in list order."""
         return tuple(d.to_node() for d in self.daemons)

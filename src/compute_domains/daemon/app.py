@@ -75,6 +75,7 @@ class Daemon:
         """The IMEX supervisor, once built (for tests and diagnostics)."""
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
+        self._controller_ref: dict[str, str] | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -97,7 +98,9 @@ class Daemon:
             s.imex.config_path,
             s.peers.hosts_file,
         )
-        await readiness.label_pod(self._client, ident, retry=s.retry, rng=self._rng)
+        self._controller_ref = await readiness.label_pod(
+            self._client, ident, retry=s.retry, rng=self._rng
+        )
         if not ident.has_clique:
             self._log.info("no clique ID: this node has no multi-node NVLink; idling until stopped")
             await asyncio.Event().wait()  # only cancellation ends this
@@ -148,6 +151,7 @@ class Daemon:
             on_peers=updater.update,
             deregister_timeout=s.deregister_timeout,
             rng=self._rng,
+            co_owner=self._controller_ref,
         )
         pod = readiness.PodReadiness(
             self._client, ident, on_change=member.set_status, retry=s.retry

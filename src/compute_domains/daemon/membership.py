@@ -133,6 +133,7 @@ class Membership:
         on_peers: Callable[[PeerMapping], None],
         deregister_timeout: float = 10.0,
         rng: random.Random | None = None,
+        co_owner: dict[str, str] | None = None,
     ) -> None:
         self._client = client
         self._ident = ident
@@ -142,6 +143,9 @@ class Membership:
         self._on_peers = on_peers
         self._deregister_timeout = deregister_timeout
         self._rng = rng or random.Random()
+        # Our DaemonSet as a second owner keeps the clique (and the indices it remembers) while
+        # the domain lives, even when every daemon pod is gone at once (upstream C2).
+        self._co_owner = co_owner
         self._log = logging.LoggerAdapter(
             logger, {"cd": ident.cd, "node": ident.node_name, "pod": ident.pod_name}
         )
@@ -242,6 +246,8 @@ class Membership:
                 cd_uid=ident.cd_uid, clique_id=ident.clique_id, namespace=ident.pod_namespace
             )
             want = desired(fresh, ident, self._max, self._status)
+            if self._co_owner is not None:
+                want = want.with_owner_ref(self._co_owner)
             await self._write(want, create=True)
             return
         if current.cd_uid != ident.cd_uid:
@@ -251,6 +257,8 @@ class Membership:
             )
             return
         want = desired(current, ident, self._max, self._status)
+        if self._co_owner is not None:
+            want = want.with_owner_ref(self._co_owner)
         if want.to_dict() != current.to_dict():
             await self._write(want, create=False)
         if self._full_reported:

@@ -60,8 +60,11 @@ async def label_pod(
     retry: backoff.Backoff,
     deadline: float = 30.0,
     rng: random.Random | None = None,
-) -> None:
+) -> dict[str, str] | None:
     """Label our pod with its clique ID; temporary failures are retried until ``deadline``.
+
+    Returns our pod's controller (the per-CD DaemonSet) as an owner reference (apiVersion,
+    kind, name, uid), or None when the pod has none (a hand-made pod).
 
     Raises:
         PermanentError: the patch was refused (RBAC, pod gone).
@@ -73,10 +76,15 @@ async def label_pod(
     until = loop.time() + deadline
     while True:
         try:
-            await client.patch(
+            pod = await client.patch(
                 Pod, ident.pod_name, body, namespace=ident.pod_namespace, patch_type=PatchType.MERGE
             )
-            return
+            refs = (pod.metadata.ownerReferences if pod.metadata else None) or []
+            for ref in refs:
+                if ref.controller:
+                    return {"apiVersion": ref.apiVersion, "kind": ref.kind, "name": ref.name,
+                            "uid": ref.uid}
+            return None
         except (httpx.HTTPError, OSError) as err:
             what = f"label pod {ident.pod_namespace}/{ident.pod_name}"
             classified = kubeio.classify(err, what)
