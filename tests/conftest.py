@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -26,4 +27,10 @@ def sim_home() -> Iterator[Path]:
     # Short path under /tmp: unix socket paths of simulated nodes must stay under 108 bytes.
     home = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
     yield home
-    shutil.rmtree(home, ignore_errors=True)
+    if not keep_sims():
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def keep_sims() -> bool:
+    """CD_KEEP_SIM=1 keeps every sim's folder (each component's log) to debug a failure."""
+    return bool(os.environ.get("CD_KEEP_SIM"))

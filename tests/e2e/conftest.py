@@ -11,6 +11,7 @@ from lightkube import AsyncClient
 from compute_domains.cli import options
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain, topology
+from tests.conftest import keep_sims
 
 DRIVER_NS = "compute-domains"
 
@@ -24,7 +25,7 @@ def rack_sim(toolset: toolchain.Toolset, sim_home: Path,
     started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True, shape=shape,
                               chart=options.chart_dir())
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
 @pytest.fixture

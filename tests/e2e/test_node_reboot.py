@@ -41,23 +41,29 @@ async def _workloads(admin: AsyncClient) -> list[Pod]:
     return [p for p in pods if p.metadata and not p.metadata.deletionTimestamp]
 
 
+def _instance(p: Pod) -> str:
+    """Which run of the pod's first container is running ("" if none): a restart, a reboot
+    included, gives the container a new id (start times have only one-second resolution)."""
+    statuses = (p.status.containerStatuses if p.status else None) or []
+    now = statuses[0] if statuses else None
+    if now and now.state and now.state.running and now.containerID:
+        return f"{p.metadata.uid}/{now.containerID}"  # type: ignore[union-attr]
+    return ""
+
+
 async def _started(admin: AsyncClient, node: str) -> str:
-    """When the container of the workload pod on ``node`` last started ("" if not running)."""
+    """Which run of the workload pod's container on ``node`` is running ("" if none)."""
     for p in await _workloads(admin):
-        if p.spec and p.spec.nodeName == node and p.status and p.status.containerStatuses:
-            running = p.status.containerStatuses[0].state
-            if running and running.running and running.running.startedAt:
-                return f"{p.metadata.uid}/{running.running.startedAt}"  # type: ignore[union-attr]
+        if p.spec and p.spec.nodeName == node and _instance(p):
+            return _instance(p)
     return ""
 
 
 async def _daemon_started(admin: AsyncClient, node: str) -> str:
-    """When the IMEX daemon container on ``node`` last started ("" if not running)."""
+    """Which run of the IMEX daemon container on ``node`` is running ("" if none)."""
     async for p in admin.list(Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}):
-        if p.spec and p.spec.nodeName == node and p.status and p.status.containerStatuses:
-            state_ = p.status.containerStatuses[0].state
-            if state_ and state_.running and state_.running.startedAt:
-                return f"{p.metadata.uid}/{state_.running.startedAt}"  # type: ignore[union-attr]
+        if p.spec and p.spec.nodeName == node and _instance(p):
+            return _instance(p)
     return ""
 
 

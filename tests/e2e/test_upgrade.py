@@ -47,6 +47,7 @@ import compute_domains
 from compute_domains.api import clique, computedomain, names
 from compute_domains.cli import options
 from compute_domains.sim import driver, lifecycle, releases, state, toolchain, topology
+from tests.conftest import keep_sims
 from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_seed_example import _follow_log, kubectl
 
@@ -83,7 +84,7 @@ def rack_sim(toolset: toolchain.Toolset, release: releases.Release) -> Iterator[
     paths = state.SimPaths(home, "upgrade")
     started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True, shape=SHAPE)
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
     shutil.rmtree(home, ignore_errors=True)
 
 

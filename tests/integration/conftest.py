@@ -10,6 +10,7 @@ from lightkube import AsyncClient
 
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain
+from tests.conftest import keep_sims
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +19,7 @@ def sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.SimPaths]:
     paths = state.SimPaths(sim_home, "it")
     started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True)
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
 @pytest.fixture

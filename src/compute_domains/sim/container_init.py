@@ -142,6 +142,9 @@ def main(argv: list[str]) -> None:
     mode, spec_path = argv[0], argv[1]
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
     if mode == "run":
+        # Its own session and process group: the runtime ends the container's every process
+        # (what ``sh -c`` forks too), as a PID namespace would, not just the first one.
+        os.setsid()
         if spec["isolate"]:
             os.chroot(_build_root(spec))
         _exec(spec, spec["command"])

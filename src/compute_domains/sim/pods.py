@@ -141,6 +141,12 @@ class PodWorker:
             )
         for c in spec.containers:
             self._records.append(podstatus.ContainerRecord(name=c.name, image=c.image or ""))
+        # A pod this node ran before its last boot: its containers died with the node.
+        status = self.pod.status
+        before = {cs.name: cs for cs in [*(status.initContainerStatuses or []),
+                                          *(status.containerStatuses or [])]} if status else {}
+        for rec in self._records:
+            podstatus.after_reboot(rec, before.get(rec.name))
         publisher = asyncio.create_task(self._publisher(), name=f"status:{self.name}")
         main = asyncio.create_task(self._lifecycle(), name=f"pod:{self.name}")
         stop = asyncio.create_task(self._stop.wait())
@@ -411,6 +417,7 @@ class PodWorker:
         probe_task = asyncio.create_task(prober.run(), name=f"probes:{self.name}/{c.name}")
         try:
             rc = await running.child.proc.wait()
+            running.child.end_group()
         finally:
             probe_task.cancel()
             await asyncio.gather(probe_task, return_exceptions=True)

@@ -19,6 +19,24 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def after_reboot(rec: ContainerRecord, previous: Any) -> None:
+    """Carry a container's history over from the node's previous boot.
+
+    ``previous`` is the ``ContainerStatus`` the pod's status still shows from before (or None).
+    A container that had been created then died with the node: like a kubelet finding its
+    exited container in the runtime after a reboot, the restart counts it and its last state
+    shows the unexplained end (exit 255, reason Unknown), and the new container gets a new id.
+    """
+    if previous is None or not previous.containerID:
+        return
+    rec.restart_count = (previous.restartCount or 0) + 1
+    started = ""
+    if previous.state is not None and previous.state.running is not None:
+        started = previous.state.running.startedAt or ""
+    rec.last_terminated = {"exitCode": 255, "reason": "Unknown", "startedAt": started or None,
+                           "finishedAt": now(), "containerID": previous.containerID}
+
+
 @dataclasses.dataclass(slots=True)
 class ContainerRecord:
     """What the worker knows about one container (mutable, owned by the pod worker)."""

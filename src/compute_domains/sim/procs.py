@@ -35,6 +35,8 @@ class Child:
     name: str
     proc: asyncio.subprocess.Process
     log_path: Path
+    group: bool = False
+    """The child leads a process group of its own (a container): signals reach the group."""
 
     @property
     def pid(self) -> int:
@@ -52,20 +54,36 @@ class Child:
     async def stop(self, grace: float = 10.0) -> int:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code."""
         if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), grace)
             except TimeoutError:
                 logger.warning(
                     "%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace
                 )
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
+                self._signal(signal.SIGKILL)
                 await self.proc.wait()
+        self.end_group()
         rc = self.proc.returncode
         assert rc is not None
         return rc
+
+    def end_group(self) -> None:
+        """SIGKILL what is left of the child's group once it has ended: like the processes of a
+        container's PID namespace when its first process exits, none outlives the container."""
+        if self.group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.group:
+            try:
+                os.killpg(self.pid, sig)
+                return
+            except (ProcessLookupError, PermissionError):
+                pass  # not yet its group's leader (just started): the process itself
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
 
 
 async def start(
@@ -76,13 +94,15 @@ async def start(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     preexec: bool = True,
+    group: bool = False,
 ) -> Child:
     """Start ``argv`` with stdout and stderr appended to ``log_path``.
 
     ``preexec=False`` skips the parent-death hook in the forked child; the program must then
     set it itself (``container_init`` does). A process that uses gRPC must start children that
     way: Python code run between fork and exec triggers gRPC's fork handlers, which break the
-    child.
+    child. ``group=True`` when the program makes itself a process group leader (containers
+    do): stopping it then signals the whole group.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -96,7 +116,7 @@ async def start(
             preexec_fn=die_with_parent if preexec else None,
         )
     logger.debug("started %s pid=%d: %s", name, proc.pid, " ".join(argv))
-    return Child(name=name, proc=proc, log_path=log_path)
+    return Child(name=name, proc=proc, log_path=log_path, group=group)
 
 
 def pid_alive(pid: int) -> bool:

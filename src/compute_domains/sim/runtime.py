@@ -151,6 +151,7 @@ class Runtime:
             [self._s.python, "-m", "compute_domains.sim.container_init", "run", str(spec_path)],
             log_path=log_path,
             preexec=False,
+            group=True,
         )
         return Running(child=child, spec_path=spec_path)
 

@@ -29,6 +29,7 @@ from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain, topology
+from tests.conftest import keep_sims
 from tests.integration.daemon.pods import NODES
 from tests.integration.helpers import wait_for
 
@@ -62,7 +63,7 @@ def daemon_sim(toolset: toolchain.Toolset) -> Iterator[state.SimPaths]:
         shape=topology.Shape(racks=1, nodes_per_rack=3),
     )
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
     shutil.rmtree(home, ignore_errors=True)
 
 

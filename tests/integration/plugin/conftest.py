@@ -37,6 +37,7 @@ from compute_domains.api import crds
 from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
 from compute_domains.sim import agent, lifecycle, state, toolchain, topology
+from tests.conftest import keep_sims
 from tests.integration.helpers import wait_for
 
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4, plain_nodes=1)
@@ -79,7 +80,7 @@ def plugin_sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.Sim
         cap.parent.mkdir(parents=True, exist_ok=True)
         cap.write_text(CAPABILITY)
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from lightkube import AsyncClient
 
 from compute_domains.infra import kube
 from compute_domains.sim import control, lifecycle, state, toolchain, topology
+from tests.conftest import keep_sims
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def nodes_sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.SimP
     started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True,
                               shape=topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4))
     yield paths
-    lifecycle.stop(paths, process=started.process)
+    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
 @pytest.fixture

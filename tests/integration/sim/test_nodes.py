@@ -296,6 +296,30 @@ async def _until_count(marker: str, count: int, timeout: float = 30) -> None:
             await asyncio.sleep(0.2)
 
 
+def _restarted_after(first: Pod) -> Callable[[Pod], bool]:
+    """Running and Ready again in a new container that counts the reboot as a restart.
+
+    A kubelet finds the container the power cut ended: restartCount goes up by one and the
+    last state says it ended for an unknown reason (exit 255), with the old container's id.
+    """
+    assert first.status is not None and first.status.containerStatuses
+    old = first.status.containerStatuses[0]
+
+    def restarted(p: Pod) -> bool:
+        statuses = (p.status.containerStatuses if p.status else None) or []
+        now = statuses[0] if statuses else None
+        if not (_running_ready(p) and now and now.state and now.state.running
+                and now.containerID != old.containerID):
+            return False
+        assert now.restartCount == old.restartCount + 1, now
+        last = now.lastState.terminated if now.lastState else None
+        assert last is not None and (last.exitCode, last.reason) == (255, "Unknown"), now
+        assert last.containerID == old.containerID, now
+        return True
+
+    return restarted
+
+
 async def test_a_rebooted_node_runs_each_container_once(
         admin: AsyncClient, ns: str, nodes_sim: state.SimPaths) -> None:
     """A power cut ends the pod's container loops: the node's next boot is the only restarter.
@@ -312,16 +336,8 @@ async def test_a_rebooted_node_runs_each_container_once(
                                  "command": ["sh", "-c", f"sleep 3600; echo {marker}"]}]}}))
     first = await wait_for(admin, Pod, "survivor", _running_ready, namespace=ns, timeout=60)
     await _until_count(marker, 1)
-    started = first.status.containerStatuses[0].state.running.startedAt  # type: ignore[index,union-attr]
     await asyncio.to_thread(node_op, nodes_sim, "reboot", NODE_B)
-
-    def restarted(p: Pod) -> bool:
-        statuses = (p.status.containerStatuses if p.status else None) or []
-        now = statuses[0].state if statuses else None
-        return bool(_running_ready(p) and now and now.running
-                    and now.running.startedAt != started)
-
-    await wait_for(admin, Pod, "survivor", restarted, namespace=ns, timeout=120)
+    await wait_for(admin, Pod, "survivor", _restarted_after(first), namespace=ns, timeout=120)
     await _until_count(marker, 1)
     await asyncio.sleep(6)  # longer than the 2 s (then 4 s) restart back-off of a stray loop
     assert _processes_with(marker) == 1
@@ -351,16 +367,8 @@ async def test_a_rebooted_node_prepares_again_and_publishes_new_addresses(
     first = await wait_for(admin, Pod, "a-user", _running_ready, namespace=ns, timeout=90)
     claim_uid = driver.prepared[-1]
     assert first.status is not None and first.status.containerStatuses
-    started = first.status.containerStatuses[0].state.running.startedAt  # type: ignore[union-attr]
     await asyncio.to_thread(node_op, nodes_sim, "reboot", NODE_A)
-
-    def restarted(p: Pod) -> bool:
-        statuses = (p.status.containerStatuses if p.status else None) or []
-        now = statuses[0].state if statuses else None
-        return bool(_running_ready(p) and now and now.running
-                    and now.running.startedAt != started)
-
-    pod = await wait_for(admin, Pod, "a-user", restarted, namespace=ns, timeout=90)
+    pod = await wait_for(admin, Pod, "a-user", _restarted_after(first), namespace=ns, timeout=90)
     assert driver.prepared.count(claim_uid) == 2, driver.prepared
     assert claim_uid not in driver.unprepared, "a claim of a running pod was unprepared"
     assert pod.status is not None and first.status.podIP != pod.status.podIP
