@@ -18,6 +18,7 @@ from typing import Any, cast
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import computedomain, names
@@ -103,13 +104,14 @@ def uninstall(sim: state.SimPaths) -> None:
     )
 
 
-async def within(seconds: float, check: Callable[[], Awaitable[Any]], what: str) -> float:
+async def within(seconds: float, check: Callable[[], Awaitable[Any]], what: str,
+                 interval: float = 0.2) -> float:
     """Poll ``check`` until truthy; fail when ``seconds`` (an upstream limit) pass first."""
     t0 = time.monotonic()
     while not await check():
         if time.monotonic() - t0 > seconds:
             raise AssertionError(f"{what} not within {seconds:.0f}s")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(interval)
     return time.monotonic() - t0
 
 
@@ -194,6 +196,24 @@ def channel_pod(
     return cast(
         Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
     )
+
+
+def workload_deployment(
+    name: str, template: str, replicas: int, *, command: str | None = None, job: str = ""
+) -> Deployment:
+    """A multi-node job: ``replicas`` pods labelled ``job`` (default ``name``), one per node
+    (4 GPUs each), each with a channel claim from ``template``; they run ``mnnvl-workload``,
+    or ``command`` under ``sh -c``."""
+    spec = channel_pod(name, template, command=command or "", gpus=4).to_dict()["spec"]
+    if command is None:
+        spec["containers"][0]["command"] = ["mnnvl-workload"]
+    spec["terminationGracePeriodSeconds"] = 5
+    labels = {"job": job or name}
+    return cast(Deployment, Deployment.from_dict({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": spec}},
+    }))
 
 
 async def daemon_pods(admin: AsyncClient, cd_uid: str | None) -> list[Pod]:

@@ -8,10 +8,6 @@ the CD is ``NotReady`` (G3 allows 5 s), and the node's daemon goes away with its
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any
-
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -20,32 +16,13 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import computedomain, names
 from compute_domains.sim import topology
+from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_seed_example import _follow_log
 
 pytestmark = pytest.mark.timeout(900)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=1)
 CD = "imex-channel-injection"
-
-
-async def _status(admin: AsyncClient) -> dict[str, Any]:
-    obj = await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
-    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
-    return doc.get("status") or {}
-
-
-async def _within(seconds: float, check: Any, what: str) -> float:
-    t0 = time.monotonic()
-    while not await check():
-        if time.monotonic() - t0 > seconds:
-            raise AssertionError(f"{what} not within {seconds:.0f}s")
-        await asyncio.sleep(0.1)
-    return time.monotonic() - t0
-
-
-def _ready(p: Pod) -> bool:
-    return bool(p.status and any(c.type == "Ready" and c.status == "True"
-                                 for c in p.status.conditions or []))
 
 
 async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
@@ -62,17 +39,18 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
                                  "resources": {"claims": [{"name": "cd"}]}}]}}))
 
     async def pod_ready() -> bool:
-        return _ready(await admin.get(Pod, "imex-channel-injection", namespace="default"))
+        return helpers.ready(await admin.get(Pod, "imex-channel-injection", namespace="default"))
 
-    await _within(100, pod_ready, "workload pod Ready")
+    await helpers.within(100, pod_ready, "workload pod Ready")
     logs = await _follow_log(admin, "imex-channel-injection", "channel0", timeout=30)
     assert "channel0" in logs
 
     async def cd_ready() -> bool:
-        st = await _status(admin)
+        st = await helpers.cd_status(admin, CD)
         return st.get("status") == "Ready" and len(st.get("nodes") or []) == 1
 
-    await _within(4, cd_ready, "G3: CD Ready with its node after the pod turned Ready")
+    await helpers.within(4, cd_ready, "G3: CD Ready with its node after the pod turned Ready",
+                         interval=0.1)
     uid = (await admin.get(computedomain.ComputeDomainResource, CD,
                            namespace="default")).metadata.uid  # type: ignore[union-attr]
     daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
@@ -88,18 +66,18 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
             return err.status.code == 404
         return False
 
-    await _within(10, pod_gone, "workload pod gone")
+    await helpers.within(10, pod_gone, "workload pod gone")
 
     async def cd_empty() -> bool:
-        st = await _status(admin)
+        st = await helpers.cd_status(admin, CD)
         return not st.get("nodes") and st.get("status") == "NotReady"
 
-    await _within(3, cd_empty, "D1/G3: node entry removed and CD NotReady")
+    await helpers.within(3, cd_empty, "D1/G3: node entry removed and CD NotReady", interval=0.1)
 
     async def daemon_gone() -> bool:
         left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
                                             labels={names.COMPUTE_DOMAIN_LABEL: uid})]
         return not left
 
-    await _within(60, daemon_gone, "the node's daemon leaves with the last claim")
+    await helpers.within(60, daemon_gone, "the node's daemon leaves with the last claim")
     await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")

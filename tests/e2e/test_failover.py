@@ -23,22 +23,12 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import computedomain, names
 from compute_domains.sim import topology
+from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=3)
 CD = "failover"
-
-
-async def _status(admin: AsyncClient) -> dict[str, Any]:
-    obj = await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
-    doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
-    return doc.get("status") or {}
-
-
-def _ready(p: Pod) -> bool:
-    return bool(p.status and any(c.type == "Ready" and c.status == "True"
-                                 for c in p.status.conditions or []))
 
 
 async def _workloads(admin: AsyncClient) -> list[Pod]:
@@ -53,13 +43,13 @@ async def _healed(admin: AsyncClient, indices: dict[str, int] | None,
     deadline = asyncio.get_running_loop().time() + timeout
     last: Any = None
     while asyncio.get_running_loop().time() < deadline:
-        st = await _status(admin)
+        st = await helpers.cd_status(admin, CD)
         nodes = st.get("nodes") or []
         pods = await _workloads(admin)
         last = (st.get("status"), nodes, [p.metadata.name for p in pods])  # type: ignore[union-attr]
         if (st.get("status") == "Ready" and len(nodes) == 3
                 and all(n["status"] == "Ready" for n in nodes)
-                and len(pods) == 3 and all(_ready(p) for p in pods)):
+                and len(pods) == 3 and all(helpers.ready(p) for p in pods)):
             current = {n["name"]: n["index"] for n in nodes}
             assert len(set(current.values())) == 3, f"duplicate index: {nodes}"
             if indices is not None:
@@ -73,17 +63,7 @@ async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
     await admin.create(computedomain.ComputeDomainResource(
         metadata=ObjectMeta(name=CD, namespace="default"),
         spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}}))
-    await admin.create(Deployment.from_dict({
-        "metadata": {"name": CD, "namespace": "default"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"job": CD}},
-                 "template": {"metadata": {"labels": {"job": CD}}, "spec": {
-                     "terminationGracePeriodSeconds": 5,
-                     "resourceClaims": [{"name": "cd", "resourceClaimTemplateName":
-                                         f"{CD}-rct"}],
-                     "containers": [{"name": "ctr", "image": "ubuntu:22.04",
-                                     "command": ["mnnvl-workload"],
-                                     "resources": {"claims": [{"name": "cd"}],
-                                                   "limits": {"nvidia.com/gpu": 4}}}]}}}}))
+    await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 3))
     indices = await _healed(admin, None)
 
     # C1: force-delete worker 0.

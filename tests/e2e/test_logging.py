@@ -81,6 +81,11 @@ async def _delete_workload(admin: AsyncClient) -> None:
     )
 
 
+def _set_controller_env(sim: state.SimPaths, change: str) -> None:
+    """``kubectl set env`` on the controller's Deployment: ``NAME=value``, or ``NAME-``."""
+    helpers.kubectl(sim, "set", "env", "-n", DRIVER_NS, f"deployment/{CONTROLLER}", change)
+
+
 async def test_f1_startup_config_in_logs_at_default_level(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
@@ -145,15 +150,7 @@ async def test_f3_daemon_verbosity_is_set_by_the_controller_at_daemonset_creatio
 
     # Part 2: the controller's LOG_VERBOSITY_CD_DAEMON, changed on its Deployment.
     old = set(await helpers.component_logs(admin, "controller"))
-    helpers.kubectl(
-        rack_sim,
-        "set",
-        "env",
-        "-n",
-        DRIVER_NS,
-        f"deployment/{CONTROLLER}",
-        "LOG_VERBOSITY_CD_DAEMON=warning",
-    )
+    _set_controller_env(rack_sim, "LOG_VERBOSITY_CD_DAEMON=warning")
 
     async def replaced() -> bool:
         pods = [
@@ -179,12 +176,4 @@ async def test_f3_daemon_verbosity_is_set_by_the_controller_at_daemonset_creatio
     log = await helpers.log_of(admin, str(daemons[0].metadata.name), DRIVER_NS)  # type: ignore[union-attr]
     assert " INFO " not in log and "starting: pod" not in log, log
     await _delete_workload(admin)
-    helpers.kubectl(
-        rack_sim,
-        "set",
-        "env",
-        "-n",
-        DRIVER_NS,
-        f"deployment/{CONTROLLER}",
-        "LOG_VERBOSITY_CD_DAEMON-",
-    )
+    _set_controller_env(rack_sim, "LOG_VERBOSITY_CD_DAEMON-")  # unset again

@@ -23,9 +23,9 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from compute_domains.api import names
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
+from tests.integration.plugin import objects
 
 pytestmark = pytest.mark.timeout(900)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=1)
@@ -56,38 +56,7 @@ async def test_g1_unknown_field_in_opaque_config_is_a_permanent_error(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
     """G1 "CDs: reject unknown field in opaque cfg in CD chan ResourceClaim"."""
-    params = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.CHANNEL_CONFIG_KIND,
-        "domainID": "not-needed-for-test",
-        "unexpectedField": "foo",
-    }
-    await admin.create(
-        cast(
-            ResourceClaim,
-            ResourceClaim.from_dict(
-                {
-                    "metadata": {"name": RC, "namespace": "default"},
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {
-                                    "name": "chan",
-                                    "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS},
-                                }
-                            ],
-                            "config": [
-                                {
-                                    "requests": ["chan"],
-                                    "opaque": {"driver": names.DRIVER_NAME, "parameters": params},
-                                }
-                            ],
-                        }
-                    },
-                }
-            ),
-        )
-    )
+    await objects.bad_opaque_claim(admin, "default", RC)
     pod = helpers.channel_pod(POD, "unused", command="sleep 3600").to_dict()
     pod["spec"]["resourceClaims"] = [{"name": "cd", "resourceClaimName": RC}]
     await admin.create(cast(Pod, Pod.from_dict(pod)))

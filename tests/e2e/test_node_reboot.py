@@ -125,19 +125,7 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
     cd_uid = await helpers.create_cd(admin, CD)
-    pod = helpers.channel_pod("x", f"{CD}-rct", command=COMMAND, gpus=4).to_dict()
-    await admin.create(
-        Deployment.from_dict(
-            {
-                "metadata": {"name": CD, "namespace": "default"},
-                "spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": {"job": CD}},
-                    "template": {"metadata": {"labels": {"job": CD}}, "spec": pod["spec"]},
-                },
-            }
-        )
-    )
+    await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2, command=COMMAND))
     before: dict[str, int] = {}
 
     async def formed() -> bool:

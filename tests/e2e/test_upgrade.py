@@ -38,7 +38,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
@@ -48,6 +48,7 @@ from compute_domains.api import clique, computedomain, names
 from compute_domains.cli import options
 from compute_domains.sim import driver, lifecycle, releases, state, toolchain, topology
 from tests.conftest import keep_sims
+from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_seed_example import _follow_log, kubectl
 
@@ -189,37 +190,7 @@ async def _start_workload(admin: AsyncClient) -> None:
             spec={"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": f"{WORKLOAD}-rct"}}},
         )
     )
-    await admin.create(
-        Deployment.from_dict(
-            {
-                "metadata": {"name": WORKLOAD, "namespace": "default"},
-                "spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": {"job": WORKLOAD}},
-                    "template": {
-                        "metadata": {"labels": {"job": WORKLOAD}},
-                        "spec": {
-                            "terminationGracePeriodSeconds": 5,
-                            "resourceClaims": [
-                                {"name": "cd", "resourceClaimTemplateName": f"{WORKLOAD}-rct"}
-                            ],
-                            "containers": [
-                                {
-                                    "name": "ctr",
-                                    "image": "ubuntu:22.04",
-                                    "command": ["mnnvl-workload"],
-                                    "resources": {
-                                        "claims": [{"name": "cd"}],
-                                        "limits": {"nvidia.com/gpu": 4},
-                                    },
-                                }
-                            ],
-                        },
-                    },
-                },
-            }
-        )
-    )
+    await admin.create(helpers.workload_deployment(WORKLOAD, f"{WORKLOAD}-rct", 2))
 
     async def running() -> bool:
         pods = await _workloads(admin)

@@ -290,3 +290,20 @@ def cdi_spec_path(sim: state.SimPaths, node: str, claim_uid: str) -> Path:
     from compute_domains.plugin import cdi
 
     return sim.node_root(node) / "var/run/cdi" / cdi.claim_spec_file_name(claim_uid)
+
+
+async def bad_opaque_claim(admin: AsyncClient, ns: str, name: str) -> None:
+    """Upstream G1's channel claim: its opaque config carries a field the driver does not know."""
+    params = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.CHANNEL_CONFIG_KIND,
+        "domainID": "not-needed-for-test",
+        "unexpectedField": "foo",
+    }
+    request = {"name": "chan", "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS}}
+    opaque = {"driver": names.DRIVER_NAME, "parameters": params}
+    await admin.create(ResourceClaim.from_dict({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {"requests": [request],
+                             "config": [{"requests": ["chan"], "opaque": opaque}]}},
+    }))

@@ -50,38 +50,6 @@ async def _until(check: Callable[[], bool], timeout: float = 60, what: str = "")
         raise AssertionError(f"timed out waiting for {what or check}") from None
 
 
-async def _bad_claim(admin: AsyncClient, ns: str, name: str) -> None:
-    params = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.CHANNEL_CONFIG_KIND,
-        "domainID": "not-needed-for-test",
-        "unexpectedField": "foo",
-    }
-    await admin.create(
-        ResourceClaim.from_dict(
-            {
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "chan",
-                                "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS},
-                            }
-                        ],
-                        "config": [
-                            {
-                                "requests": ["chan"],
-                                "opaque": {"driver": names.DRIVER_NAME, "parameters": params},
-                            }
-                        ],
-                    }
-                },
-            }
-        )
-    )
-
-
 async def test_g1_g2_unknown_field_fails_at_once_and_the_stale_claim_is_cleaned_later(
     admin: AsyncClient,
     spaces: Namespaces,
@@ -92,7 +60,7 @@ async def test_g1_g2_unknown_field_fails_at_once_and_the_stale_claim_is_cleaned_
     caplog.set_level(logging.INFO, logger="compute_domains.plugin")
     rc, pod = "batssuite-rc-bad-opaque-config", "batssuite-pod-boc"
     running = await start_plugin(NODE_A)
-    await _bad_claim(admin, spaces.user, rc)
+    await objects.bad_opaque_claim(admin, spaces.user, rc)
     await objects.pod(admin, spaces.user, pod, "sleep 3600", claim=rc, node=NODE_A)
     await wait_for(
         admin, Pod, pod, lambda p: bool(p.spec and p.spec.nodeName), namespace=spaces.user
