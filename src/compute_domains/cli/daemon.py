@@ -143,6 +143,12 @@ def group() -> None:
     "--imex-binary", default="nvidia-imex", show_default=True, help="IMEX daemon (on PATH)."
 )
 @click.option(
+    "--imex-ctl",
+    default="nvidia-imex-ctl",
+    show_default=True,
+    help="IMEX ctl tool (on PATH) of the daemon's own readiness check.",
+)
+@click.option(
     "--imex-stop-grace",
     type=click.FloatRange(min=0.1),
     default=10.0,
@@ -189,6 +195,7 @@ def run(**opts: Any) -> None:
             template_path=opts["imex_config_template"],
         ),
         imex_command=(opts["imex_binary"],),
+        imex_ctl_command=opts["imex_ctl"],
         supervisor=supervisor.SupervisorSettings(
             name="imex", stop_grace=opts["imex_stop_grace"], parent_death_signal=signal.SIGKILL
         ),

@@ -31,6 +31,7 @@ from compute_domains.daemon import (
     imexconfig,
     membership,
     peers,
+    probe,
     readiness,
     supervisor,
 )
@@ -153,8 +154,11 @@ class Daemon:
             rng=self._rng,
             co_owner=self._controller_ref,
         )
+        own = probe.CheckSettings(clique_id=ident.clique_id, config_path=s.imex.config_path,
+                                  ctl_command=s.imex_ctl_command)
         pod = readiness.PodReadiness(
-            self._client, ident, on_change=member.set_status, retry=s.retry
+            self._client, ident, on_change=member.set_status, retry=s.retry,
+            own_check=lambda: probe.check(own),
         )
         self.imex, self.membership = imex, member
         tasks: dict[str, Coroutine[Any, Any, None]] = {

@@ -95,6 +95,8 @@ class DaemonSettings:
     """IMEX config and nodes-config paths and ports."""
     imex_command: tuple[str, ...] = ("nvidia-imex",)
     """The IMEX daemon's argv prefix (found on PATH); ``-c <config>`` is appended."""
+    imex_ctl_command: str = "nvidia-imex-ctl"
+    """The IMEX control tool (found on PATH) of the daemon's own readiness check."""
     supervisor: supervisor.SupervisorSettings = dataclasses.field(
         default_factory=lambda: supervisor.SupervisorSettings(
             name="imex", parent_death_signal=signal.SIGKILL

@@ -8,17 +8,20 @@
 * :func:`label_pod` sets ``resource.nvidia.com/computeDomain.cliqueID=<cliqueID>`` on our pod (a
   merge patch; the value may be empty), which tells the controller fabric and non-fabric daemon
   pods apart.
-* :class:`PodReadiness` follows our own pod by watch and reports Ready exactly when the pod is
-  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``check`` passed; the membership
-  writes that into our clique entry, where the kubelet plugin's channel prepare waits for it.
+* :class:`PodReadiness` follows our own pod by watch and reports Ready when the pod is
+  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``check`` passed, and this
+  daemon's own ``check`` passed once too (a condition can predate our container); the
+  membership writes that into our clique entry, where the kubelet plugin's channel prepare
+  waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2 as httpx
@@ -96,8 +99,39 @@ async def label_pod(
             await asyncio.sleep(delay)
 
 
+@dataclasses.dataclass(slots=True)
+class OwnCheckGate:
+    """Our entry's readiness: the pod's Ready condition, once this daemon saw its own IMEX ready.
+
+    A pod's ``Ready`` condition can predate the container we run in: after a fast reboot (or a
+    kubelet that has not yet published the new container's state) the API still shows the
+    earlier container's ``Ready=True``. Trusting it would report an IMEX daemon Ready that has
+    not started. So the condition counts only after this process's own check passed once;
+    from then on the kubelet's probe is the authority, as upstream has it.
+    """
+
+    own_check: bool = True
+    """False: no own check exists (trust the condition at once)."""
+    pod: Readiness = Readiness.NOT_READY
+    confirmed: bool = False
+
+    def effective(self) -> Readiness:
+        """What the entry says now."""
+        if self.pod is Readiness.READY and (self.confirmed or not self.own_check):
+            return Readiness.READY
+        return Readiness.NOT_READY
+
+    def wants_check(self) -> bool:
+        """The pod claims Ready and we have not yet seen it ourselves."""
+        return self.own_check and self.pod is Readiness.READY and not self.confirmed
+
+
 class PodReadiness:
-    """Follows our pod and calls ``on_change`` with its readiness whenever that changes."""
+    """Follows our pod and calls ``on_change`` with our entry's readiness when that changes.
+
+    ``own_check`` is this daemon's own IMEX check (see :class:`OwnCheckGate`); while the pod
+    says Ready and the check has not passed yet, it is retried every ``check_interval`` s.
+    """
 
     def __init__(
         self,
@@ -106,26 +140,54 @@ class PodReadiness:
         *,
         on_change: Callable[[Readiness], None],
         retry: backoff.Backoff,
+        own_check: Callable[[], Awaitable[CheckResult]] | None = None,
+        check_interval: float = 1.0,
     ) -> None:
         self._client = client
         self._ident = ident
         self._on_change = on_change
         self._retry = retry
+        self._own_check = own_check
+        self._interval = check_interval
+        self._gate = OwnCheckGate(own_check=own_check is not None)
         self._last: Readiness | None = None
 
     async def run(self) -> None:
         """Watch until cancelled."""
-        async for pod in kubeio.follow(
-            self._client,
-            Pod,
-            self._ident.pod_name,
-            namespace=self._ident.pod_namespace,
-            retry=self._retry,
-        ):
-            if pod is not None and pod.metadata.uid != self._ident.pod_uid:
-                continue  # a namesake pod (StatefulSet-style reuse of the name): not us
-            value = readiness_of(pod)
-            if value is not self._last:
-                self._last = value
-                logger.info("our pod is %s", value.value, extra={"pod": self._ident.pod_name})
-                self._on_change(value)
+        checker: asyncio.Task[None] | None = None
+        try:
+            async for pod in kubeio.follow(
+                self._client,
+                Pod,
+                self._ident.pod_name,
+                namespace=self._ident.pod_namespace,
+                retry=self._retry,
+            ):
+                if pod is not None and pod.metadata.uid != self._ident.pod_uid:
+                    continue  # a namesake pod (StatefulSet-style reuse of the name): not us
+                self._gate.pod = readiness_of(pod)
+                if self._gate.wants_check() and (checker is None or checker.done()):
+                    checker = asyncio.create_task(self._confirm(), name="own-imex-check")
+                self._emit()
+        finally:
+            if checker is not None:
+                checker.cancel()
+                await asyncio.gather(checker, return_exceptions=True)
+
+    async def _confirm(self) -> None:
+        assert self._own_check is not None
+        logger.info("our pod says Ready; waiting for our own IMEX check to pass too")
+        while self._gate.wants_check():
+            result = await self._own_check()
+            if result.ok:
+                self._gate.confirmed = True
+                self._emit()
+                return
+            await asyncio.sleep(self._interval)
+
+    def _emit(self) -> None:
+        value = self._gate.effective()
+        if value is not self._last:
+            self._last = value
+            logger.info("our pod is %s", value.value, extra={"pod": self._ident.pod_name})
+            self._on_change(value)

@@ -104,3 +104,27 @@ async def test_a_missing_ctl_tool_fails_clearly(tmp_path: Path) -> None:
     result = await readiness.check(settings)
     assert not result.ok
     assert "cannot run" in result.message
+
+
+def test_a_ready_condition_counts_only_after_our_own_check_passed() -> None:
+    """After a fast reboot the pod's Ready condition is the earlier container's."""
+    gate = readiness.OwnCheckGate()
+    gate.pod = Readiness.READY
+    assert gate.effective() is Readiness.NOT_READY and gate.wants_check()
+    gate.confirmed = True
+    assert gate.effective() is Readiness.READY and not gate.wants_check()
+    # From then on the kubelet's probe rules: a NotReady pod is a NotReady entry.
+    gate.pod = Readiness.NOT_READY
+    assert gate.effective() is Readiness.NOT_READY and not gate.wants_check()
+    gate.pod = Readiness.READY
+    assert gate.effective() is Readiness.READY
+
+
+def test_a_not_ready_pod_needs_no_own_check() -> None:
+    gate = readiness.OwnCheckGate()
+    assert gate.effective() is Readiness.NOT_READY and not gate.wants_check()
+
+
+def test_without_an_own_check_the_condition_is_trusted_at_once() -> None:
+    gate = readiness.OwnCheckGate(own_check=False, pod=Readiness.READY)
+    assert gate.effective() is Readiness.READY and not gate.wants_check()
