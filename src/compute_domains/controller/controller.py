@@ -36,9 +36,9 @@ from compute_domains.controller import (
     leaderelection,
     metrics,
     reconcile,
-    workqueue,
 )
-from compute_domains.infra import errors, kube
+from compute_domains.infra import errors, kube, workqueue
+from compute_domains.infra import metrics as infra_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Controller:
         base = settings.leader_election.identity or "compute-domains-controller"
         self.identity = f"{base}-{suffix}"
         """This instance's leader-election identity and Event ``reportingInstance``."""
-        self.metrics_server: metrics.MetricsServer | None = None
+        self.metrics_server: infra_metrics.HttpEndpoint | None = None
         self.leading = asyncio.Event()
         """Set while this instance leads (its caches are filled and workers run)."""
 
@@ -78,10 +78,12 @@ class Controller:
         try:
             async with asyncio.TaskGroup() as tg:
                 if self.settings.metrics_port:
-                    self.metrics_server = metrics.MetricsServer(
-                        self.metrics,
+                    self.metrics_server = infra_metrics.HttpEndpoint(
                         host=self.settings.metrics_address,
                         port=self.settings.metrics_port,
+                        render=self.metrics.render,
+                        checks={"/healthz": infra_metrics.always_ok,
+                                "/readyz": infra_metrics.always_ok},
                     )
                     tg.create_task(
                         _guard("metrics-http", self.metrics_server.run()), name="metrics-http"

@@ -19,15 +19,13 @@ connection) on the loop, without threads.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
@@ -111,51 +109,3 @@ class Metrics:
 def count_statuses(statuses: Iterable[str | None]) -> dict[str, int]:
     """Counts by status value; None (never written) counts as ``Unknown``."""
     return dict(collections.Counter(s or "Unknown" for s in statuses))
-
-
-class MetricsServer:
-    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` until cancelled."""
-
-    def __init__(self, metrics: Metrics, *, host: str, port: int) -> None:
-        self._metrics = metrics
-        self._host = host or None
-        self._port = port
-        self.bound_port: int | None = None
-        """The port actually bound (useful with port 0 in tests); None before ``run``."""
-        self.started = asyncio.Event()
-
-    async def run(self) -> None:
-        """Bind and serve until cancelled."""
-        server = await asyncio.start_server(self._handle, self._host, self._port)
-        self.bound_port = server.sockets[0].getsockname()[1]
-        logger.info("metrics server listening on %s:%s", self._host or "*", self.bound_port)
-        self.started.set()
-        async with server:
-            await server.serve_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), 10.0)
-            while (await asyncio.wait_for(reader.readline(), 10.0)).strip():
-                pass  # headers are not needed
-            parts = request.decode("latin-1").split()
-            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
-            if len(parts) < 2 or parts[0] != "GET":
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self._metrics.render()
-            elif path in ("/healthz", "/readyz"):
-                status, ctype, body = "200 OK", "text/plain", b"ok\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
-            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            writer.write(head.encode("latin-1") + body)
-            await writer.drain()
-        except (OSError, TimeoutError, UnicodeDecodeError) as err:
-            # A scraper that hangs up or sends garbage must not disturb the controller.
-            logger.debug("metrics request failed: %s", err)
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()

@@ -26,6 +26,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 
 from compute_domains.infra import bootid, errors, kube
+from compute_domains.infra import metrics as infra_metrics
 from compute_domains.plugin import (
     cdi,
     checkpoint,
@@ -58,7 +59,7 @@ class Plugin:
         """Set once the kubelet sockets listen and the slice publisher runs."""
         self.registration: registration.RegistrationServicer | None = None
         self.device_state: state.DeviceState | None = None
-        self.http: metrics.HttpEndpoint | None = None
+        self.http: infra_metrics.HttpEndpoint | None = None
 
     async def run(self) -> None:
         """Serve the node until cancelled."""
@@ -164,7 +165,9 @@ class Plugin:
             return await health.probe(reg_path, dra_path)
 
         if s.metrics.port is not None:
-            self.http = metrics.HttpEndpoint(s.metrics, self.metrics, healthy)
+            self.http = infra_metrics.HttpEndpoint(
+                host=s.metrics.bind_address, port=s.metrics.port, render=self.metrics.render,
+                checks={"/healthz": healthy})
             tg.create_task(_guard(self.http.run, "metrics"), name="metrics")
         if s.health_port is not None:
             port = s.health_port

@@ -17,17 +17,13 @@ an asyncio server, so it needs no thread of its own.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from compute_domains.api import names
 from compute_domains.plugin import checkpoint
-from compute_domains.plugin.config import MetricsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -100,56 +96,3 @@ class PluginMetrics:
     def render(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
-
-
-class HttpEndpoint:
-    """Serves ``/metrics`` and ``/healthz`` until cancelled."""
-
-    def __init__(
-        self,
-        settings: MetricsSettings,
-        metrics: PluginMetrics,
-        healthy: Callable[[], Awaitable[bool]],
-    ) -> None:
-        self._s = settings
-        self._metrics = metrics
-        self._healthy = healthy
-        self.port: int | None = None
-        """The bound port once serving (useful with port 0)."""
-
-    async def run(self) -> None:
-        """Listen and serve; returns only by cancellation."""
-        assert self._s.port is not None
-        server = await asyncio.start_server(self._serve, self._s.bind_address, self._s.port)
-        self.port = server.sockets[0].getsockname()[1]
-        logger.info("serving metrics on %s:%s", self._s.bind_address, self.port)
-        async with server:
-            await server.serve_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), 10.0)
-            while (await asyncio.wait_for(reader.readline(), 10.0)) not in (b"\r\n", b"\n", b""):
-                pass
-            parts = request.decode("latin-1").split()
-            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
-            if parts[:1] != ["GET"]:
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self._metrics.render()
-            elif path == "/healthz":
-                ok = await self._healthy()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", b"ok\n" if ok else b"unhealthy\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except (TimeoutError, ConnectionError) as err:  # a client that went away: nothing to do
-            logger.debug("metrics client dropped: %s", err)
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx2 as httpx
-
 from compute_domains.controller import metrics
 
 
@@ -24,23 +20,3 @@ def test_cd_counts_come_from_the_bound_source() -> None:
     assert 'nvidia_dra_compute_domain_info{status="Ready"} 2.0' in text
     assert 'nvidia_dra_compute_domain_info{status="NotReady"} 1.0' in text
     assert 'nvidia_dra_compute_domain_info{status="Unknown"} 1.0' in text
-
-
-async def test_server_serves_metrics_and_health() -> None:
-    m = metrics.Metrics()
-    server = metrics.MetricsServer(m, host="127.0.0.1", port=0)
-    task = asyncio.create_task(server.run())
-    await asyncio.wait_for(server.started.wait(), 5)
-    base = f"http://127.0.0.1:{server.bound_port}"
-    try:
-        async with httpx.AsyncClient() as http:
-            resp = await http.get(f"{base}/metrics")
-            assert resp.status_code == 200
-            assert "compute_domains_controller_leader" in resp.text
-            assert (await http.get(f"{base}/healthz")).text == "ok\n"
-            assert (await http.get(f"{base}/readyz")).status_code == 200
-            assert (await http.get(f"{base}/nope")).status_code == 404
-            assert (await http.post(f"{base}/metrics")).status_code == 405
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

@@ -1,10 +1,8 @@
-import asyncio
 import datetime
 
 import pytest
 
 from compute_domains.plugin import checkpoint, metrics
-from compute_domains.plugin.config import MetricsSettings
 
 pytestmark = pytest.mark.timeout(5)
 T0 = datetime.datetime(2026, 5, 1, tzinfo=datetime.UTC)
@@ -50,35 +48,3 @@ def test_prepared_devices_gauge_counts_completed_claims_by_type() -> None:
             f'device_type="{kind}",driver="compute-domain.nvidia.com",node="node-a"}} {count}.0'
             in text
         )
-
-
-async def test_http_endpoint_serves_metrics_and_health() -> None:
-    healthy = True
-
-    async def probe() -> bool:
-        return healthy
-
-    endpoint = metrics.HttpEndpoint(
-        MetricsSettings(port=0, bind_address="127.0.0.1"), metrics.PluginMetrics("n"), probe
-    )
-    task = asyncio.create_task(endpoint.run())
-    try:
-        while endpoint.port is None:
-            await asyncio.sleep(0.01)
-
-        async def get(path: str) -> str:
-            reader, writer = await asyncio.open_connection("127.0.0.1", endpoint.port)
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            await writer.drain()
-            data = await reader.read()
-            writer.close()
-            return data.decode()
-
-        assert "nvidia_dra_requests_total" in await get("/metrics")
-        assert (await get("/healthz")).startswith("HTTP/1.1 200")
-        healthy = False
-        assert (await get("/healthz")).startswith("HTTP/1.1 503")
-        assert (await get("/nope")).startswith("HTTP/1.1 404")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

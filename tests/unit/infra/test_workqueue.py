@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from compute_domains.controller import workqueue
-from compute_domains.infra import backoff
+from compute_domains.infra import backoff, workqueue
 
 NO_JITTER = backoff.Backoff(initial=0.01, maximum=0.04, jitter=0.0)
 
