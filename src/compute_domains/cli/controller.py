@@ -9,21 +9,14 @@ variable (upstream's names where upstream has the setting), so the chart configu
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-import signal
 import socket
 from pathlib import Path
 
 import click
 
 from compute_domains import controller
-from compute_domains.infra import kube, logs
-
-logger = logging.getLogger(__name__)
-
-_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
-_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
+from compute_domains.cli import serving
+from compute_domains.infra import kube
 
 
 @click.group("controller")
@@ -38,13 +31,6 @@ def group() -> None:
     default="default",
     show_default=True,
     help="Driver namespace (DaemonSets, daemon claim templates, cliques). Env POD_NAMESPACE.",
-)
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Kubeconfig file; in-cluster ServiceAccount when unset. Env KUBECONFIG.",
 )
 @click.option(
     "--image",
@@ -71,7 +57,7 @@ def group() -> None:
 @click.option(
     "--daemon-log-level",
     envvar="LOG_VERBOSITY_CD_DAEMON",
-    type=_LEVELS,
+    type=serving.LEVELS,
     default=None,
     help="Log level of the daemons; defaults to --log-level. Env LOG_VERBOSITY_CD_DAEMON.",
 )
@@ -117,30 +103,9 @@ def group() -> None:
     show_default=True,
     help="ComputeDomains reconciled at once.",
 )
-@click.option(
-    "--log-level",
-    envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
-    type=_LEVELS,
-    default="info",
-    show_default=True,
-    help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
-)
-@click.option(
-    "--log-format",
-    envvar="LOG_FORMAT",
-    type=_FORMATS,
-    default="text",
-    show_default=True,
-    help="Log line format. Env LOG_FORMAT.",
-)
-@click.option(
-    "--shutdown-timeout",
-    envvar="SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(min=1.0),
-    default=15.0,
-    show_default=True,
-    help="Seconds a stop may take before the process exits anyway.",
-)
+@serving.kubeconfig_option
+@serving.log_options
+@serving.shutdown_timeout_option(15.0)
 def run(
     namespace: str,
     kubeconfig: Path | None,
@@ -159,8 +124,7 @@ def run(
     shutdown_timeout: float,
 ) -> None:
     """Run the ComputeDomain controller until SIGTERM."""
-    fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
-    logs.setup(log_level.lower(), fmt)
+    fmt = serving.setup_logs(log_level, log_format)
     settings = controller.ControllerSettings(
         namespace=namespace,
         kube=kube.KubeSettings(kubeconfig=kubeconfig, field_manager="compute-domain-controller"),
@@ -178,29 +142,6 @@ def run(
         metrics_address=metrics_address,
         workers=workers,
     )
-    asyncio.run(_serve(controller.Controller(settings), shutdown_timeout))
+    instance = controller.Controller(settings)
+    asyncio.run(serving.serve(instance.run(), "controller", shutdown_timeout))
 
-
-async def _serve(instance: controller.Controller, shutdown_timeout: float) -> None:
-    """Run ``instance``; the first SIGTERM/SIGINT cancels it, and exit is forced after a bound."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.create_task(instance.run(), name="controller")
-
-    def stop(signum: int) -> None:
-        logger.info("received %s; stopping", signal.Signals(signum).name)
-        task.cancel()
-        loop.call_later(shutdown_timeout, _force_exit)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop, signum)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
-
-
-def _force_exit() -> None:
-    logger.error("graceful stop took too long; exiting")
-    logging.shutdown()
-    os._exit(1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
+from compute_domains.cli import serving
 from compute_domains.daemon import imexconfig, readiness, supervisor
 from compute_domains.daemon.config import (
     CheckSettings,
@@ -160,19 +160,8 @@ def group() -> None:
     default="",
     help="Map names of unfilled slots to this address (never a pod's); unset: unresolvable.",
 )
-@click.option(
-    "--kubeconfig",
-    type=_PATH,
-    default=None,
-    help="Kubeconfig file (debugging); in-cluster ServiceAccount when unset.",
-)
-@click.option(
-    "--shutdown-timeout",
-    type=click.FloatRange(min=1.0),
-    default=25.0,
-    show_default=True,
-    help="Seconds a stop may take before the process exits anyway.",
-)
+@serving.kubeconfig_option
+@serving.shutdown_timeout_option(25.0)
 def run(**opts: Any) -> None:
     """Run the daemon until SIGTERM."""
     _setup_logs(opts)
@@ -250,22 +239,9 @@ async def _serve(settings: DaemonSettings, shutdown_timeout: float) -> None:
     # Imported here: `check` runs as an exec probe and must not load the Kubernetes client.
     from compute_domains.daemon import app
 
-    loop = asyncio.get_running_loop()
     client = kube.client(settings.kube)
-    task = asyncio.create_task(app.Daemon(settings, client).run(), name="daemon")
-
-    def stop(signum: int) -> None:
-        logger.info("received %s; stopping", signal.Signals(signum).name)
-        task.cancel()
-        loop.call_later(shutdown_timeout, _force_exit)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop, signum)
     try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
+        await serving.serve(app.Daemon(settings, client).run(), "daemon", shutdown_timeout)
         logger.info("stopped")
     except ExceptionGroup as group_:
         # Each task's failure was logged with its traceback; print one clear line per cause.
@@ -281,9 +257,3 @@ def _leaves(group_: BaseExceptionGroup[Any]) -> list[BaseException]:
     for exc in group_.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
-
-
-def _force_exit() -> None:
-    logger.error("graceful stop took too long; exiting")
-    logging.shutdown()
-    os._exit(1)

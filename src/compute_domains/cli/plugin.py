@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 from pathlib import Path
 
 import click
 
-from compute_domains.infra import kube, logs
+from compute_domains.cli import serving
+from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
 
 logger = logging.getLogger(__name__)
 
-_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
-_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 _DIR = click.Path(file_okay=False, path_type=Path)
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _PORT = click.IntRange(0, 65535)
@@ -160,37 +157,9 @@ def group() -> None:
     show_default=True,
     help="Seconds between cleanup passes.",
 )
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    type=_FILE,
-    default=None,
-    help="Kubeconfig file; in-cluster ServiceAccount when unset. Env KUBECONFIG.",
-)
-@click.option(
-    "--log-level",
-    envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
-    type=_LEVELS,
-    default="info",
-    show_default=True,
-    help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
-)
-@click.option(
-    "--log-format",
-    envvar="LOG_FORMAT",
-    type=_FORMATS,
-    default="text",
-    show_default=True,
-    help="Log line format. Env LOG_FORMAT.",
-)
-@click.option(
-    "--shutdown-timeout",
-    envvar="SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(min=1.0),
-    default=15.0,
-    show_default=True,
-    help="Seconds a stop may take before the process exits anyway.",
-)
+@serving.kubeconfig_option
+@serving.log_options
+@serving.shutdown_timeout_option(15.0)
 def run(
     node_name: str,
     namespace: str,
@@ -215,8 +184,7 @@ def run(
     shutdown_timeout: float,
 ) -> None:
     """Run the DRA kubelet plugin of this node until SIGTERM."""
-    fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
-    logs.setup(log_level.lower(), fmt)
+    serving.setup_logs(log_level, log_format)
     settings = config.PluginSettings(
         node_name=node_name,
         driver_namespace=namespace,
@@ -240,29 +208,5 @@ def run(
     )
     logger.info("starting plugin with %s", settings)
     nvml = discovery.NvmlDiscovery(proc_devices=proc_devices_path, strict_fabric=strict_fabric)
-    asyncio.run(_serve(app.Plugin(settings, nvml), shutdown_timeout))
+    asyncio.run(serving.serve(app.Plugin(settings, nvml).run(), "plugin", shutdown_timeout))
 
-
-async def _serve(instance: app.Plugin, shutdown_timeout: float) -> None:
-    """Run ``instance``; the first SIGTERM/SIGINT cancels it, and exit is forced after a bound."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.create_task(instance.run(), name="plugin")
-
-    def stop(signum: int) -> None:
-        logger.info("received %s; stopping", signal.Signals(signum).name)
-        task.cancel()
-        loop.call_later(shutdown_timeout, _force_exit)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop, signum)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
-
-
-def _force_exit() -> None:
-    logger.error("graceful stop took too long; exiting")
-    logging.shutdown()
-    os._exit(1)

@@ -1,0 +1,106 @@
+"""What the three component commands (controller, kubelet plugin, daemon) share: their common
+flags and the way a component process runs until SIGTERM.
+
+A component's first SIGTERM or SIGINT cancels its ``run()``; if the graceful stop takes longer
+than ``--shutdown-timeout`` the process exits anyway (a pod must never hang in Terminating
+because one step of the stop is stuck).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from compute_domains.infra import logs
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+FORMATS = click.Choice(["text", "json"], case_sensitive=False)
+
+
+def log_options(fn: F) -> F:
+    """``--log-level`` (env ``LOG_LEVEL`` or ``LOG_VERBOSITY``) and ``--log-format``."""
+    fn = click.option(
+        "--log-format",
+        envvar="LOG_FORMAT",
+        type=FORMATS,
+        default="text",
+        show_default=True,
+        help="Log line format. Env LOG_FORMAT.",
+    )(fn)
+    return click.option(
+        "--log-level",
+        envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
+        type=LEVELS,
+        default="info",
+        show_default=True,
+        help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
+    )(fn)
+
+
+def kubeconfig_option(fn: F) -> F:
+    """``--kubeconfig`` (env ``KUBECONFIG``); in-cluster ServiceAccount when unset."""
+    return click.option(
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Kubeconfig file; in-cluster ServiceAccount when unset. Env KUBECONFIG.",
+    )(fn)
+
+
+def shutdown_timeout_option(default: float) -> Callable[[F], F]:
+    """``--shutdown-timeout`` (env ``SHUTDOWN_TIMEOUT``) with the component's own default."""
+    return click.option(
+        "--shutdown-timeout",
+        envvar="SHUTDOWN_TIMEOUT",
+        type=click.FloatRange(min=1.0),
+        default=default,
+        show_default=True,
+        help="Seconds a stop may take before the process exits anyway.",
+    )
+
+
+def setup_logs(level: str, log_format: str) -> logs.LogFormat:
+    """Configure logging from the flags; returns the format (components pass it on)."""
+    fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
+    logs.setup(level.lower(), fmt)
+    return fmt
+
+
+async def serve(run: Coroutine[Any, Any, None], name: str, shutdown_timeout: float) -> None:
+    """Run a component's ``run()`` coroutine until it ends or a signal stops it.
+
+    Returns normally after a signal-initiated stop; a failure of ``run`` propagates.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(run, name=name)
+
+    def stop(signum: int) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        task.cancel()
+        loop.call_later(shutdown_timeout, _force_exit)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+
+
+def _force_exit() -> None:
+    logger.error("graceful stop took too long; exiting")
+    logging.shutdown()
+    os._exit(1)
