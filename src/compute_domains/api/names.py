@@ -99,3 +99,16 @@ def imex_dns_name(index: int) -> str:
     if index < 0:
         raise ValueError(f"IMEX daemon index must be >= 0, got {index}")
     return f"{_IMEX_DNS_PREFIX}{index:04d}"
+
+
+CHANNEL_DOMAIN_ATTRIBUTE: Final = "domain"
+"""Attribute (in the driver's domain) of a channel slot bound to a CD: the CD's UID. The plugin
+publishes it, the controller's workload claim template selects on it."""
+
+
+def channel_selector(cd_uid: str) -> str:
+    """CEL of a workload claim of CD ``cd_uid``: a free channel slot (no ``domain`` attribute)
+    or one bound to this CD already."""
+    attr = f'device.attributes["{DRIVER_NAME}"]'
+    return (f'!has({attr}.{CHANNEL_DOMAIN_ATTRIBUTE}) || '
+            f'{attr}.{CHANNEL_DOMAIN_ATTRIBUTE} == "{cd_uid}"')

@@ -34,15 +34,6 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from compute_domains.api import configs, names
 from compute_domains.api.computedomain import ComputeDomain
 
-DOMAIN_ATTRIBUTE = "domain"
-"""Device attribute (in the driver's domain) naming the CD a channel slot is bound to."""
-
-
-def channel_selector(cd_uid: str) -> str:
-    """CEL: the channel slot is free (no ``domain`` attribute) or bound to this CD already."""
-    attr = f'device.attributes["{names.DRIVER_NAME}"]'
-    return f'!has({attr}.{DOMAIN_ATTRIBUTE}) || {attr}.{DOMAIN_ATTRIBUTE} == "{cd_uid}"'
-
 
 def _metadata(*, name: str, namespace: str, cd_uid: str, target: str) -> ObjectMeta:
     return ObjectMeta(
@@ -93,7 +84,7 @@ def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
         name=names.CHANNEL_REQUEST,
         exactly=ExactDeviceRequest(
             deviceClassName=names.CHANNEL_DEVICE_CLASS,
-            selectors=[DeviceSelector(cel=CELDeviceSelector(expression=channel_selector(cd.uid)))],
+            selectors=[DeviceSelector(cel=CELDeviceSelector(expression=names.channel_selector(cd.uid)))],
         ),
     )
     config = configs.ComputeDomainChannelConfig(

@@ -32,8 +32,6 @@ from compute_domains.api import names
 
 DAEMON_DEVICE = "daemon-0"
 """Name of the one daemon device."""
-DOMAIN_ATTRIBUTE = "domain"
-"""Slot attribute naming the ComputeDomain UID the node is bound to (absent when free)."""
 _CHANNEL_PREFIX = "channel-"
 
 
@@ -77,7 +75,7 @@ def slice_devices(channel_slots: int, binding: str) -> list[dict[str, Any]]:
             "id": {"int": device.id},
         }
         if binding and device.type is DeviceType.CHANNEL:
-            attributes[DOMAIN_ATTRIBUTE] = {"string": binding}
+            attributes[names.CHANNEL_DOMAIN_ATTRIBUTE] = {"string": binding}
         out.append({"name": device.name, "attributes": attributes})
     return out
 
@@ -110,9 +108,3 @@ def same_devices(published: Any, wanted: list[dict[str, Any]]) -> bool:
         )
 
     return len(published) == len(wanted) and key(published) == key(wanted)
-
-
-def selector_for(cd_uid: str) -> str:
-    """The CEL expression a workload claim of CD ``cd_uid`` uses to pick free or own slots."""
-    attrs = f'device.attributes["{names.DRIVER_NAME}"]'
-    return f'!has({attrs}.{DOMAIN_ATTRIBUTE}) || {attrs}.{DOMAIN_ATTRIBUTE} == "{cd_uid}"'

@@ -22,7 +22,7 @@ from compute_domains.api.computedomain import (
     ComputeDomainResource,
     Readiness,
 )
-from compute_domains.plugin import checkpoint, devices
+from compute_domains.plugin import checkpoint
 from compute_domains.sim import state
 from tests.integration.helpers import wait_for
 
@@ -127,7 +127,7 @@ async def workload_template(
                                     "exactly": {
                                         "deviceClassName": names.CHANNEL_DEVICE_CLASS,
                                         "selectors": [
-                                            {"cel": {"expression": devices.selector_for(cd_uid)}}
+                                            {"cel": {"expression": names.channel_selector(cd_uid)}}
                                         ],
                                     },
                                 }

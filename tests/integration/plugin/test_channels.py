@@ -47,7 +47,7 @@ async def _cd(admin: AsyncClient, ns: Namespaces, name: str, mode: str = "Single
 def _bound(slice_: ResourceSlice) -> set[str]:
     out = set()
     for d in slice_.to_dict()["spec"]["devices"]:
-        domain = d["attributes"].get(devices.DOMAIN_ATTRIBUTE)
+        domain = d["attributes"].get(names.CHANNEL_DOMAIN_ATTRIBUTE)
         if d["name"].startswith("channel-"):
             out.add(domain["string"] if domain else "")
     return out

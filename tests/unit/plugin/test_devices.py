@@ -55,7 +55,7 @@ def test_drift_detection(published: object, same: bool) -> None:
 
 
 def test_selector_accepts_free_or_own_slots() -> None:
-    cel = devices.selector_for("u-1")
+    cel = names.channel_selector("u-1")
     assert cel == (
         '!has(device.attributes["compute-domain.nvidia.com"].domain) || '
         'device.attributes["compute-domain.nvidia.com"].domain == "u-1"'
