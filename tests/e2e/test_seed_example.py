@@ -47,14 +47,17 @@ async def _eventually(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} not reached in {timeout:.0f}s (last: {last!r})")
 
 
-async def _follow_log(admin: AsyncClient, pod: str, until: str, timeout: float = 180) -> str:
-    """The pod's log, followed until ``until`` appears (the program reports when it can)."""
+async def _follow_log(admin: AsyncClient, pod: str, until: str | tuple[str, ...],
+                      timeout: float = 180, stop_on_not_ready: bool = True) -> str:
+    """The pod's log, followed until one of ``until`` appears (the program reports when it can)
+    or, unless told otherwise, until the program says NOT READY."""
     seen: list[str] = []
+    marks = (until,) if isinstance(until, str) else until
 
     async def follow() -> None:
         async for line in admin.log(pod, namespace="default", follow=True):
             seen.append(line)
-            if until in line or "NOT READY" in line:
+            if any(m in line for m in marks) or (stop_on_not_ready and "NOT READY" in line):
                 return
 
     try:
@@ -62,6 +65,21 @@ async def _follow_log(admin: AsyncClient, pod: str, until: str, timeout: float =
     except TimeoutError:
         pass
     return "".join(seen)
+
+
+async def sees_domain_up(admin: AsyncClient, pod: str, timeout: float = 300) -> str:
+    """Follow the workload's log until its program reports its channel and an UP IMEX domain:
+    at its first verdict, or later when its domain follows up (``IMEX domain changed: UP``).
+
+    How soon that happens is a benchmark matter; on a loaded 2-core machine the simulated
+    peers' answers can miss their timeout for a while, so the first verdict may still say
+    DEGRADED.
+    """
+    log = await _follow_log(admin, pod, ("OK: channels=1 domain=UP", "IMEX domain changed: UP"),
+                            timeout=timeout, stop_on_not_ready=False)
+    assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
+    assert "OK: channels=1 domain=UP" in log or "IMEX domain changed: UP" in log, log
+    return log
 
 
 async def _cd(admin: AsyncClient) -> dict[str, Any]:
@@ -111,9 +129,7 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):
         assert pod.metadata is not None and pod.metadata.name
-        log = await _follow_log(admin, pod.metadata.name, "mnnvl-workload: OK")
-        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
-        assert "OK: channels=1 domain=UP" in log, log
+        await sees_domain_up(admin, pod.metadata.name)
 
     kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
 

@@ -50,7 +50,7 @@ from compute_domains.sim import driver, lifecycle, releases, state, toolchain, t
 from tests.conftest import keep_sims
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
-from tests.e2e.test_seed_example import _follow_log, kubectl
+from tests.e2e.test_seed_example import _follow_log, kubectl, sees_domain_up
 
 pytestmark = pytest.mark.timeout(1800)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
@@ -198,9 +198,7 @@ async def _start_workload(admin: AsyncClient) -> None:
 
     await _within(60 - (time.monotonic() - t0), running, "H1/H2: workload Ready")
     for pod in await _workloads(admin):
-        log = await _follow_log(admin, str(pod.metadata.name), "mnnvl-workload: OK")  # type: ignore[union-attr]
-        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
-        assert "OK: channels=1 domain=UP" in log, log
+        await sees_domain_up(admin, str(pod.metadata.name))  # type: ignore[union-attr]
     await _within(60, lambda: _cd_ready(admin, WORKLOAD, 2), "CD Ready with 2 nodes")
     print(f"workload Ready with its channel, CD Ready: {time.monotonic() - t0:.1f}s")
 

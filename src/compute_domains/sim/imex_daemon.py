@@ -62,8 +62,10 @@ class ImexOptions:
     """The IMEX version this stand-in claims (``--version``, peer version check)."""
     reload_interval: float = 5.0
     """Seconds within which a second SIGUSR1 is ignored."""
-    peer_query_timeout: float = 2.0
-    """Seconds to wait for a peer's command port during a domain query."""
+    peer_query_timeout: float = 4.0
+    """Seconds to wait for a peer's command port during a domain query (a live real peer
+    answers in milliseconds; simulated ones on a starved 2-core machine can take seconds,
+    which made formed domains flap DEGRADED; stays under the ctl's usual ``-t 5000``)."""
 
 
 class ImexDaemon:

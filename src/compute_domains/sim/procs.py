@@ -36,7 +36,8 @@ class Child:
     proc: asyncio.subprocess.Process
     log_path: Path
     group: bool = False
-    """The child leads a process group of its own (a container): signals reach the group."""
+    """The child leads a process group of its own (a container): a kill, and its own end,
+    end the whole group."""
 
     @property
     def pid(self) -> int:
@@ -76,7 +77,9 @@ class Child:
                 os.killpg(self.pid, signal.SIGKILL)
 
     def _signal(self, sig: signal.Signals) -> None:
-        if self.group:
+        # Like a container runtime: SIGTERM goes to the first process only (it stops its own
+        # children, e.g. the daemon its nvidia-imex); SIGKILL ends the whole container.
+        if self.group and sig == signal.SIGKILL:
             try:
                 os.killpg(self.pid, sig)
                 return
