@@ -33,8 +33,12 @@ class _Registration(reg_grpc.RegistrationServicer):
         self.status: list[bool] = []
 
     async def GetInfo(self, request: Any, context: Any) -> Any:
-        return reg.PluginInfo(type="DRAPlugin", name=DRIVER, endpoint=self.endpoint,
-                              supported_versions=["v1.DRAPlugin", "v1beta1.DRAPlugin"])
+        return reg.PluginInfo(
+            type="DRAPlugin",
+            name=DRIVER,
+            endpoint=self.endpoint,
+            supported_versions=["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        )
 
     async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
         self.status.append(request.plugin_registered)
@@ -46,8 +50,13 @@ class TestDriver(dra_grpc.DRAPluginServicer):
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, client: AsyncClient, node: str, node_root: Path,
-                 devices: tuple[str, ...] = ("dev-0", "dev-1")) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        node: str,
+        node_root: Path,
+        devices: tuple[str, ...] = ("dev-0", "dev-1"),
+    ) -> None:
         self.client = client
         self.node = node
         self.root = node_root
@@ -87,13 +96,20 @@ class TestDriver(dra_grpc.DRAPluginServicer):
             await self.client.delete(ResourceSlice, f"{self.node}-{DRIVER}")
 
     async def _publish(self) -> None:
-        body = ResourceSlice.from_dict({
-            "metadata": {"name": f"{self.node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": self.node,
-                     "pool": {"name": self.node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": d, "attributes": {"index": {"int": i}}}
-                                 for i, d in enumerate(self.devices)]},
-        })
+        body = ResourceSlice.from_dict(
+            {
+                "metadata": {"name": f"{self.node}-{DRIVER}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": self.node,
+                    "pool": {"name": self.node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": d, "attributes": {"index": {"int": i}}}
+                        for i, d in enumerate(self.devices)
+                    ],
+                },
+            }
+        )
         with contextlib.suppress(ApiError):
             await self.client.create(body)
 
@@ -111,15 +127,35 @@ class TestDriver(dra_grpc.DRAPluginServicer):
                 if r.driver != DRIVER:
                     continue
                 name = f"{c.uid}-{r.device}"
-                spec_devices.append({"name": name, "containerEdits": {
-                    "env": [f"TEST_DEVICE={r.device}"],
-                    "deviceNodes": [{"path": f"/dev/test-{r.device}", "type": "c",
-                                     "major": 1, "minor": 3}]}})
-                devices.append(dra.Device(request_names=[r.request], pool_name=r.pool,
-                                          device_name=r.device,
-                                          cdi_device_ids=[f"test.compute-domains.dev/claim={name}"]))
-            doc = {"cdiVersion": "0.5.0", "kind": "test.compute-domains.dev/claim",
-                   "devices": spec_devices}
+                spec_devices.append(
+                    {
+                        "name": name,
+                        "containerEdits": {
+                            "env": [f"TEST_DEVICE={r.device}"],
+                            "deviceNodes": [
+                                {
+                                    "path": f"/dev/test-{r.device}",
+                                    "type": "c",
+                                    "major": 1,
+                                    "minor": 3,
+                                }
+                            ],
+                        },
+                    }
+                )
+                devices.append(
+                    dra.Device(
+                        request_names=[r.request],
+                        pool_name=r.pool,
+                        device_name=r.device,
+                        cdi_device_ids=[f"test.compute-domains.dev/claim={name}"],
+                    )
+                )
+            doc = {
+                "cdiVersion": "0.5.0",
+                "kind": "test.compute-domains.dev/claim",
+                "devices": spec_devices,
+            }
             self.cdi_dir.mkdir(parents=True, exist_ok=True)
             (self.cdi_dir / f"test-{c.uid}.json").write_text(json.dumps(doc))
             resp.claims[c.uid].devices.extend(devices)

@@ -104,8 +104,9 @@ def uninstall(sim: state.SimPaths) -> None:
     )
 
 
-async def within(seconds: float, check: Callable[[], Awaitable[Any]], what: str,
-                 interval: float = 0.2) -> float:
+async def within(
+    seconds: float, check: Callable[[], Awaitable[Any]], what: str, interval: float = 0.2
+) -> float:
     """Poll ``check`` until truthy; fail when ``seconds`` (an upstream limit) pass first."""
     t0 = time.monotonic()
     while not await check():
@@ -209,11 +210,19 @@ def workload_deployment(
         spec["containers"][0]["command"] = ["mnnvl-workload"]
     spec["terminationGracePeriodSeconds"] = 5
     labels = {"job": job or name}
-    return cast(Deployment, Deployment.from_dict({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": spec}},
-    }))
+    return cast(
+        Deployment,
+        Deployment.from_dict(
+            {
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": spec},
+                },
+            }
+        ),
+    )
 
 
 async def daemon_pods(admin: AsyncClient, cd_uid: str | None) -> list[Pod]:

@@ -26,17 +26,35 @@ CD = "imex-channel-injection"
 
 
 async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
-    await admin.create(computedomain.ComputeDomainResource(
-        metadata=ObjectMeta(name=CD, namespace="default"),
-        spec={"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}}))
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "imex-channel-injection", "namespace": "default"},
-        "spec": {"terminationGracePeriodSeconds": 2,
-                 "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{CD}-rct"}],
-                 "containers": [{"name": "ctr", "image": "ubuntu:22.04",
-                                 "command": ["sh", "-c", "ls /dev/nvidia-caps-imex-channels; "
-                                             "sleep 3600"],
-                                 "resources": {"claims": [{"name": "cd"}]}}]}}))
+    await admin.create(
+        computedomain.ComputeDomainResource(
+            metadata=ObjectMeta(name=CD, namespace="default"),
+            spec={"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}},
+        )
+    )
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "imex-channel-injection", "namespace": "default"},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{CD}-rct"}],
+                    "containers": [
+                        {
+                            "name": "ctr",
+                            "image": "ubuntu:22.04",
+                            "command": [
+                                "sh",
+                                "-c",
+                                "ls /dev/nvidia-caps-imex-channels; sleep 3600",
+                            ],
+                            "resources": {"claims": [{"name": "cd"}]},
+                        }
+                    ],
+                },
+            }
+        )
+    )
 
     async def pod_ready() -> bool:
         return helpers.ready(await admin.get(Pod, "imex-channel-injection", namespace="default"))
@@ -49,12 +67,18 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
         st = await helpers.cd_status(admin, CD)
         return st.get("status") == "Ready" and len(st.get("nodes") or []) == 1
 
-    await helpers.within(4, cd_ready, "G3: CD Ready with its node after the pod turned Ready",
-                         interval=0.1)
-    uid = (await admin.get(computedomain.ComputeDomainResource, CD,
-                           namespace="default")).metadata.uid  # type: ignore[union-attr]
-    daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                           labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    await helpers.within(
+        4, cd_ready, "G3: CD Ready with its node after the pod turned Ready", interval=0.1
+    )
+    uid = (
+        await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
+    ).metadata.uid  # type: ignore[union-attr]
+    daemons = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+        )
+    ]
     assert len(daemons) == 1
 
     await admin.delete(Pod, "imex-channel-injection", namespace="default")
@@ -75,8 +99,12 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
     await helpers.within(3, cd_empty, "D1/G3: node entry removed and CD NotReady", interval=0.1)
 
     async def daemon_gone() -> bool:
-        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                            labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+        left = [
+            p
+            async for p in admin.list(
+                Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+            )
+        ]
         return not left
 
     await helpers.within(60, daemon_gone, "the node's daemon leaves with the last claim")

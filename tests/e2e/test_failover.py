@@ -33,12 +33,15 @@ CD = "failover"
 
 async def _workloads(admin: AsyncClient) -> list[Pod]:
     pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": CD})]
-    return sorted((p for p in pods if p.metadata and not p.metadata.deletionTimestamp),
-                  key=lambda p: str(p.metadata.name))  # type: ignore[union-attr]
+    return sorted(
+        (p for p in pods if p.metadata and not p.metadata.deletionTimestamp),
+        key=lambda p: str(p.metadata.name),
+    )  # type: ignore[union-attr]
 
 
-async def _healed(admin: AsyncClient, indices: dict[str, int] | None,
-                  timeout: float = 300) -> dict[str, int]:
+async def _healed(
+    admin: AsyncClient, indices: dict[str, int] | None, timeout: float = 300
+) -> dict[str, int]:
     """Wait for 3 Ready entries and 3 running workloads; return node → index."""
     deadline = asyncio.get_running_loop().time() + timeout
     last: Any = None
@@ -47,9 +50,13 @@ async def _healed(admin: AsyncClient, indices: dict[str, int] | None,
         nodes = st.get("nodes") or []
         pods = await _workloads(admin)
         last = (st.get("status"), nodes, [p.metadata.name for p in pods])  # type: ignore[union-attr]
-        if (st.get("status") == "Ready" and len(nodes) == 3
-                and all(n["status"] == "Ready" for n in nodes)
-                and len(pods) == 3 and all(helpers.ready(p) for p in pods)):
+        if (
+            st.get("status") == "Ready"
+            and len(nodes) == 3
+            and all(n["status"] == "Ready" for n in nodes)
+            and len(pods) == 3
+            and all(helpers.ready(p) for p in pods)
+        ):
             current = {n["name"]: n["index"] for n in nodes}
             assert len(set(current.values())) == 3, f"duplicate index: {nodes}"
             if indices is not None:
@@ -60,32 +67,53 @@ async def _healed(admin: AsyncClient, indices: dict[str, int] | None,
 
 
 async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
-    await admin.create(computedomain.ComputeDomainResource(
-        metadata=ObjectMeta(name=CD, namespace="default"),
-        spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}}))
+    await admin.create(
+        computedomain.ComputeDomainResource(
+            metadata=ObjectMeta(name=CD, namespace="default"),
+            spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{CD}-rct"}}},
+        )
+    )
     await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 3))
     indices = await _healed(admin, None)
 
     # C1: force-delete worker 0.
     first = (await _workloads(admin))[0]
-    await admin.delete(Pod, str(first.metadata.name), namespace="default",  # type: ignore[union-attr]
-                       grace_period=0)
+    await admin.delete(
+        Pod,
+        str(first.metadata.name),
+        namespace="default",  # type: ignore[union-attr]
+        grace_period=0,
+    )
     await _healed(admin, indices)
 
     # C2: force-delete every daemon of the domain at once.
-    uid = (await admin.get(computedomain.ComputeDomainResource, CD,
-                           namespace="default")).metadata.uid  # type: ignore[union-attr]
-    daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                           labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    uid = (
+        await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
+    ).metadata.uid  # type: ignore[union-attr]
+    daemons = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+        )
+    ]
     assert len(daemons) == 3
     for d in daemons:
-        await admin.delete(Pod, str(d.metadata.name), namespace=DRIVER_NS,  # type: ignore[union-attr]
-                           grace_period=0)
+        await admin.delete(
+            Pod,
+            str(d.metadata.name),
+            namespace=DRIVER_NS,  # type: ignore[union-attr]
+            grace_period=0,
+        )
     await _healed(admin, indices)
-    fresh = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                         labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    fresh = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+        )
+    ]
     assert {p.metadata.uid for p in fresh}.isdisjoint(  # type: ignore[union-attr]
-        {d.metadata.uid for d in daemons})  # type: ignore[union-attr]
+        {d.metadata.uid for d in daemons}
+    )  # type: ignore[union-attr]
 
     # C3: gracefully delete worker 1.
     second = (await _workloads(admin))[1]

@@ -30,8 +30,13 @@ EXAMPLE = options.repo_root() / "examples" / "compute-domain-0.yaml"
 
 def kubectl(sim: state.SimPaths, *args: str) -> str:
     bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
-    res = subprocess.run([str(bins / "kubectl"), "--kubeconfig", str(sim.kubeconfig), *args],
-                         capture_output=True, text=True, timeout=300, check=True)
+    res = subprocess.run(
+        [str(bins / "kubectl"), "--kubeconfig", str(sim.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return res.stdout
 
 
@@ -47,8 +52,13 @@ async def _eventually(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} not reached in {timeout:.0f}s (last: {last!r})")
 
 
-async def _follow_log(admin: AsyncClient, pod: str, until: str | tuple[str, ...],
-                      timeout: float = 180, stop_on_not_ready: bool = True) -> str:
+async def _follow_log(
+    admin: AsyncClient,
+    pod: str,
+    until: str | tuple[str, ...],
+    timeout: float = 180,
+    stop_on_not_ready: bool = True,
+) -> str:
     """The pod's log, followed until one of ``until`` appears (the program reports when it can)
     or, unless told otherwise, until the program says NOT READY."""
     seen: list[str] = []
@@ -75,16 +85,22 @@ async def sees_domain_up(admin: AsyncClient, pod: str, timeout: float = 300) -> 
     peers' answers can miss their timeout for a while, so the first verdict may still say
     DEGRADED.
     """
-    log = await _follow_log(admin, pod, ("OK: channels=1 domain=UP", "IMEX domain changed: UP"),
-                            timeout=timeout, stop_on_not_ready=False)
+    log = await _follow_log(
+        admin,
+        pod,
+        ("OK: channels=1 domain=UP", "IMEX domain changed: UP"),
+        timeout=timeout,
+        stop_on_not_ready=False,
+    )
     assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
     assert "OK: channels=1 domain=UP" in log or "IMEX domain changed: UP" in log, log
     return log
 
 
 async def _cd(admin: AsyncClient) -> dict[str, Any]:
-    obj = await admin.get(computedomain.ComputeDomainResource, "compute-domain-0",
-                          namespace="default")
+    obj = await admin.get(
+        computedomain.ComputeDomainResource, "compute-domain-0", namespace="default"
+    )
     doc: dict[str, Any] = obj.to_dict()  # type: ignore[no-untyped-call]
     return doc
 
@@ -94,12 +110,15 @@ async def _workloads(admin: AsyncClient) -> list[Pod]:
 
 
 def _ready(p: Pod) -> bool:
-    return bool(p.status and any(c.type == "Ready" and c.status == "True"
-                                 for c in p.status.conditions or []))
+    return bool(
+        p.status
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    )
 
 
 async def test_seed_example_forms_one_domain_and_leaves_nothing(
-        admin: AsyncClient, rack_sim: state.SimPaths) -> None:
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
     kubectl(rack_sim, "apply", "-f", str(EXAMPLE))
 
     async def formed() -> bool:
@@ -107,9 +126,13 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
         status = cd.get("status") or {}
         nodes = status.get("nodes") or []
         pods = await _workloads(admin)
-        return (status.get("status") == "Ready" and len(nodes) == 18
-                and all(n["status"] == "Ready" for n in nodes)
-                and len(pods) == 18 and all(_ready(p) for p in pods))
+        return (
+            status.get("status") == "Ready"
+            and len(nodes) == 18
+            and all(n["status"] == "Ready" for n in nodes)
+            and len(pods) == 18
+            and all(_ready(p) for p in pods)
+        )
 
     await _eventually(formed, 300, "18 Ready nodes and 18 running workload pods")
     cd = await _cd(admin)
@@ -119,11 +142,14 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     assert len({n["name"] for n in nodes}) == 18
 
     uid = cd["metadata"]["uid"]
-    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource,
-                                           namespace=DRIVER_NS)]
+    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
     assert len(cliques) == 1
-    daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                           labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+    daemons = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+        )
+    ]
     assert len(daemons) == 18 and all(_ready(p) for p in daemons)
 
     # What each workload's own program saw: its channel and an UP IMEX domain.
@@ -134,18 +160,34 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
 
     async def nothing_left() -> bool:
-        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                            labels={names.COMPUTE_DOMAIN_LABEL: None})]
-        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource,
-                                             namespace=DRIVER_NS)]
-        left += [d async for d in admin.list(DaemonSet, namespace=DRIVER_NS,
-                                             labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left = [
+            p
+            async for p in admin.list(
+                Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        left += [
+            c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        ]
+        left += [
+            d
+            async for d in admin.list(
+                DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
         left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
         left += [c async for c in admin.list(ResourceClaim, namespace="*")]
-        left += [t async for t in admin.list(ResourceClaimTemplate, namespace="*",
-                                             labels={names.COMPUTE_DOMAIN_LABEL: None})]
-        files = [f for n in range(18) for f in
-                 (rack_sim.node_root(f"gb200-r0-n{n:02d}") / "var/run/cdi").glob("*claim*")]
+        left += [
+            t
+            async for t in admin.list(
+                ResourceClaimTemplate, namespace="*", labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        files = [
+            f
+            for n in range(18)
+            for f in (rack_sim.node_root(f"gb200-r0-n{n:02d}") / "var/run/cdi").glob("*claim*")
+        ]
         return not left and not files
 
     await _eventually(nothing_left, 120, "no daemon, clique, DaemonSet, label, claim or file")

@@ -26,18 +26,25 @@ pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=2)
 
 
-async def test_two_racks_two_cliques_and_node_loss(admin: AsyncClient,
-                                                   rack_sim: state.SimPaths) -> None:
-    await admin.create(computedomain.ComputeDomainResource(
-        metadata=ObjectMeta(name="two-racks", namespace="default"),
-        spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "two-racks-rct"}}}))
+async def test_two_racks_two_cliques_and_node_loss(
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
+    await admin.create(
+        computedomain.ComputeDomainResource(
+            metadata=ObjectMeta(name="two-racks", namespace="default"),
+            spec={"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "two-racks-rct"}}},
+        )
+    )
     await admin.create(helpers.workload_deployment("two-racks", "two-racks-rct", 4, job="two"))
 
     async def formed() -> bool:
         st = await helpers.cd_status(admin, "two-racks")
         nodes = st.get("nodes") or []
-        return (st.get("status") == "Ready" and len(nodes) == 4
-                and all(n["status"] == "Ready" for n in nodes))
+        return (
+            st.get("status") == "Ready"
+            and len(nodes) == 4
+            and all(n["status"] == "Ready" for n in nodes)
+        )
 
     await helpers.within(300, formed, "4 Ready nodes")
     nodes = (await helpers.cd_status(admin, "two-racks"))["nodes"]
@@ -46,8 +53,7 @@ async def test_two_racks_two_cliques_and_node_loss(admin: AsyncClient,
         by_clique.setdefault(n["cliqueID"], []).append(n["index"])
     assert len(by_clique) == 2, by_clique
     assert all(sorted(ix) == [0, 1] for ix in by_clique.values()), by_clique
-    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource,
-                                           namespace=DRIVER_NS)]
+    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
     assert len(cliques) == 2
     # One IMEX domain per rack: each workload's local daemon sees exactly its rack's two nodes
     # READY (of the 18 static names; the rest of an NVL72 is absent, so the domain reports
@@ -57,37 +63,51 @@ async def test_two_racks_two_cliques_and_node_loss(admin: AsyncClient,
         assert "2/18 configured nodes READY" in log, log
 
     victim = next(n for n in nodes if n["name"].startswith("gb200-r1-"))
-    await asyncio.to_thread(control.request, rack_sim.root / "control.sock",
-                            {"op": "stop", "node": victim["name"]})
+    await asyncio.to_thread(
+        control.request, rack_sim.root / "control.sock", {"op": "stop", "node": victim["name"]}
+    )
 
     async def victim_not_ready() -> bool:
-        entry = next((n for n in (await helpers.cd_status(admin, "two-racks")).get("nodes") or []
-                      if n["name"] == victim["name"]), None)
+        entry = next(
+            (
+                n
+                for n in (await helpers.cd_status(admin, "two-racks")).get("nodes") or []
+                if n["name"] == victim["name"]
+            ),
+            None,
+        )
         return entry is None or entry["status"] != "Ready"
 
     await helpers.within(60, victim_not_ready, f"entry of stopped node {victim['name']} not Ready")
     now = (await helpers.cd_status(admin, "two-racks"))["nodes"]
-    others = {n["name"]: (n["cliqueID"], n["index"]) for n in now
-              if n["name"] != victim["name"]}
-    assert others == {n["name"]: (n["cliqueID"], n["index"]) for n in nodes
-                      if n["name"] != victim["name"]}, "a live node's index moved"
+    others = {n["name"]: (n["cliqueID"], n["index"]) for n in now if n["name"] != victim["name"]}
+    assert others == {
+        n["name"]: (n["cliqueID"], n["index"]) for n in nodes if n["name"] != victim["name"]
+    }, "a live node's index moved"
     # The node comes back: its evicted pod ends, the replacement lands there again and the
     # domain heals on the same indices (the clique remembers the node's last index).
-    await asyncio.to_thread(control.request, rack_sim.root / "control.sock",
-                            {"op": "start", "node": victim["name"]})
+    await asyncio.to_thread(
+        control.request, rack_sim.root / "control.sock", {"op": "start", "node": victim["name"]}
+    )
     await helpers.within(300, formed, "4 Ready nodes again after the node came back")
     healed = (await helpers.cd_status(admin, "two-racks"))["nodes"]
-    assert ({n["name"]: (n["cliqueID"], n["index"]) for n in healed}
-            == {n["name"]: (n["cliqueID"], n["index"]) for n in nodes}), (nodes, healed)
+    assert {n["name"]: (n["cliqueID"], n["index"]) for n in healed} == {
+        n["name"]: (n["cliqueID"], n["index"]) for n in nodes
+    }, (nodes, healed)
 
     await admin.delete(Deployment, "two-racks", namespace="default")
     await admin.delete(computedomain.ComputeDomainResource, "two-racks", namespace="default")
 
     async def clean() -> bool:
-        left = [p async for p in admin.list(Pod, namespace=DRIVER_NS,
-                                            labels={names.COMPUTE_DOMAIN_LABEL: None})]
-        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource,
-                                             namespace=DRIVER_NS)]
+        left = [
+            p
+            async for p in admin.list(
+                Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        left += [
+            c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        ]
         return not left
 
     await helpers.within(240, clean, "no daemon pod or clique left")

@@ -151,8 +151,18 @@ def test_port_in_use_is_one_clear_error_and_nothing_runs(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        res = _run(home, "sim", "up", "--racks", "0", "--name", "busy", "--api-port", str(port),
-                   check=False)
+        res = _run(
+            home,
+            "sim",
+            "up",
+            "--racks",
+            "0",
+            "--name",
+            "busy",
+            "--api-port",
+            str(port),
+            check=False,
+        )
     assert res.returncode == 1
     assert f"port 127.0.0.1:{port} is already in use" in res.stderr
     assert "Traceback" not in res.stderr

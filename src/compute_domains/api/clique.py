@@ -166,9 +166,11 @@ class ComputeDomainClique:
             return kept._remembering(node_name, existing.index)
         index = self.lowest_free_index(max_nodes)
         before = self.remembered_indices().get(node_name)
-        if before is not None and 0 <= before < max_nodes and before not in {
-            d.index for d in self.daemons
-        }:
+        if (
+            before is not None
+            and 0 <= before < max_nodes
+            and before not in {d.index for d in self.daemons}
+        ):
             index = before
         if index is None:
             raise CliqueFullError(
@@ -196,10 +198,13 @@ class ComputeDomainClique:
         if memory.get(node_name) == index:
             return self
         memory[node_name] = index
-        annotations = {**(self.metadata.annotations or {}),
-                       names.LAST_INDICES_ANNOTATION: json.dumps(memory, sort_keys=True)}
-        meta = _wire.object_meta({"metadata": {**self.metadata.to_dict(),
-                                               "annotations": annotations}})
+        annotations = {
+            **(self.metadata.annotations or {}),
+            names.LAST_INDICES_ANNOTATION: json.dumps(memory, sort_keys=True),
+        }
+        meta = _wire.object_meta(
+            {"metadata": {**self.metadata.to_dict(), "annotations": annotations}}
+        )
         return dataclasses.replace(self, metadata=meta)
 
     def with_status(self, node_name: str, status: Readiness) -> Self:

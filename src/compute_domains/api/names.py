@@ -110,5 +110,7 @@ def channel_selector(cd_uid: str) -> str:
     """CEL of a workload claim of CD ``cd_uid``: a free channel slot (no ``domain`` attribute)
     or one bound to this CD already."""
     attr = f'device.attributes["{DRIVER_NAME}"]'
-    return (f'!has({attr}.{CHANNEL_DOMAIN_ATTRIBUTE}) || '
-            f'{attr}.{CHANNEL_DOMAIN_ATTRIBUTE} == "{cd_uid}"')
+    return (
+        f"!has({attr}.{CHANNEL_DOMAIN_ATTRIBUTE}) || "
+        f'{attr}.{CHANNEL_DOMAIN_ATTRIBUTE} == "{cd_uid}"'
+    )

@@ -47,15 +47,17 @@ class Cycle:
     problems: list[str]
 
 
-def _formed_problems(cd: dict[str, Any], cliques: list[dict[str, Any]],
-                     labels: dict[str, str], n: int, uid: str) -> list[str]:
+def _formed_problems(
+    cd: dict[str, Any], cliques: list[dict[str, Any]], labels: dict[str, str], n: int, uid: str
+) -> list[str]:
     """What is wrong with a formed domain (pure: the objects are passed in)."""
     problems: list[str] = []
     nodes = (cd.get("status") or {}).get("nodes") or []
     node_names = [e.get("name") for e in nodes]
     if len(nodes) != n or len(set(node_names)) != n:
-        problems.append(f"status.nodes has {len(nodes)} entries for {len(set(node_names))} "
-                        f"nodes, want {n}")
+        problems.append(
+            f"status.nodes has {len(nodes)} entries for {len(set(node_names))} nodes, want {n}"
+        )
     if any(e.get("status") != "Ready" for e in nodes):
         problems.append("status.nodes has NotReady entries while formed")
     slots = [(e.get("cliqueID"), e.get("index")) for e in nodes]
@@ -66,8 +68,11 @@ def _formed_problems(cd: dict[str, Any], cliques: list[dict[str, Any]],
     for node in node_names:
         if labels.get(str(node)) != uid:
             problems.append(f"node {node} lacks the CD label (has {labels.get(str(node))!r})")
-    in_cliques = sorted((str(d.get("cliqueID")), d.get("nodeName"), d.get("index"))
-                        for c in cliques for d in c.get("daemons") or [])
+    in_cliques = sorted(
+        (str(d.get("cliqueID")), d.get("nodeName"), d.get("index"))
+        for c in cliques
+        for d in c.get("daemons") or []
+    )
     in_status = sorted((str(e.get("cliqueID")), e.get("name"), e.get("index")) for e in nodes)
     if in_cliques != in_status:
         problems.append(f"cliques {in_cliques} disagree with status {in_status}")
@@ -93,8 +98,9 @@ def _file_problems(roots: list[Path], claim_uids: set[str]) -> list[str]:
     return problems
 
 
-async def _claim_uids(client: AsyncClient, ns: str, name: str, driver_ns: str,
-                      uid: str) -> set[str]:
+async def _claim_uids(
+    client: AsyncClient, ns: str, name: str, driver_ns: str, uid: str
+) -> set[str]:
     """UIDs of the workload's claims and of this CD's daemon claims."""
     daemon_prefix = f"computedomain-daemon-{uid}"
     out: set[str] = set()
@@ -107,40 +113,56 @@ async def _claim_uids(client: AsyncClient, ns: str, name: str, driver_ns: str,
     return out
 
 
-async def one_cycle(client: AsyncClient, *, lane: int, cycle: int, n: int, ns: str,
-                    driver_ns: str, node_roots: Callable[[], list[Path]],
-                    timeout: float = 600) -> Cycle:
+async def one_cycle(
+    client: AsyncClient,
+    *,
+    lane: int,
+    cycle: int,
+    n: int,
+    ns: str,
+    driver_ns: str,
+    node_roots: Callable[[], list[Path]],
+    timeout: float = 600,
+) -> Cycle:
     """Run one cycle in namespace ``ns``; never raises for a failed check (it is recorded)."""
     name = f"churn-{lane}-{cycle}"
     problems: list[str] = []
-    uid, observer, waiting = await observe.apply(client, n, ns=ns, driver_ns=driver_ns,
-                                                 name=name, timeout=timeout)
+    uid, observer, waiting = await observe.apply(
+        client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
+    )
     formation = float("inf")
     claim_uids: set[str] = set()
     try:
         await waiting
         formation = max(observer.marks["workloads"], observer.marks["cd"])
-        cd = (await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
-              ).to_dict()  # type: ignore[no-untyped-call]
-        cliques = [c.to_dict() async for c in client.list(  # type: ignore[no-untyped-call]
-            clique.ComputeDomainCliqueResource, namespace=driver_ns)
-            if str(c.metadata.name).startswith(uid)]  # type: ignore[union-attr]
-        labels = {str(x.metadata.name): (x.metadata.labels or {}).get(  # type: ignore[union-attr]
-            names.COMPUTE_DOMAIN_LABEL, "") async for x in client.list(Node)}
+        cd = (await client.get(computedomain.ComputeDomainResource, name, namespace=ns)).to_dict()  # type: ignore[no-untyped-call]
+        cliques = [
+            c.to_dict()  # type: ignore[no-untyped-call]
+            async for c in client.list(clique.ComputeDomainCliqueResource, namespace=driver_ns)
+            if str(c.metadata.name).startswith(uid)  # type: ignore[union-attr]
+        ]
+        labels = {
+            str(x.metadata.name): (x.metadata.labels or {}).get(  # type: ignore[union-attr]
+                names.COMPUTE_DOMAIN_LABEL, ""
+            )
+            async for x in client.list(Node)
+        }
         problems += _formed_problems(cd, cliques, labels, n, uid)
         claim_uids = await _claim_uids(client, ns, name, driver_ns, uid)
     except TimeoutError as err:
         problems.append(str(err))
     teardown = float("inf")
     try:
-        teardown = await observe.delete_and_wait(client, uid=uid, ns=ns, name=name,
-                                                 driver_ns=driver_ns, timeout=timeout)
+        teardown = await observe.delete_and_wait(
+            client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
+        )
     except TimeoutError:
         left = await observe.leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
         problems.append(f"not torn down in {timeout:.0f}s: {left}")
     problems += await asyncio.to_thread(_file_problems, node_roots(), claim_uids)
-    return Cycle(lane=lane, cycle=cycle, formation_s=formation, teardown_s=teardown,
-                 problems=problems)
+    return Cycle(
+        lane=lane, cycle=cycle, formation_s=formation, teardown_s=teardown, problems=problems
+    )
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -63,8 +63,10 @@ async def request_counts(fetch: MetricsFetch) -> Counter[str]:
         if not line.startswith("apiserver_request_total{"):
             continue
         labels_part, value = line.rsplit(" ", 1)
-        labels = dict(kv.split("=", 1) for kv in labels_part[len("apiserver_request_total{"):-1]
-                      .replace('"', "").split(","))
+        labels = dict(
+            kv.split("=", 1)
+            for kv in labels_part[len("apiserver_request_total{") : -1].replace('"', "").split(",")
+        )
         counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += int(float(value))
     return counts
 
@@ -72,42 +74,69 @@ async def request_counts(fetch: MetricsFetch) -> Counter[str]:
 def _writes(delta: Counter[str], *, leases: bool = True) -> int:
     """Write requests in ``delta``; ``leases=False`` leaves out Lease renewals, the heartbeat of
     every node and leader that runs whether or not anything forms."""
-    return sum(v for k, v in delta.items()
-               if k.split(" ", 1)[0] in WRITE_VERBS and (leases or not k.endswith(" leases")))
+    return sum(
+        v
+        for k, v in delta.items()
+        if k.split(" ", 1)[0] in WRITE_VERBS and (leases or not k.endswith(" leases"))
+    )
 
 
-async def one_run(client: AsyncClient, fetch: MetricsFetch, n: int, *, ns: str,
-                  driver_ns: str, name: str, timeout: float = 600,
-                  on_formed: Callable[[], object] | None = None) -> Run:
+async def one_run(
+    client: AsyncClient,
+    fetch: MetricsFetch,
+    n: int,
+    *,
+    ns: str,
+    driver_ns: str,
+    name: str,
+    timeout: float = 600,
+    on_formed: Callable[[], object] | None = None,
+) -> Run:
     """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
     between the two (e.g. to sample CPU use per phase)."""
     before = await request_counts(fetch)
-    uid, observer, waiting = await observe.apply(client, n, ns=ns, driver_ns=driver_ns,
-                                                 name=name, timeout=timeout)
+    uid, observer, waiting = await observe.apply(
+        client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
+    )
     await waiting
     marks = observer.marks
     if on_formed is not None:
         on_formed()
     mid = await request_counts(fetch)
-    teardown = await observe.delete_and_wait(client, uid=uid, ns=ns, name=name,
-                                             driver_ns=driver_ns, timeout=timeout)
+    teardown = await observe.delete_and_wait(
+        client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
+    )
     after = await request_counts(fetch)
     form_delta = mid - before
-    return Run(n=n, daemons_ready_s=marks["daemons"], workloads_running_s=marks["workloads"],
-               cd_ready_s=marks["cd"], entries_ready_s=marks["cliques"],
-               last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"],
-               teardown_s=teardown, writes_formation=_writes(form_delta),
-               writes_formation_no_leases=_writes(form_delta, leases=False),
-               writes_teardown=_writes(after - mid),
-               requests_formation=dict(form_delta.most_common(12)),
-               milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])))
+    return Run(
+        n=n,
+        daemons_ready_s=marks["daemons"],
+        workloads_running_s=marks["workloads"],
+        cd_ready_s=marks["cd"],
+        entries_ready_s=marks["cliques"],
+        last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"],
+        teardown_s=teardown,
+        writes_formation=_writes(form_delta),
+        writes_formation_no_leases=_writes(form_delta, leases=False),
+        writes_teardown=_writes(after - mid),
+        requests_formation=dict(form_delta.most_common(12)),
+        milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])),
+    )
 
 
 def summarize(runs: list[Run]) -> dict[str, Any]:
     """Median and spread (min..max) of every timing of the runs of one N."""
-    fields = ("daemons_ready_s", "workloads_running_s", "cd_ready_s", "entries_ready_s",
-              "last_daemon_to_cd_ready_s", "teardown_s", "writes_formation",
-              "writes_formation_no_leases", "writes_teardown")
+    fields = (
+        "daemons_ready_s",
+        "workloads_running_s",
+        "cd_ready_s",
+        "entries_ready_s",
+        "last_daemon_to_cd_ready_s",
+        "teardown_s",
+        "writes_formation",
+        "writes_formation_no_leases",
+        "writes_teardown",
+    )
     out: dict[str, Any] = {"n": runs[0].n, "repeats": len(runs)}
     for f in fields:
         values = [float(getattr(r, f)) for r in runs]

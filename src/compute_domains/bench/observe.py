@@ -23,8 +23,10 @@ from compute_domains.api import clique, computedomain, names
 
 def ready(pod: Any) -> bool:
     """Whether the pod's Ready condition is True."""
-    return bool(pod.status and any(c.type == "Ready" and c.status == "True"
-                                   for c in pod.status.conditions or []))
+    return bool(
+        pod.status
+        and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    )
 
 
 _STAGES = ("created", "scheduled", "running", "ready")
@@ -43,24 +45,45 @@ def stage(pod: Any) -> str:
 
 def manifests(n: int, ns: str, name: str, affinity: bool) -> tuple[dict[str, Any], Deployment]:
     """The ComputeDomain ``name`` and a Deployment of ``n`` pods using its channel template."""
-    cd = {"apiVersion": names.API_VERSION, "kind": "ComputeDomain",
-          "metadata": {"name": name, "namespace": ns},
-          "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}}}
+    cd = {
+        "apiVersion": names.API_VERSION,
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}},
+    }
     spec: dict[str, Any] = {
         "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{name}-rct"}],
         "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "ctr", "image": "ubuntu:22.04", "command": ["mnnvl-workload"],
-                        "resources": {"claims": [{"name": "cd"}],
-                                      "limits": {"nvidia.com/gpu": 4}}}],
+        "containers": [
+            {
+                "name": "ctr",
+                "image": "ubuntu:22.04",
+                "command": ["mnnvl-workload"],
+                "resources": {"claims": [{"name": "cd"}], "limits": {"nvidia.com/gpu": 4}},
+            }
+        ],
     }
     if affinity:
-        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"bench": name}},
-             "topologyKey": names.GPU_CLIQUE_LABEL}]}}
-    dep = Deployment.from_dict({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"replicas": n, "selector": {"matchLabels": {"bench": name}},
-                 "template": {"metadata": {"labels": {"bench": name}}, "spec": spec}}})
+        spec["affinity"] = {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"bench": name}},
+                        "topologyKey": names.GPU_CLIQUE_LABEL,
+                    }
+                ]
+            }
+        }
+    dep = Deployment.from_dict(
+        {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": n,
+                "selector": {"matchLabels": {"bench": name}},
+                "template": {"metadata": {"labels": {"bench": name}}, "spec": spec},
+            },
+        }
+    )
     assert isinstance(dep, Deployment)
     return cd, dep
 
@@ -82,8 +105,17 @@ class Observer:
     sub-second gap such as "last daemon Ready → CD Ready" is measured, not rounded to a poll.
     """
 
-    def __init__(self, client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str,
-                 uid: str, t0: float) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        n: int,
+        *,
+        ns: str,
+        driver_ns: str,
+        name: str,
+        uid: str,
+        t0: float,
+    ) -> None:
         self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
         self._name, self._uid, self._t0 = name, uid, t0
         self._daemons: dict[str, str] = {}
@@ -116,11 +148,18 @@ class Observer:
         if {"daemons", "workloads", "cliques", "cd"} <= set(self.marks):
             self.done.set()
 
-    async def _follow(self, res: Any, store: Any, *, namespace: str,
-                      labels: dict[str, Any] | None = None,
-                      fields: dict[str, Any] | None = None) -> None:
-        async for op, obj in self._client.watch(res, namespace=namespace, labels=labels,
-                                                fields=fields):
+    async def _follow(
+        self,
+        res: Any,
+        store: Any,
+        *,
+        namespace: str,
+        labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        async for op, obj in self._client.watch(
+            res, namespace=namespace, labels=labels, fields=fields
+        ):
             store(op, obj)
             self._evaluate()
 
@@ -130,6 +169,7 @@ class Observer:
                 table.pop(pod.metadata.name, None)
             else:
                 table[pod.metadata.name] = stage(pod)
+
         return store
 
     def _clique_store(self, op: str, obj: Any) -> None:
@@ -149,21 +189,35 @@ class Observer:
     async def wait(self, timeout: float) -> None:
         """Return once every milestone was seen; TimeoutError after ``timeout`` seconds."""
         follows = [
-            self._follow(Pod, self._pod_store(self._daemons), namespace=self._driver_ns,
-                         labels={names.COMPUTE_DOMAIN_LABEL: self._uid}),
-            self._follow(Pod, self._pod_store(self._workloads), namespace=self._ns,
-                         labels={"bench": self._name}),
-            self._follow(clique.ComputeDomainCliqueResource, self._clique_store,
-                         namespace=self._driver_ns),
-            self._follow(computedomain.ComputeDomainResource, self._cd_store,
-                         namespace=self._ns, fields={"metadata.name": self._name}),
+            self._follow(
+                Pod,
+                self._pod_store(self._daemons),
+                namespace=self._driver_ns,
+                labels={names.COMPUTE_DOMAIN_LABEL: self._uid},
+            ),
+            self._follow(
+                Pod,
+                self._pod_store(self._workloads),
+                namespace=self._ns,
+                labels={"bench": self._name},
+            ),
+            self._follow(
+                clique.ComputeDomainCliqueResource, self._clique_store, namespace=self._driver_ns
+            ),
+            self._follow(
+                computedomain.ComputeDomainResource,
+                self._cd_store,
+                namespace=self._ns,
+                fields={"metadata.name": self._name},
+            ),
         ]
         tasks = [asyncio.create_task(f) for f in follows]
         try:
             await asyncio.wait_for(self.done.wait(), timeout)
         except TimeoutError:
-            raise TimeoutError(f"N={self._n}: not formed in {timeout:.0f}s; "
-                               f"milestones seen: {sorted(self.marks)}") from None
+            raise TimeoutError(
+                f"N={self._n}: not formed in {timeout:.0f}s; milestones seen: {sorted(self.marks)}"
+            ) from None
         finally:
             for task in tasks:
                 task.cancel()
@@ -174,20 +228,27 @@ async def _names(client: AsyncClient, res: Any, **where: Any) -> list[str]:
     return [str(obj.metadata.name) async for obj in client.list(res, **where)]
 
 
-async def leftovers(client: AsyncClient, *, uid: str, ns: str, name: str,
-                    driver_ns: str) -> list[str]:
+async def leftovers(
+    client: AsyncClient, *, uid: str, ns: str, name: str, driver_ns: str
+) -> list[str]:
     """What of the deleted domain ``name`` (``uid``) and its workload is still there."""
     mine = {names.COMPUTE_DOMAIN_LABEL: uid}
     left = [f"daemon pod {p}" for p in await _names(client, Pod, namespace=driver_ns, labels=mine)]
-    left += [f"workload pod {p}"
-             for p in await _names(client, Pod, namespace=ns, labels={"bench": name})]
-    left += [f"clique {c}"
-             for c in await _names(client, clique.ComputeDomainCliqueResource, namespace=driver_ns)
-             if c.startswith(uid)]
+    left += [
+        f"workload pod {p}" for p in await _names(client, Pod, namespace=ns, labels={"bench": name})
+    ]
+    left += [
+        f"clique {c}"
+        for c in await _names(client, clique.ComputeDomainCliqueResource, namespace=driver_ns)
+        if c.startswith(uid)
+    ]
     left += [f"label on node {x}" for x in await _names(client, Node, labels=mine)]
     # Claims generated for the workload's pods are named after them: "<deployment>-...".
-    left += [f"claim {c}" for c in await _names(client, ResourceClaim, namespace=ns)
-             if c.startswith(f"{name}-")]
+    left += [
+        f"claim {c}"
+        for c in await _names(client, ResourceClaim, namespace=ns)
+        if c.startswith(f"{name}-")
+    ]
     try:
         await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
         left.append(f"ComputeDomain {name}")
@@ -196,8 +257,9 @@ async def leftovers(client: AsyncClient, *, uid: str, ns: str, name: str,
     return left
 
 
-async def apply(client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str,
-                timeout: float) -> tuple[str, Observer, asyncio.Task[None]]:
+async def apply(
+    client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str, timeout: float
+) -> tuple[str, Observer, asyncio.Task[None]]:
     """Create the CD ``name`` and its ``n``-pod workload; returns the CD's UID, the observer
     that timestamps from this moment, and the task that ends when every milestone was seen
     (it raises TimeoutError after ``timeout`` seconds)."""
@@ -211,8 +273,9 @@ async def apply(client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: s
     return uid, observer, waiting
 
 
-async def delete_and_wait(client: AsyncClient, *, uid: str, ns: str, name: str,
-                          driver_ns: str, timeout: float) -> float:
+async def delete_and_wait(
+    client: AsyncClient, *, uid: str, ns: str, name: str, driver_ns: str, timeout: float
+) -> float:
     """Delete the workload and the CD; seconds until nothing of them is left (TimeoutError)."""
     await client.delete(Deployment, name, namespace=ns)
     await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)

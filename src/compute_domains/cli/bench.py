@@ -34,14 +34,32 @@ def _append_sample(into: list[tuple[dict[str, float], dict[str, float]]], root: 
     into.append(cpu.sample(root))
 
 
-async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: int,
-                 console: Console, failures: list[str]) -> list[dict[str, Any]]:
+async def _bench(
+    paths: state.SimPaths,
+    bins: Path,
+    sizes: list[int],
+    repeats: int,
+    console: Console,
+    failures: list[str],
+) -> list[dict[str, Any]]:
     client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
 
     async def fetch() -> str:
-        res = await asyncio.to_thread(subprocess.run, [
-            str(bins / "kubectl"), "--kubeconfig", str(paths.kubeconfig), "get", "--raw",
-            "/metrics"], capture_output=True, text=True, timeout=60, check=True)
+        res = await asyncio.to_thread(
+            subprocess.run,
+            [
+                str(bins / "kubectl"),
+                "--kubeconfig",
+                str(paths.kubeconfig),
+                "get",
+                "--raw",
+                "/metrics",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return res.stdout
 
     recorded = state.read_state(paths)
@@ -58,26 +76,35 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
                 cpu0 = cpu.sample(root)
                 formed: list[tuple[dict[str, float], dict[str, float]]] = []
                 try:
-                    run = await formation.one_run(client, fetch, n, ns=ns, driver_ns=_DRIVER_NS,
-                                                  name=f"cd-{n}-{r}",
-                                                  on_formed=functools.partial(_append_sample,
-                                                                              formed, root))
+                    run = await formation.one_run(
+                        client,
+                        fetch,
+                        n,
+                        ns=ns,
+                        driver_ns=_DRIVER_NS,
+                        name=f"cd-{n}-{r}",
+                        on_formed=functools.partial(_append_sample, formed, root),
+                    )
                 except TimeoutError as err:
                     # Keep what was measured; larger N would not form either.
                     failures.append(f"N={n} run {r + 1}: {err}")
                     console.print(f"[red]N={n} run {r + 1}/{repeats}: {err}[/red]")
                     return results
                 used = cpu.delta(cpu0, formed[0])
-                console.print(f"N={n} run {r + 1}/{repeats}: pods running "
-                              f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
-                              f"teardown {run.teardown_s:.1f}s, writes {run.writes_formation}, "
-                              f"cpu s {used}")
+                console.print(
+                    f"N={n} run {r + 1}/{repeats}: pods running "
+                    f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
+                    f"teardown {run.teardown_s:.1f}s, writes {run.writes_formation}, "
+                    f"cpu s {used}"
+                )
                 runs.append((run, used))
             summary = formation.summarize([r for r, _ in runs])
             # CPU of the formation phase (apply -> formed): live daemons are still their own
             # category there; after teardown their time would merge into exited children.
-            summary["cpu_s"] = {m: sorted(c.get(m, 0.0) for _, c in runs)[len(runs) // 2]
-                                for m in {k for _, c in runs for k in c}}
+            summary["cpu_s"] = {
+                m: sorted(c.get(m, 0.0) for _, c in runs)[len(runs) // 2]
+                for m in {k for _, c in runs for k in c}
+            }
             summary["runs"] = [dataclasses.asdict(r) for r, _ in runs]
             results.append(summary)
     finally:
@@ -87,22 +114,37 @@ async def _bench(paths: state.SimPaths, bins: Path, sizes: list[int], repeats: i
 
 
 def _table(results: list[dict[str, Any]]) -> Table:
-    table = Table("N", "daemons Ready", "pods Running", "CD Ready", "last daemon→CD Ready",
-                  "teardown", "API writes (form)", "non-Lease writes/N", "controller CPU",
-                  "plugins CPU",
-                  title="ComputeDomain formation (median, min..max seconds)")
+    table = Table(
+        "N",
+        "daemons Ready",
+        "pods Running",
+        "CD Ready",
+        "last daemon→CD Ready",
+        "teardown",
+        "API writes (form)",
+        "non-Lease writes/N",
+        "controller CPU",
+        "plugins CPU",
+        title="ComputeDomain formation (median, min..max seconds)",
+    )
+
     def cell(res: dict[str, Any], key: str, digits: int = 1) -> str:
         v = res[key]
-        return (f"{v['median']:.{digits}f}s ({v['min']:.{digits}f}..{v['max']:.{digits}f})")
+        return f"{v['median']:.{digits}f}s ({v['min']:.{digits}f}..{v['max']:.{digits}f})"
 
     for res in results:
-        table.add_row(str(res["n"]), cell(res, "daemons_ready_s"), cell(res, "workloads_running_s"),
-                      cell(res, "cd_ready_s"), cell(res, "last_daemon_to_cd_ready_s", 2),
-                      cell(res, "teardown_s"),
-                      f"{res['writes_formation']['median']:.0f}",
-                      f"{res['writes_formation_no_leases']['median'] / res['n']:.1f}",
-                      f"{res['cpu_s'].get('driver controller', 0.0):.1f}s",
-                      f"{res['cpu_s'].get('kubelet plugins', 0.0):.1f}s")
+        table.add_row(
+            str(res["n"]),
+            cell(res, "daemons_ready_s"),
+            cell(res, "workloads_running_s"),
+            cell(res, "cd_ready_s"),
+            cell(res, "last_daemon_to_cd_ready_s", 2),
+            cell(res, "teardown_s"),
+            f"{res['writes_formation']['median']:.0f}",
+            f"{res['writes_formation_no_leases']['median'] / res['n']:.1f}",
+            f"{res['cpu_s'].get('driver controller', 0.0):.1f}s",
+            f"{res['cpu_s'].get('kubelet plugins', 0.0):.1f}s",
+        )
     return table
 
 
@@ -114,8 +156,13 @@ def _sim(
     toolset = tools.build_tools(console)
     paths = state.SimPaths(options.sim_home(), name)
     with console.status(f"sim with {racks} racks of 18 nodes and the driver..."):
-        started = lifecycle.start(paths, toolset.bin_dir, chart=options.chart_dir(),
-                                  shape=topology.Shape(racks=racks), patience=True)
+        started = lifecycle.start(
+            paths,
+            toolset.bin_dir,
+            chart=options.chart_dir(),
+            shape=topology.Shape(racks=racks),
+            patience=True,
+        )
     try:
         yield paths, toolset.bin_dir
     finally:
@@ -129,8 +176,13 @@ def _write(console: Console, kind: str, doc: dict[str, Any]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     load = os.getloadavg()[0]
-    out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "load_at_end": load, **doc},
-                              indent=1, default=str))
+    out.write_text(
+        json.dumps(
+            {"machine": f"{os.cpu_count()} cores", "load_at_end": load, **doc},
+            indent=1,
+            default=str,
+        )
+    )
     console.print(f"results written to {out}")
     return out
 
@@ -141,8 +193,12 @@ def group() -> None:
 
 
 @group.command("formation")
-@click.option("--sizes", default="4,18,36", show_default=True,
-              help="Comma-separated pod counts N (one pod per node).")
+@click.option(
+    "--sizes",
+    default="4,18,36",
+    show_default=True,
+    help="Comma-separated pod counts N (one pod per node).",
+)
 @click.option("--repeats", default=3, show_default=True)
 @click.option("--name", default="bench", show_default=True, help="Sim to use or start.")
 @click.option("--keep", is_flag=True, help="Leave the sim running afterwards.")
@@ -159,8 +215,9 @@ def formation_cmd(sizes: str, repeats: int, name: str, keep: bool) -> None:
         raise click.ClickException(f"not every size formed: {'; '.join(failures)}")
 
 
-async def _churn(paths: state.SimPaths, lanes: int, cycles: int, n: int,
-                 console: Console) -> list[churn.Cycle]:
+async def _churn(
+    paths: state.SimPaths, lanes: int, cycles: int, n: int, console: Console
+) -> list[churn.Cycle]:
     client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
     run_id = uuid.uuid4().hex[:5]
     spaces = [f"churn-{run_id}-{lane}" for lane in range(lanes)]
@@ -175,12 +232,21 @@ async def _churn(paths: state.SimPaths, lanes: int, cycles: int, n: int,
     async def lane(index: int) -> list[churn.Cycle]:
         done = []
         for k in range(cycles):
-            cycle = await churn.one_cycle(client, lane=index, cycle=k, n=n, ns=spaces[index],
-                                          driver_ns=_DRIVER_NS, node_roots=roots)
+            cycle = await churn.one_cycle(
+                client,
+                lane=index,
+                cycle=k,
+                n=n,
+                ns=spaces[index],
+                driver_ns=_DRIVER_NS,
+                node_roots=roots,
+            )
             verdict = "ok" if not cycle.problems else f"FAILED: {'; '.join(cycle.problems)}"
-            console.print(f"lane {index} cycle {k + 1}/{cycles}: formed "
-                          f"{cycle.formation_s:.1f}s, torn down {cycle.teardown_s:.1f}s, "
-                          f"{verdict}")
+            console.print(
+                f"lane {index} cycle {k + 1}/{cycles}: formed "
+                f"{cycle.formation_s:.1f}s, torn down {cycle.teardown_s:.1f}s, "
+                f"{verdict}"
+            )
             done.append(cycle)
         return done
 
@@ -208,23 +274,52 @@ def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool
     with _sim(console, name, racks, keep) as (paths, _bins):
         cycles_done = asyncio.run(_churn(paths, lanes, cycles, n, console))
     summary = churn.summarize(cycles_done)
-    table = Table("lanes", "nodes/CD", "cycles", "failed", "formation p50", "formation p99",
-                  "teardown p50", "teardown p99", title="ComputeDomain churn")
-    table.add_row(str(lanes), str(n), str(summary["cycles"]), str(summary["failed"]),
-                  f"{summary['formation_p50_s']:.1f}s", f"{summary['formation_p99_s']:.1f}s",
-                  f"{summary['teardown_p50_s']:.1f}s", f"{summary['teardown_p99_s']:.1f}s")
+    table = Table(
+        "lanes",
+        "nodes/CD",
+        "cycles",
+        "failed",
+        "formation p50",
+        "formation p99",
+        "teardown p50",
+        "teardown p99",
+        title="ComputeDomain churn",
+    )
+    table.add_row(
+        str(lanes),
+        str(n),
+        str(summary["cycles"]),
+        str(summary["failed"]),
+        f"{summary['formation_p50_s']:.1f}s",
+        f"{summary['formation_p99_s']:.1f}s",
+        f"{summary['teardown_p50_s']:.1f}s",
+        f"{summary['teardown_p99_s']:.1f}s",
+    )
     console.print(table)
     for problem in summary["problems"]:
         console.print(f"[red]{problem}[/red]")
-    _write(console, "churn", {"lanes": lanes, "nodes_per_cd": n, "summary": summary,
-                              "cycles": [dataclasses.asdict(c) for c in cycles_done]})
+    _write(
+        console,
+        "churn",
+        {
+            "lanes": lanes,
+            "nodes_per_cd": n,
+            "summary": summary,
+            "cycles": [dataclasses.asdict(c) for c in cycles_done],
+        },
+    )
     if summary["failed"]:
         raise click.ClickException(f"{summary['failed']} of {summary['cycles']} cycles failed")
 
 
 @group.command("report")
-@click.option("--doc", "doc_path", type=click.Path(path_type=Path), default=None,
-              help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).")
+@click.option(
+    "--doc",
+    "doc_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).",
+)
 def report_cmd(doc_path: Path | None) -> None:
     """Rewrite the tables in docs/benchmarks.md from the newest results of each kind."""
     console = Console()

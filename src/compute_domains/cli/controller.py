@@ -144,4 +144,3 @@ def run(
     )
     instance = controller.Controller(settings)
     asyncio.run(serving.serve(instance.run(), "controller", shutdown_timeout))
-

@@ -31,8 +31,13 @@ _DRIVER_NS = "compute-domains"
 
 
 def _kubectl(bins: Path, kubeconfig: Path, *args: str, check: bool = True) -> str:
-    res = subprocess.run([str(bins / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
-                         capture_output=True, text=True, timeout=300, check=False)
+    res = subprocess.run(
+        [str(bins / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if check and res.returncode != 0:
         raise click.ClickException(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
     return (res.stdout + res.stderr).rstrip()
@@ -41,20 +46,28 @@ def _kubectl(bins: Path, kubeconfig: Path, *args: str, check: bool = True) -> st
 async def _snapshot(kubeconfig: Path) -> dict[str, Any]:
     client = kube.client(kube.KubeSettings(kubeconfig=kubeconfig, field_manager="cdctl"))
     try:
-        pods = [p.to_dict() async for p in client.list(Pod, namespace="default",
-                                                       labels={"job": "ex1"})]
-        daemons = [p.to_dict() async for p in client.list(
-            Pod, namespace=_DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        pods = [
+            p.to_dict() async for p in client.list(Pod, namespace="default", labels={"job": "ex1"})
+        ]
+        daemons = [
+            p.to_dict()
+            async for p in client.list(
+                Pod, namespace=_DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
         cds: list[dict[str, Any]] = [
             c.to_dict()  # type: ignore[no-untyped-call]
-            async for c in client.list(computedomain.ComputeDomainResource, namespace="default")]
+            async for c in client.list(computedomain.ComputeDomainResource, namespace="default")
+        ]
     finally:
         await client.close()
     ready = [p for p in pods if viewmodel._ready(p)]
     return {
         "scheduled": sum(1 for p in pods if (p.get("spec") or {}).get("nodeName")),
-        "workloads": len(pods), "running": len(ready),
-        "daemons": len(daemons), "daemons_ready": sum(1 for p in daemons if viewmodel._ready(p)),
+        "workloads": len(pods),
+        "running": len(ready),
+        "daemons": len(daemons),
+        "daemons_ready": sum(1 for p in daemons if viewmodel._ready(p)),
         "cd": (cds[0].get("status") or {}) if cds else {},
         "view": viewmodel.status_view(cds, daemons, pods, []),
     }
@@ -66,8 +79,10 @@ def _progress_table(snap: dict[str, Any], elapsed: float) -> Table:
     table = Table(title=f"compute-domain-0 forming ({elapsed:5.1f}s)", show_header=False)
     table.add_row("workload pods scheduled", f"{snap['scheduled']}/18")
     table.add_row("IMEX daemons ready", f"{snap['daemons_ready']}/{snap['daemons']}")
-    table.add_row("ComputeDomain nodes ready",
-                  f"{sum(1 for n in nodes if n.get('status') == 'Ready')}/{len(nodes)}")
+    table.add_row(
+        "ComputeDomain nodes ready",
+        f"{sum(1 for n in nodes if n.get('status') == 'Ready')}/{len(nodes)}",
+    )
     table.add_row("ComputeDomain status", cd.get("status") or "-")
     table.add_row("workload pods running with their channel", f"{snap['running']}/18")
     return table
@@ -81,8 +96,12 @@ def _formed(snap: dict[str, Any]) -> bool:
 @click.option("--name", default="demo", show_default=True, help="Name of the demo's sim.")
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--timeout", default=600, show_default=True, help="Seconds to wait for formation.")
-@click.option("--racks", default=2, show_default=True,
-              help="Racks of 18 GB200 nodes (2 is the seeds' A4X shape).")
+@click.option(
+    "--racks",
+    default=2,
+    show_default=True,
+    help="Racks of 18 GB200 nodes (2 is the seeds' A4X shape).",
+)
 def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
     """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster."""
     console = Console()
@@ -95,8 +114,13 @@ def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
     with console.status(f"control plane, {18 * racks} simulated nodes, then `helm install`"):
         # Upstream's node timings: on a loaded 2-core machine a heartbeat may come late, and
         # an 8 s NotReady + 10 s eviction would reschedule workloads mid-demo.
-        lifecycle.start(paths, toolset.bin_dir, shape=topology.Shape(racks=racks),
-                        chart=options.chart_dir(), patience=True)
+        lifecycle.start(
+            paths,
+            toolset.bin_dir,
+            shape=topology.Shape(racks=racks),
+            chart=options.chart_dir(),
+            patience=True,
+        )
     console.print(f"cluster and driver up in {time.monotonic() - t1:.1f}s")
     kc, bins = paths.kubeconfig, toolset.bin_dir
     try:
@@ -126,8 +150,15 @@ def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
             console.print(f"kept running; stop it with: cdctl sim down --name {name}")
         else:
             console.rule("[bold]5. teardown")
-            _kubectl(bins, kc, "delete", "-f", str(options.repo_root() / _EXAMPLE),
-                     "--wait=true", check=False)
+            _kubectl(
+                bins,
+                kc,
+                "delete",
+                "-f",
+                str(options.repo_root() / _EXAMPLE),
+                "--wait=true",
+                check=False,
+            )
             lifecycle.stop(paths)
             console.print(f"sim '{name}' stopped and removed")
     console.print(f"[bold green]demo finished in {time.monotonic() - t0:.1f}s")
@@ -141,7 +172,11 @@ def _summary(console: Console, snap: dict[str, Any]) -> None:
     for n in view["nodes"]:
         rack = n["name"].split("-")[1] if n["name"].startswith("gb200-") else "-"
         w, d = workloads.get(n["name"]), daemons.get(n["name"])
-        table.add_row(n["name"], f"{rack} / ...{(n['cliqueID'] or '')[-10:]}", str(n["index"]),
-                      "ready" if d and d["ready"] else "not ready",
-                      f"{w['name']} running" if w and w["ready"] else "-")
+        table.add_row(
+            n["name"],
+            f"{rack} / ...{(n['cliqueID'] or '')[-10:]}",
+            str(n["index"]),
+            "ready" if d and d["ready"] else "not ready",
+            f"{w['name']} running" if w and w["ready"] else "-",
+        )
     console.print(table)

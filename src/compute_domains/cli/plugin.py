@@ -209,4 +209,3 @@ def run(
     logger.info("starting plugin with %s", settings)
     nvml = discovery.NvmlDiscovery(proc_devices=proc_devices_path, strict_fabric=strict_fabric)
     asyncio.run(serving.serve(app.Plugin(settings, nvml).run(), "plugin", shutdown_timeout))
-

@@ -39,63 +39,98 @@ def group() -> None:
 def _shape_options(f: Callable[..., None]) -> Callable[..., None]:
     for opt in reversed(
         [
-            click.option("--racks", type=click.IntRange(0), default=2, show_default=True,
-                         help="NVL72-like racks; each is one NVLink domain (clique)."),
-            click.option("--nodes-per-rack", type=click.IntRange(1), default=18,
-                         show_default=True),
-            click.option("--gpus-per-node", type=click.IntRange(1), default=4,
-                         show_default=True),
-            click.option("--plain-nodes", type=click.IntRange(0), default=0, show_default=True,
-                         help="GPU nodes without multi-node NVLink (all-zero cluster UUID)."),
-            click.option("--fabric", "fabric", multiple=True, metavar="NODE=STATE",
-                         help="Fabric fault for one node: in-progress, error, not-supported."),
+            click.option(
+                "--racks",
+                type=click.IntRange(0),
+                default=2,
+                show_default=True,
+                help="NVL72-like racks; each is one NVLink domain (clique).",
+            ),
+            click.option("--nodes-per-rack", type=click.IntRange(1), default=18, show_default=True),
+            click.option("--gpus-per-node", type=click.IntRange(1), default=4, show_default=True),
+            click.option(
+                "--plain-nodes",
+                type=click.IntRange(0),
+                default=0,
+                show_default=True,
+                help="GPU nodes without multi-node NVLink (all-zero cluster UUID).",
+            ),
+            click.option(
+                "--fabric",
+                "fabric",
+                multiple=True,
+                metavar="NODE=STATE",
+                help="Fabric fault for one node: in-progress, error, not-supported.",
+            ),
         ]
     ):
         f = opt(f)
     return f
 
 
-def _shape(racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int,
-           fabric: tuple[str, ...]) -> topology.Shape:
+def _shape(
+    racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]
+) -> topology.Shape:
     faults = []
     for item in fabric:
         node, _, fstate = item.partition("=")
         if fstate not in ("in-progress", "error", "not-supported", "completed"):
-            raise click.BadParameter(f"{item!r}: expected NODE=in-progress|error|not-supported",
-                                     param_hint="--fabric")
+            raise click.BadParameter(
+                f"{item!r}: expected NODE=in-progress|error|not-supported", param_hint="--fabric"
+            )
         faults.append((node, fstate))
-    return topology.Shape(racks=racks, nodes_per_rack=nodes_per_rack,
-                          gpus_per_node=gpus_per_node, plain_nodes=plain_nodes,
-                          fabric_faults=tuple(faults))
+    return topology.Shape(
+        racks=racks,
+        nodes_per_rack=nodes_per_rack,
+        gpus_per_node=gpus_per_node,
+        plain_nodes=plain_nodes,
+        fabric_faults=tuple(faults),
+    )
 
 
 @group.command("up")
 @_NAME
 @click.option("--api-port", type=int, default=None, help="Fixed API server port (default: free).")
-@click.option("--driver/--no-driver", default=True, show_default=True,
-              help="Install the project's Helm chart once the nodes are up.")
+@click.option(
+    "--driver/--no-driver",
+    default=True,
+    show_default=True,
+    help="Install the project's Helm chart once the nodes are up.",
+)
 @_shape_options
-def up(name: str, api_port: int | None, driver: bool, racks: int, nodes_per_rack: int,
-       gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]) -> None:
+def up(
+    name: str,
+    api_port: int | None,
+    driver: bool,
+    racks: int,
+    nodes_per_rack: int,
+    gpus_per_node: int,
+    plain_nodes: int,
+    fabric: tuple[str, ...],
+) -> None:
     """Build the tools if needed, start the sim and print how to use it."""
     console = Console(stderr=True)
     shape = _shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
     toolset = tools.build_tools(console)
     paths = _paths(name)
     t0 = time.monotonic()
-    with console.status(f"starting sim '{name}': control plane, then {shape.total_nodes} "
-                        f"simulated nodes ({racks} racks x {nodes_per_rack} nodes x "
-                        f"{gpus_per_node} GPUs)..."):
+    with console.status(
+        f"starting sim '{name}': control plane, then {shape.total_nodes} "
+        f"simulated nodes ({racks} racks x {nodes_per_rack} nodes x "
+        f"{gpus_per_node} GPUs)..."
+    ):
         chart = options.chart_dir() if driver and shape.total_nodes else None
-        started = lifecycle.start(paths, toolset.bin_dir, api_port=api_port, shape=shape,
-                                  chart=chart)
+        started = lifecycle.start(
+            paths, toolset.bin_dir, api_port=api_port, shape=shape, chart=chart
+        )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
     if started.already_running:
         console.print(f"sim '{name}' is already running; not starting it twice")
     else:
-        console.print(f"sim '{name}' is up in {time.monotonic() - t0:.1f}s "
-                      f"({shape.total_nodes} nodes)")
+        console.print(
+            f"sim '{name}' is up in {time.monotonic() - t0:.1f}s ({shape.total_nodes} nodes)"
+        )
     _print_usage(paths, toolset.bin_dir)
 
 
@@ -181,12 +216,26 @@ def status(name: str, output: str) -> None:
 @click.option("--api-port", type=int, default=None)
 @click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
 @click.option("--chart", type=click.Path(path_type=Path), default=None)
-@click.option("--patient-nodes", is_flag=True,
-              help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).")
+@click.option(
+    "--patient-nodes",
+    is_flag=True,
+    help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).",
+)
 @_shape_options
-def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_parent: bool,
-          chart: Path | None, patient_nodes: bool, racks: int, nodes_per_rack: int,
-          gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]) -> None:
+def serve(
+    home: Path,
+    name: str,
+    bin_dir: Path,
+    api_port: int | None,
+    die_with_parent: bool,
+    chart: Path | None,
+    patient_nodes: bool,
+    racks: int,
+    nodes_per_rack: int,
+    gpus_per_node: int,
+    plain_nodes: int,
+    fabric: tuple[str, ...],
+) -> None:
     """Run the sim supervisor in the foreground (started by `up` and test fixtures)."""
     from compute_domains.infra import logs
 
@@ -197,12 +246,18 @@ def serve(home: Path, name: str, bin_dir: Path, api_port: int | None, die_with_p
     if not isolate:
         logging.getLogger(__name__).warning(
             "not running as root: containers share the host's filesystem view (no private "
-            "mount namespace, no CDI device nodes, /etc/hosts not private)")
+            "mount namespace, no CDI device nodes, /etc/hosts not private)"
+        )
     settings = cluster.SimSettings(
-        home=home, name=name, bin_dir=bin_dir, api_port=api_port, isolate=isolate,
+        home=home,
+        name=name,
+        bin_dir=bin_dir,
+        api_port=api_port,
+        isolate=isolate,
         shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
         driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
-        patience=patient_nodes)
+        patience=patient_nodes,
+    )
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
 

@@ -20,8 +20,10 @@ def _meta(o: Obj) -> Mapping[str, Any]:
 
 
 def _ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _pod_reason(pod: Obj) -> str:
@@ -39,12 +41,15 @@ def _pod_reason(pod: Obj) -> str:
 def _uses_template(pod: Obj, namespace: str, template: str) -> bool:
     if _meta(pod).get("namespace") != namespace:
         return False
-    return any(rc.get("resourceClaimTemplateName") == template
-               for rc in (pod.get("spec") or {}).get("resourceClaims") or [])
+    return any(
+        rc.get("resourceClaimTemplateName") == template
+        for rc in (pod.get("spec") or {}).get("resourceClaims") or []
+    )
 
 
-def status_view(cds: Iterable[Obj], daemon_pods: Iterable[Obj], pods: Iterable[Obj],
-                events: Iterable[Obj]) -> list[dict[str, Any]]:
+def status_view(
+    cds: Iterable[Obj], daemon_pods: Iterable[Obj], pods: Iterable[Obj], events: Iterable[Obj]
+) -> list[dict[str, Any]]:
     """One entry per ComputeDomain: status, nodes, cliques, daemon and workload pods, reasons."""
     daemon_pods, pods, events = list(daemon_pods), list(pods), list(events)
     out = []
@@ -52,69 +57,109 @@ def status_view(cds: Iterable[Obj], daemon_pods: Iterable[Obj], pods: Iterable[O
         meta, spec, status = _meta(cd), cd.get("spec") or {}, cd.get("status") or {}
         uid, ns = meta.get("uid", ""), meta.get("namespace", "")
         template = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
-        nodes = sorted(status.get("nodes") or [],
-                       key=lambda n: (n.get("cliqueID", ""), n.get("index", 0)))
-        daemons = [p for p in daemon_pods
-                   if (_meta(p).get("labels") or {}).get(names.COMPUTE_DOMAIN_LABEL) == uid]
+        nodes = sorted(
+            status.get("nodes") or [], key=lambda n: (n.get("cliqueID", ""), n.get("index", 0))
+        )
+        daemons = [
+            p
+            for p in daemon_pods
+            if (_meta(p).get("labels") or {}).get(names.COMPUTE_DOMAIN_LABEL) == uid
+        ]
         workload = [p for p in pods if template and _uses_template(p, ns, template)]
-        reasons = [f"daemon {_meta(p).get('name')} on {(p.get('spec') or {}).get('nodeName')}: "
-                   f"{_pod_reason(p)}" for p in daemons if not _ready(p)]
-        cd_events = sorted((e for e in events
-                            if (e.get("involvedObject") or {}).get("uid") == uid
-                            and e.get("type") == "Warning"),
-                           key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        reasons = [
+            f"daemon {_meta(p).get('name')} on {(p.get('spec') or {}).get('nodeName')}: "
+            f"{_pod_reason(p)}"
+            for p in daemons
+            if not _ready(p)
+        ]
+        cd_events = sorted(
+            (
+                e
+                for e in events
+                if (e.get("involvedObject") or {}).get("uid") == uid and e.get("type") == "Warning"
+            ),
+            key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+        )
         if cd_events:
             last = cd_events[-1]
             reasons.insert(0, f"event {last.get('reason')}: {last.get('message')}")
         cliques: dict[str, list[int]] = defaultdict(list)
         for n in nodes:
             cliques[n.get("cliqueID", "")].append(n.get("index", 0))
-        out.append({
-            "namespace": ns, "name": meta.get("name"), "uid": uid,
-            "status": status.get("status") or "Unknown",
-            "readyNodes": sum(1 for n in nodes if n.get("status") == "Ready"),
-            "totalNodes": len(nodes),
-            "template": template,
-            "nodes": [{"name": n.get("name"), "cliqueID": n.get("cliqueID"),
-                       "index": n.get("index"), "ipAddress": n.get("ipAddress"),
-                       "status": n.get("status")} for n in nodes],
-            "cliques": {k: sorted(v) for k, v in cliques.items()},
-            "daemonPods": [{"name": _meta(p).get("name"),
-                            "node": (p.get("spec") or {}).get("nodeName"),
-                            "ready": _ready(p)} for p in daemons],
-            "workloadPods": [{"name": _meta(p).get("name"),
-                              "node": (p.get("spec") or {}).get("nodeName"),
-                              "phase": (p.get("status") or {}).get("phase"),
-                              "ready": _ready(p)} for p in workload],
-            "reasons": reasons if status.get("status") != "Ready" else [],
-        })
+        out.append(
+            {
+                "namespace": ns,
+                "name": meta.get("name"),
+                "uid": uid,
+                "status": status.get("status") or "Unknown",
+                "readyNodes": sum(1 for n in nodes if n.get("status") == "Ready"),
+                "totalNodes": len(nodes),
+                "template": template,
+                "nodes": [
+                    {
+                        "name": n.get("name"),
+                        "cliqueID": n.get("cliqueID"),
+                        "index": n.get("index"),
+                        "ipAddress": n.get("ipAddress"),
+                        "status": n.get("status"),
+                    }
+                    for n in nodes
+                ],
+                "cliques": {k: sorted(v) for k, v in cliques.items()},
+                "daemonPods": [
+                    {
+                        "name": _meta(p).get("name"),
+                        "node": (p.get("spec") or {}).get("nodeName"),
+                        "ready": _ready(p),
+                    }
+                    for p in daemons
+                ],
+                "workloadPods": [
+                    {
+                        "name": _meta(p).get("name"),
+                        "node": (p.get("spec") or {}).get("nodeName"),
+                        "phase": (p.get("status") or {}).get("phase"),
+                        "ready": _ready(p),
+                    }
+                    for p in workload
+                ],
+                "reasons": reasons if status.get("status") != "Ready" else [],
+            }
+        )
     return out
 
 
 def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
     """NVLink domains (cliques) → nodes with GPUs and which ComputeDomain holds each."""
-    cd_by_uid = {_meta(cd).get("uid"): f"{_meta(cd).get('namespace')}/{_meta(cd).get('name')}"
-                 for cd in cds}
+    cd_by_uid = {
+        _meta(cd).get("uid"): f"{_meta(cd).get('namespace')}/{_meta(cd).get('name')}" for cd in cds
+    }
     cliques: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for node in sorted(nodes, key=lambda n: str(_meta(n).get("name"))):
         labels = _meta(node).get("labels") or {}
         status = node.get("status") or {}
         held_uid = labels.get(names.COMPUTE_DOMAIN_LABEL)
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in status.get("conditions") or [])
-        cliques[labels.get(names.GPU_CLIQUE_LABEL, "")].append({
-            "name": _meta(node).get("name"),
-            "gpus": int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0),
-            "ready": ready,
-            "heldBy": cd_by_uid.get(held_uid, f"<deleted CD {held_uid}>") if held_uid else None,
-        })
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        cliques[labels.get(names.GPU_CLIQUE_LABEL, "")].append(
+            {
+                "name": _meta(node).get("name"),
+                "gpus": int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0),
+                "ready": ready,
+                "heldBy": cd_by_uid.get(held_uid, f"<deleted CD {held_uid}>") if held_uid else None,
+            }
+        )
     domains = []
     for clique, members in sorted(cliques.items(), key=lambda kv: (kv[0] == "", kv[0])):
-        domains.append({
-            "clique": clique or None,
-            "nodes": members,
-            "gpus": sum(m["gpus"] for m in members),
-            "free": sum(1 for m in members if m["heldBy"] is None and m["ready"]),
-            "heldBy": sorted({m["heldBy"] for m in members if m["heldBy"]}),
-        })
+        domains.append(
+            {
+                "clique": clique or None,
+                "nodes": members,
+                "gpus": sum(m["gpus"] for m in members),
+                "free": sum(1 for m in members if m["heldBy"] is None and m["ready"]),
+                "heldBy": sorted({m["heldBy"] for m in members if m["heldBy"]}),
+            }
+        )
     return {"domains": domains}

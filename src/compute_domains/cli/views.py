@@ -17,8 +17,13 @@ from compute_domains.api import computedomain, names
 from compute_domains.cli import viewmodel
 from compute_domains.infra import kube
 
-_KUBECONFIG = click.option("--kubeconfig", type=click.Path(path_type=Path), envvar="KUBECONFIG",
-                           default=None, help="Kubeconfig (default: $KUBECONFIG).")
+_KUBECONFIG = click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig (default: $KUBECONFIG).",
+)
 _OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 
 
@@ -33,15 +38,17 @@ async def _dicts(client: AsyncClient, res: Any, **kw: Any) -> list[dict[str, Any
     return [o.to_dict() async for o in client.list(res, **kw)]
 
 
-async def _status(kubeconfig: Path | None, namespace: str | None, name: str | None,
-                  driver_ns: str) -> list[dict[str, Any]]:
+async def _status(
+    kubeconfig: Path | None, namespace: str | None, name: str | None, driver_ns: str
+) -> list[dict[str, Any]]:
     client = _client(kubeconfig)
     try:
         cds = await _dicts(client, computedomain.ComputeDomainResource, namespace=namespace or "*")
         if name:
             cds = [c for c in cds if c["metadata"]["name"] == name]
-        daemons = await _dicts(client, Pod, namespace=driver_ns,
-                               labels={names.COMPUTE_DOMAIN_LABEL: None})
+        daemons = await _dicts(
+            client, Pod, namespace=driver_ns, labels={names.COMPUTE_DOMAIN_LABEL: None}
+        )
         pods = await _dicts(client, Pod, namespace=namespace or "*")
         events = await _dicts(client, Event, namespace=namespace or "*")
     finally:
@@ -62,12 +69,22 @@ async def _topology(kubeconfig: Path | None) -> dict[str, Any]:
 @click.command("status")
 @click.argument("cd", required=False)
 @click.option("-n", "--namespace", default=None, help="Namespace of the CDs (default: all).")
-@click.option("--driver-namespace", default="compute-domains", envvar="CD_DRIVER_NAMESPACE",
-              show_default=True, help="Where the driver's daemon pods run.")
+@click.option(
+    "--driver-namespace",
+    default="compute-domains",
+    envvar="CD_DRIVER_NAMESPACE",
+    show_default=True,
+    help="Where the driver's daemon pods run.",
+)
 @_KUBECONFIG
 @_OUTPUT
-def status(cd: str | None, namespace: str | None, driver_namespace: str,
-           kubeconfig: Path | None, output: str) -> None:
+def status(
+    cd: str | None,
+    namespace: str | None,
+    driver_namespace: str,
+    kubeconfig: Path | None,
+    output: str,
+) -> None:
     """ComputeDomains: status, nodes ready/total, cliques and indices, pods, and why not Ready."""
     view = asyncio.run(_status(kubeconfig, namespace, cd, driver_namespace))
     if output == "json":
@@ -79,21 +96,29 @@ def status(cd: str | None, namespace: str | None, driver_namespace: str,
         return
     for entry in view:
         color = "green" if entry["status"] == "Ready" else "yellow"
-        console.print(f"[bold]{entry['namespace']}/{entry['name']}[/]  [{color}]"
-                      f"{entry['status']}[/]  nodes {entry['readyNodes']}/{entry['totalNodes']}"
-                      f"  template {entry['template']}")
+        console.print(
+            f"[bold]{entry['namespace']}/{entry['name']}[/]  [{color}]"
+            f"{entry['status']}[/]  nodes {entry['readyNodes']}/{entry['totalNodes']}"
+            f"  template {entry['template']}"
+        )
         table = Table("NODE", "CLIQUE", "INDEX", "IP", "STATUS", "DAEMON", "WORKLOAD")
         daemons = {d["node"]: d for d in entry["daemonPods"]}
         workloads: dict[str, list[str]] = {}
         for w in entry["workloadPods"]:
             workloads.setdefault(w["node"] or "-", []).append(
-                f"{w['name']} ({'ready' if w['ready'] else w['phase']})")
+                f"{w['name']} ({'ready' if w['ready'] else w['phase']})"
+            )
         for n in entry["nodes"]:
             d = daemons.get(n["name"])
-            table.add_row(n["name"], (n["cliqueID"] or "-")[-12:], str(n["index"]),
-                          n["ipAddress"] or "-", n["status"],
-                          ("ready" if d["ready"] else "not ready") if d else "-",
-                          ", ".join(workloads.get(n["name"], [])) or "-")
+            table.add_row(
+                n["name"],
+                (n["cliqueID"] or "-")[-12:],
+                str(n["index"]),
+                n["ipAddress"] or "-",
+                n["status"],
+                ("ready" if d["ready"] else "not ready") if d else "-",
+                ", ".join(workloads.get(n["name"], [])) or "-",
+            )
         console.print(table)
         for reason in entry["reasons"]:
             console.print(f"  [yellow]why:[/] {reason}")
@@ -111,10 +136,16 @@ def topology(kubeconfig: Path | None, output: str) -> None:
     console = Console()
     for dom in view["domains"]:
         title = dom["clique"] or "nodes without multi-node NVLink"
-        console.print(f"[bold]{title}[/]  {len(dom['nodes'])} nodes, {dom['gpus']} GPUs, "
-                      f"{dom['free']} free, held by: {', '.join(dom['heldBy']) or 'nobody'}")
+        console.print(
+            f"[bold]{title}[/]  {len(dom['nodes'])} nodes, {dom['gpus']} GPUs, "
+            f"{dom['free']} free, held by: {', '.join(dom['heldBy']) or 'nobody'}"
+        )
         table = Table("NODE", "GPUS", "READY", "HELD BY")
         for n in dom["nodes"]:
-            table.add_row(n["name"], str(n["gpus"]), "yes" if n["ready"] else "NO",
-                          n["heldBy"] or "[green]free[/]")
+            table.add_row(
+                n["name"],
+                str(n["gpus"]),
+                "yes" if n["ready"] else "NO",
+                n["heldBy"] or "[green]free[/]",
+            )
         console.print(table)

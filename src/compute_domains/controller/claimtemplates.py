@@ -84,7 +84,9 @@ def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
         name=names.CHANNEL_REQUEST,
         exactly=ExactDeviceRequest(
             deviceClassName=names.CHANNEL_DEVICE_CLASS,
-            selectors=[DeviceSelector(cel=CELDeviceSelector(expression=names.channel_selector(cd.uid)))],
+            selectors=[
+                DeviceSelector(cel=CELDeviceSelector(expression=names.channel_selector(cd.uid)))
+            ],
         ),
     )
     config = configs.ComputeDomainChannelConfig(

@@ -82,8 +82,10 @@ class Controller:
                         host=self.settings.metrics_address,
                         port=self.settings.metrics_port,
                         render=self.metrics.render,
-                        checks={"/healthz": infra_metrics.always_ok,
-                                "/readyz": infra_metrics.always_ok},
+                        checks={
+                            "/healthz": infra_metrics.always_ok,
+                            "/readyz": infra_metrics.always_ok,
+                        },
                     )
                     tg.create_task(
                         _guard("metrics-http", self.metrics_server.run()), name="metrics-http"

@@ -154,10 +154,16 @@ class Daemon:
             rng=self._rng,
             co_owner=self._controller_ref,
         )
-        own = probe.CheckSettings(clique_id=ident.clique_id, config_path=s.imex.config_path,
-                                  ctl_command=s.imex_ctl_command)
+        own = probe.CheckSettings(
+            clique_id=ident.clique_id,
+            config_path=s.imex.config_path,
+            ctl_command=s.imex_ctl_command,
+        )
         pod = readiness.PodReadiness(
-            self._client, ident, on_change=member.set_status, retry=s.retry,
+            self._client,
+            ident,
+            on_change=member.set_status,
+            retry=s.retry,
             own_check=lambda: probe.check(own),
         )
         self.imex, self.membership = imex, member

@@ -85,8 +85,12 @@ async def label_pod(
             refs = (pod.metadata.ownerReferences if pod.metadata else None) or []
             for ref in refs:
                 if ref.controller:
-                    return {"apiVersion": ref.apiVersion, "kind": ref.kind, "name": ref.name,
-                            "uid": ref.uid}
+                    return {
+                        "apiVersion": ref.apiVersion,
+                        "kind": ref.kind,
+                        "name": ref.name,
+                        "uid": ref.uid,
+                    }
             return None
         except (httpx.HTTPError, OSError) as err:
             what = f"label pod {ident.pod_namespace}/{ident.pod_name}"

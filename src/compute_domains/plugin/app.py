@@ -166,8 +166,11 @@ class Plugin:
 
         if s.metrics.port is not None:
             self.http = infra_metrics.HttpEndpoint(
-                host=s.metrics.bind_address, port=s.metrics.port, render=self.metrics.render,
-                checks={"/healthz": healthy})
+                host=s.metrics.bind_address,
+                port=s.metrics.port,
+                render=self.metrics.render,
+                checks={"/healthz": healthy},
+            )
             tg.create_task(_guard(self.http.run, "metrics"), name="metrics")
         if s.health_port is not None:
             port = s.health_port

@@ -79,14 +79,16 @@ class NodeAgent:
     def __init__(self, settings: AgentSettings) -> None:
         self._s = settings
         self.base = nodes_base(settings.sim_root)
-        self.specs = {spec.name: spec for spec in topology.nodes(settings.shape,
-                                                                    settings.address_slot)}
+        self.specs = {
+            spec.name: spec for spec in topology.nodes(settings.shape, settings.address_slot)
+        }
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, AsyncClient] = {}
         self.nodes: dict[str, node.SimNode] = {}
         self._credentialed: set[str] = set()
-        self._registry = images.ImageRegistry(stand_in_bin=settings.stand_in_bin,
-                                              releases=dict(settings.releases))
+        self._registry = images.ImageRegistry(
+            stand_in_bin=settings.stand_in_bin, releases=dict(settings.releases)
+        )
         api = settings.api_server.removeprefix("https://")
         self._api_host, self._api_port = api.rsplit(":", 1)
 
@@ -111,8 +113,10 @@ class NodeAgent:
             (root / sub).mkdir(parents=True, exist_ok=True)
         atomicfile.write_atomic(root / "proc/devices", proc_devices())
         # The driver's capability file for IMEX management (a GB200 host has it; minor 1).
-        atomicfile.write_atomic(root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt",
-                                "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+        atomicfile.write_atomic(
+            root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt",
+            "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
+        )
         boot = root / "proc/sys/kernel/random/boot_id"
         if new_boot or not boot.exists():
             atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n")
@@ -137,13 +141,21 @@ class NodeAgent:
         # Fresh credentials once per agent: a folder left by an earlier sim at the same path
         # would otherwise point the node at that sim's API server and CA.
         if spec.name not in self._credentialed:
-            client = pki.issue(ca, f"system:node:{spec.name}", organizations=("system:nodes",),
-                               client=True)
+            client = pki.issue(
+                ca, f"system:node:{spec.name}", organizations=("system:nodes",), client=True
+            )
             kc.touch(mode=0o600)
-            kc.write_text(pki.kubeconfig(server=self._s.api_server, ca_pem=ca.cert_pem,
-                                         client=client, user=f"system:node:{spec.name}"))
-            serving = pki.issue(ca, spec.name, server=True, dns_names=(spec.name,),
-                                ip_addresses=(spec.address,))
+            kc.write_text(
+                pki.kubeconfig(
+                    server=self._s.api_server,
+                    ca_pem=ca.cert_pem,
+                    client=client,
+                    user=f"system:node:{spec.name}",
+                )
+            )
+            serving = pki.issue(
+                ca, spec.name, server=True, dns_names=(spec.name,), ip_addresses=(spec.address,)
+            )
             serving.write(root / "etc/kubernetes", "kubelet")
             (root / "etc/kubernetes/ca.crt").write_bytes(ca.cert_pem)
             self._credentialed.add(spec.name)

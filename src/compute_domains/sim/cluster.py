@@ -95,8 +95,11 @@ class SimCluster:
                 state_dir=self.paths.control_plane,
                 bin_dir=self._s.bin_dir,
                 api_port=self._s.api_port,
-                **({"node_monitor_grace_s": 40, "eviction_toleration_s": 300}
-                   if self._s.patience else {}),
+                **(
+                    {"node_monitor_grace_s": 40, "eviction_toleration_s": 300}
+                    if self._s.patience
+                    else {}
+                ),
             )
         )
         task = asyncio.create_task(cp.run(), name="control-plane")
@@ -118,10 +121,14 @@ class SimCluster:
                         raise errors.SimError(f"{t.get_name()} stopped during start-up")
                 if self._s.driver is not None:
                     inst = asyncio.create_task(
-                        driver_mod.install(self._s.driver, self._s.bin_dir / "helm",
-                                           self.paths.kubeconfig), name="driver-install")
-                    done, _ = await asyncio.wait({task, nodes, inst},
-                                                 return_when=asyncio.FIRST_COMPLETED)
+                        driver_mod.install(
+                            self._s.driver, self._s.bin_dir / "helm", self.paths.kubeconfig
+                        ),
+                        name="driver-install",
+                    )
+                    done, _ = await asyncio.wait(
+                        {task, nodes, inst}, return_when=asyncio.FIRST_COMPLETED
+                    )
                     for t in (task, nodes):
                         if t in done:
                             t.result()

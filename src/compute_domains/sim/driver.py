@@ -37,16 +37,33 @@ class DriverSettings:
 
 async def install(settings: DriverSettings, helm: Path, kubeconfig: Path) -> None:
     """``helm upgrade --install`` the chart and wait until its pods are ready."""
-    argv = [str(helm), "--kubeconfig", str(kubeconfig), "upgrade", "--install", RELEASE,
-            str(settings.chart), "--namespace", settings.namespace, "--create-namespace",
-            "--wait", "--timeout", f"{settings.timeout_s}s", "--set", "nvmlMock.enabled=true"]
+    argv = [
+        str(helm),
+        "--kubeconfig",
+        str(kubeconfig),
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(settings.chart),
+        "--namespace",
+        settings.namespace,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        f"{settings.timeout_s}s",
+        "--set",
+        "nvmlMock.enabled=true",
+    ]
     for value in settings.values:
         argv += ["--set", value]
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     out, _ = await proc.communicate()
     text = out.decode(errors="replace").strip()
     if proc.returncode != 0:
-        raise errors.SimError(f"helm could not install the driver chart {settings.chart} "
-                              f"(exit {proc.returncode}):\n{text[-2000:]}")
+        raise errors.SimError(
+            f"helm could not install the driver chart {settings.chart} "
+            f"(exit {proc.returncode}):\n{text[-2000:]}"
+        )
     logger.info("driver installed with helm into namespace %s", settings.namespace)

@@ -136,7 +136,12 @@ def start(
     with paths.supervisor_log.open("ab") as log:
         proc = subprocess.Popen(
             _supervisor_argv(
-                paths, bin_dir, api_port, die_with_parent, shape or topology.Shape(racks=0), chart,
+                paths,
+                bin_dir,
+                api_port,
+                die_with_parent,
+                shape or topology.Shape(racks=0),
+                chart,
                 patience,
             ),
             stdin=subprocess.DEVNULL,

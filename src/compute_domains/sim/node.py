@@ -260,7 +260,8 @@ class SimNode:
             if meta.deletionTimestamp is not None:
                 # Terminating while this kubelet was down: nothing runs, finish the deletion.
                 self._tasks[meta.uid] = asyncio.create_task(
-                    self._finish_terminating(pod), name=f"finish:{meta.name}")
+                    self._finish_terminating(pod), name=f"finish:{meta.name}"
+                )
                 return
             if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
                 return
@@ -282,8 +283,9 @@ class SimNode:
             await self._client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
         except ApiError as err:
             if err.status.code != 404:
-                self._log.warning("could not finish deleting pod %s: %s", meta.name,
-                                  err.status.message)
+                self._log.warning(
+                    "could not finish deleting pod %s: %s", meta.name, err.status.message
+                )
         finally:
             self._tasks.pop(meta.uid, None)
 

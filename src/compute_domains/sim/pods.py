@@ -143,8 +143,14 @@ class PodWorker:
             self._records.append(podstatus.ContainerRecord(name=c.name, image=c.image or ""))
         # A pod this node ran before its last boot: its containers died with the node.
         status = self.pod.status
-        before = {cs.name: cs for cs in [*(status.initContainerStatuses or []),
-                                          *(status.containerStatuses or [])]} if status else {}
+        before = (
+            {
+                cs.name: cs
+                for cs in [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]
+            }
+            if status
+            else {}
+        )
         for rec in self._records:
             podstatus.after_reboot(rec, before.get(rec.name))
         publisher = asyncio.create_task(self._publisher(), name=f"status:{self.name}")
@@ -360,9 +366,11 @@ class PodWorker:
             try:
                 cfg = await self._config(c, ctx, vol_paths, claims)
             except (volumes.EnvError, images.ImageError, CreateError) as err:
-                reason = {volumes.EnvError: "CreateContainerConfigError",
-                          images.ImageError: "ErrImagePull",
-                          CreateError: "CreateContainerError"}[type(err)]
+                reason = {
+                    volumes.EnvError: "CreateContainerConfigError",
+                    images.ImageError: "ErrImagePull",
+                    CreateError: "CreateContainerError",
+                }[type(err)]
                 if rec.reason != reason or rec.message != str(err):
                     rec.wait(reason, str(err))
                     self._changed()
@@ -412,8 +420,9 @@ class PodWorker:
             f"Started container {c.name}",
             f"spec.containers{{{c.name}}}",
         )
-        prober = probes.Prober(self._svc.runtime, running, c, rec, self._changed, self._log,
-                               pod_ip=self.ip)
+        prober = probes.Prober(
+            self._svc.runtime, running, c, rec, self._changed, self._log, pod_ip=self.ip
+        )
         probe_task = asyncio.create_task(prober.run(), name=f"probes:{self.name}/{c.name}")
         try:
             rc = await running.child.proc.wait()

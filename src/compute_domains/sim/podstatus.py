@@ -33,8 +33,13 @@ def after_reboot(rec: ContainerRecord, previous: Any) -> None:
     started = ""
     if previous.state is not None and previous.state.running is not None:
         started = previous.state.running.startedAt or ""
-    rec.last_terminated = {"exitCode": 255, "reason": "Unknown", "startedAt": started or None,
-                           "finishedAt": now(), "containerID": previous.containerID}
+    rec.last_terminated = {
+        "exitCode": 255,
+        "reason": "Unknown",
+        "startedAt": started or None,
+        "finishedAt": now(),
+        "containerID": previous.containerID,
+    }
 
 
 @dataclasses.dataclass(slots=True)

@@ -162,10 +162,29 @@ class Runtime:
         nsenter = shutil.which("nsenter")
         if self._s.isolate and nsenter:
             env = json.loads(running.spec_path.read_text())["env"]
-            return [nsenter, "-t", str(running.child.pid), "-m", "-u", "-r", "-w",
-                    "env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
-        return [self._s.python, "-m", "compute_domains.sim.container_init", "enter",
-                str(running.spec_path), str(running.child.pid), "--", *argv]
+            return [
+                nsenter,
+                "-t",
+                str(running.child.pid),
+                "-m",
+                "-u",
+                "-r",
+                "-w",
+                "env",
+                "-i",
+                *(f"{k}={v}" for k, v in env.items()),
+                *argv,
+            ]
+        return [
+            self._s.python,
+            "-m",
+            "compute_domains.sim.container_init",
+            "enter",
+            str(running.spec_path),
+            str(running.child.pid),
+            "--",
+            *argv,
+        ]
 
     async def exec(
         self,

@@ -30,5 +30,7 @@ def acquire(directory: Path = _DIR) -> tuple[int, int]:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return slot, fd
-    raise errors.SimError(f"all {topology.SLOTS} address slots are taken by running sims; "
-                          "stop one (`cdctl sim down --name ...`)")
+    raise errors.SimError(
+        f"all {topology.SLOTS} address slots are taken by running sims; "
+        "stop one (`cdctl sim down --name ...`)"
+    )

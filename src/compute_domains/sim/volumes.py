@@ -166,8 +166,8 @@ def expand(text: str, env: dict[str, str]) -> str:
             out.append("$")
             i += 2
         elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
-            name = text[i + 2:end]
-            out.append(env[name] if name in env else text[i:end + 1])
+            name = text[i + 2 : end]
+            out.append(env[name] if name in env else text[i : end + 1])
             i = end + 1
         else:
             out.append(text[i])
@@ -195,7 +195,7 @@ async def _token(
             boundObjectRef=BoundObjectReference(
                 kind="Pod", apiVersion="v1", name=meta.name, uid=meta.uid
             ),
-        )
+        ),
     )
     resp = await client.create(req, name=sa, namespace=meta.namespace)
     assert resp.status is not None

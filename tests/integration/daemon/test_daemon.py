@@ -186,9 +186,13 @@ async def test_a_node_without_a_clique_idles_and_is_ready(
     await pods.wait_ready(admin, "daemon-plain", ns)
     # The label and readiness are independent (the probe passes at once without a clique).
     labelled = await wait_for(
-        admin, Pod, "daemon-plain",
+        admin,
+        Pod,
+        "daemon-plain",
         lambda p: names.CLIQUE_ID_LABEL in ((p.metadata and p.metadata.labels) or {}),
-        namespace=ns, timeout=60)
+        namespace=ns,
+        timeout=60,
+    )
     assert labelled.metadata.labels[names.CLIQUE_ID_LABEL] == ""  # type: ignore[union-attr,index]
     assert [c async for c in admin.list(ComputeDomainCliqueResource, namespace=ns)] == []
     assert pods.imex_pids("daemon-plain") == []

@@ -43,14 +43,26 @@ async def _set_status(admin: AsyncClient, ns: str, ready: str) -> None:
 async def test_a_stale_ready_condition_waits_for_the_daemons_own_check(
     admin: AsyncClient, ns: str
 ) -> None:
-    pod = await admin.create(Pod.from_dict({
-        "metadata": {"name": "daemon", "namespace": ns},
-        "spec": {"nodeName": "no-kubelet-serves-this", "containers": [
-            {"name": "c", "image": "debian:12"}]}}))
+    pod = await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "daemon", "namespace": ns},
+                "spec": {
+                    "nodeName": "no-kubelet-serves-this",
+                    "containers": [{"name": "c", "image": "debian:12"}],
+                },
+            }
+        )
+    )
     assert pod.metadata is not None and pod.metadata.uid
     await _set_status(admin, ns, "True")  # the earlier container's condition
-    ident = Identity(node_name="n", pod_name="daemon", pod_namespace=ns, pod_uid=pod.metadata.uid,
-                     clique_id="c.1")
+    ident = Identity(
+        node_name="n",
+        pod_name="daemon",
+        pod_namespace=ns,
+        pod_uid=pod.metadata.uid,
+        clique_id="c.1",
+    )
     imex_ready = asyncio.Event()
     checks = 0
 
@@ -67,8 +79,13 @@ async def test_a_stale_ready_condition_waits_for_the_daemons_own_check(
         changed.set()
 
     follower = readiness.PodReadiness(
-        admin, ident, on_change=on_change, retry=backoff.Backoff(initial=0.05, maximum=1.0),
-        own_check=own_check, check_interval=0.1)
+        admin,
+        ident,
+        on_change=on_change,
+        retry=backoff.Backoff(initial=0.05, maximum=1.0),
+        own_check=own_check,
+        check_interval=0.1,
+    )
     task = asyncio.create_task(follower.run())
     try:
         async with asyncio.timeout(30):
@@ -93,8 +110,7 @@ async def test_a_stale_ready_condition_waits_for_the_daemons_own_check(
                 changed.clear()
                 await changed.wait()
         assert checks == checks_before
-        assert seen == [Readiness.NOT_READY, Readiness.READY, Readiness.NOT_READY,
-                        Readiness.READY]
+        assert seen == [Readiness.NOT_READY, Readiness.READY, Readiness.NOT_READY, Readiness.READY]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -302,8 +302,16 @@ async def bad_opaque_claim(admin: AsyncClient, ns: str, name: str) -> None:
     }
     request = {"name": "chan", "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS}}
     opaque = {"driver": names.DRIVER_NAME, "parameters": params}
-    await admin.create(ResourceClaim.from_dict({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"devices": {"requests": [request],
-                             "config": [{"requests": ["chan"], "opaque": opaque}]}},
-    }))
+    await admin.create(
+        ResourceClaim.from_dict(
+            {
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "devices": {
+                        "requests": [request],
+                        "config": [{"requests": ["chan"], "opaque": opaque}],
+                    }
+                },
+            }
+        )
+    )

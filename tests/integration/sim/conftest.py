@@ -16,8 +16,12 @@ from tests.conftest import keep_sims
 @pytest.fixture(scope="module")
 def nodes_sim(toolset: toolchain.Toolset, sim_home: Path) -> Iterator[state.SimPaths]:
     paths = state.SimPaths(sim_home, "nodes")
-    started = lifecycle.start(paths, toolset.bin_dir, die_with_parent=True,
-                              shape=topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4))
+    started = lifecycle.start(
+        paths,
+        toolset.bin_dir,
+        die_with_parent=True,
+        shape=topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4),
+    )
     yield paths
     lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 

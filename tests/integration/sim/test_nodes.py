@@ -40,8 +40,9 @@ async def ns(admin: AsyncClient) -> AsyncIterator[str]:
     await admin.delete(Namespace, name)
 
 
-async def _logs(client: AsyncClient, pod: str, ns: str, until: str = "",
-                timeout: float = 30) -> str:
+async def _logs(
+    client: AsyncClient, pod: str, ns: str, until: str = "", timeout: float = 30
+) -> str:
     """The pod's log, following it until ``until`` shows up (a container prints when it runs)."""
     seen: list[str] = []
 
@@ -56,16 +57,20 @@ async def _logs(client: AsyncClient, pod: str, ns: str, until: str = "",
 
 
 def _running_ready(p: Pod) -> bool:
-    return bool(p.status and p.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+    return bool(
+        p.status
+        and p.status.phase == "Running"
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    )
 
 
 async def _pods(client: AsyncClient, ns: str, app: str) -> list[Pod]:
     return [p async for p in client.list(Pod, namespace=ns, labels={"app": app})]
 
 
-async def _wait_pods(client: AsyncClient, ns: str, app: str, count: int,
-                     ok: object, timeout: float = 90) -> list[Pod]:
+async def _wait_pods(
+    client: AsyncClient, ns: str, app: str, count: int, ok: object, timeout: float = 90
+) -> list[Pod]:
     async def poll() -> list[Pod]:
         async for _ in client.watch(Pod, namespace=ns, labels={"app": app}):
             pods = await _pods(client, ns, app)
@@ -80,19 +85,28 @@ async def _wait_pods(client: AsyncClient, ns: str, app: str, count: int,
 
 
 def _deployment(name: str, command: str, replicas: int = 2) -> Deployment:
-    return Deployment.from_dict({
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                     "terminationGracePeriodSeconds": 5,
-                     "containers": [{"name": "c", "image": "debian:12",
-                                     "command": ["sh", "-c", command]}]}}},
-    })
+    return Deployment.from_dict(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 5,
+                        "containers": [
+                            {"name": "c", "image": "debian:12", "command": ["sh", "-c", command]}
+                        ],
+                    },
+                },
+            },
+        }
+    )
 
 
 async def test_deployment_runs_restarts_and_tears_down(admin: AsyncClient, ns: str) -> None:
-    await admin.create(_deployment("ok", "echo started on $(hostname); sleep 3600"),
-                       namespace=ns)
+    await admin.create(_deployment("ok", "echo started on $(hostname); sleep 3600"), namespace=ns)
     await admin.create(_deployment("bad", "echo failing; exit 3", replicas=1), namespace=ns)
     pods = await _wait_pods(admin, ns, "ok", 2, _running_ready)
     assert {p.status.podIP for p in pods}.isdisjoint({None, ""})  # type: ignore[union-attr]
@@ -101,9 +115,15 @@ async def test_deployment_runs_restarts_and_tears_down(admin: AsyncClient, ns: s
 
     def crashlooping(p: Pod) -> bool:
         cs = (p.status.containerStatuses or []) if p.status else []
-        return bool(cs) and cs[0].restartCount >= 1 and (
-            cs[0].lastState is not None and cs[0].lastState.terminated is not None
-            and cs[0].lastState.terminated.exitCode == 3)
+        return (
+            bool(cs)
+            and cs[0].restartCount >= 1
+            and (
+                cs[0].lastState is not None
+                and cs[0].lastState.terminated is not None
+                and cs[0].lastState.terminated.exitCode == 3
+            )
+        )
 
     await _wait_pods(admin, ns, "bad", 1, crashlooping, timeout=120)
 
@@ -112,17 +132,35 @@ async def test_deployment_runs_restarts_and_tears_down(admin: AsyncClient, ns: s
 
 
 async def test_probe_gates_readiness(admin: AsyncClient, ns: str) -> None:
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "probed", "namespace": ns},
-        "spec": {"containers": [{
-            "name": "c", "image": "debian:12",
-            "command": ["sh", "-c", "sleep 4; touch /tmp/ready; sleep 3600"],
-            "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]},
-                               "periodSeconds": 1, "failureThreshold": 1}}]},
-    }))
-    running = await wait_for(admin, Pod, "probed",
-                             lambda p: bool(p.status and p.status.phase == "Running"),
-                             namespace=ns, timeout=60)
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "probed", "namespace": ns},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "debian:12",
+                            "command": ["sh", "-c", "sleep 4; touch /tmp/ready; sleep 3600"],
+                            "readinessProbe": {
+                                "exec": {"command": ["test", "-f", "/tmp/ready"]},
+                                "periodSeconds": 1,
+                                "failureThreshold": 1,
+                            },
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    running = await wait_for(
+        admin,
+        Pod,
+        "probed",
+        lambda p: bool(p.status and p.status.phase == "Running"),
+        namespace=ns,
+        timeout=60,
+    )
     assert not _running_ready(running), "Ready before the readiness probe passed"
     await wait_for(admin, Pod, "probed", _running_ready, namespace=ns, timeout=60)
 
@@ -133,15 +171,30 @@ async def test_ready_is_restored_after_the_node_controller_marks_it_false(
     """A node that missed heartbeats gets its pods marked ``Ready=False`` by the node-lifecycle
     controller; once the node is back, its kubelet must put its own view back (the status
     manager's reconcile), or the pods stay NotReady forever."""
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "steady", "namespace": ns},
-        "spec": {"containers": [{"name": "c", "image": "debian:12",
-                                 "command": ["sleep", "3600"]}]},
-    }))
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "steady", "namespace": ns},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "debian:12", "command": ["sleep", "3600"]}
+                    ]
+                },
+            }
+        )
+    )
     await wait_for(admin, Pod, "steady", _running_ready, namespace=ns, timeout=60)
     # What kube-controller-manager's MarkPodsNotReady writes for a NotReady node.
-    await admin.patch(Pod.Status, "steady", {"status": {"conditions": [
-        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}}, namespace=ns)
+    await admin.patch(
+        Pod.Status,
+        "steady",
+        {
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]
+            }
+        },
+        namespace=ns,
+    )
     pod = await wait_for(admin, Pod, "steady", _running_ready, namespace=ns, timeout=60)
     ready = next(c for c in pod.status.conditions if c.type == "Ready")  # type: ignore[union-attr]
     assert ready.reason is None, "the stale NotReady reason was kept"
@@ -152,39 +205,69 @@ async def driver(admin: AsyncClient, nodes_sim: state.SimPaths) -> AsyncIterator
     drv = TestDriver(admin, NODE_A, nodes_sim.node_root(NODE_A))
     await drv.start()
     with contextlib.suppress(ApiError):
-        await admin.create(DeviceClass.from_dict({
-            "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
+        await admin.create(
+            DeviceClass.from_dict(
+                {
+                    "metadata": {"name": DRIVER},
+                    "spec": {
+                        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
+                    },
+                }
+            )
+        )
     yield drv
     await drv.stop()
 
 
 def _claim_pod(name: str, ns: str, node: str) -> Pod:
-    return Pod.from_dict({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{"name": "c", "image": "debian:12",
-                            "command": ["sh", "-c", "echo device=$TEST_DEVICE; ls -l /dev/test-*;"
-                                        " sleep 3600"],
-                            "resources": {"claims": [{"name": "dev"}]}}],
-            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}]},
-    })
+    return Pod.from_dict(
+        {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "debian:12",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "echo device=$TEST_DEVICE; ls -l /dev/test-*; sleep 3600",
+                        ],
+                        "resources": {"claims": [{"name": "dev"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}],
+            },
+        }
+    )
 
 
 async def _template(admin: AsyncClient, ns: str) -> None:
-    await admin.create(ResourceClaimTemplate.from_dict({
-        "metadata": {"name": "one", "namespace": ns},
-        "spec": {"spec": {"devices": {"requests": [
-            {"name": "dev", "exactly": {"deviceClassName": DRIVER}}]}}}}))
+    await admin.create(
+        ResourceClaimTemplate.from_dict(
+            {
+                "metadata": {"name": "one", "namespace": ns},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "dev", "exactly": {"deviceClassName": DRIVER}}]
+                        }
+                    }
+                },
+            }
+        )
+    )
 
 
 async def _until(check: Callable[[], bool], timeout: float) -> None:
     """Wait for the in-process test driver to record something (it has no watch to follow)."""
+
     async def loop() -> None:
         while not check():
             await asyncio.sleep(0.2)
+
     await asyncio.wait_for(loop(), timeout)
 
 
@@ -193,7 +276,8 @@ async def _wait_registered(drv: TestDriver) -> None:
 
 
 async def test_claim_gets_cdi_env_and_device_and_is_unprepared(
-        admin: AsyncClient, ns: str, driver: TestDriver) -> None:
+    admin: AsyncClient, ns: str, driver: TestDriver
+) -> None:
     await _wait_registered(driver)
     await _template(admin, ns)
     await admin.create(_claim_pod("user", ns, NODE_A))
@@ -210,8 +294,9 @@ async def test_claim_gets_cdi_env_and_device_and_is_unprepared(
     assert not (driver.cdi_dir / f"test-{claim_uid}.json").exists()
 
 
-async def test_unprepare_after_kubelet_restart(admin: AsyncClient, ns: str, driver: TestDriver,
-                                               nodes_sim: state.SimPaths) -> None:
+async def test_unprepare_after_kubelet_restart(
+    admin: AsyncClient, ns: str, driver: TestDriver, nodes_sim: state.SimPaths
+) -> None:
     await _wait_registered(driver)
     await _template(admin, ns)
     await admin.create(_claim_pod("survivor", ns, NODE_A))
@@ -226,8 +311,9 @@ async def test_unprepare_after_kubelet_restart(admin: AsyncClient, ns: str, driv
     await _until(lambda: claim_uid in driver.unprepared, 60)  # the kubelet's reconcile
 
 
-async def test_prepare_failure_is_reported_and_retried(admin: AsyncClient, ns: str,
-                                                       driver: TestDriver) -> None:
+async def test_prepare_failure_is_reported_and_retried(
+    admin: AsyncClient, ns: str, driver: TestDriver
+) -> None:
     await _wait_registered(driver)
     await _template(admin, ns)
     driver.fail_prepare = "device on fire"
@@ -235,8 +321,9 @@ async def test_prepare_failure_is_reported_and_retried(admin: AsyncClient, ns: s
 
     async def event_seen() -> Event:
         while True:
-            async for ev in admin.list(Event, namespace=ns,
-                                       fields={"involvedObject.name": "unlucky"}):
+            async for ev in admin.list(
+                Event, namespace=ns, fields={"involvedObject.name": "unlucky"}
+            ):
                 if ev.reason == "FailedPrepareDynamicResources":
                     return ev
             await asyncio.sleep(0.5)
@@ -252,30 +339,51 @@ async def test_prepare_failure_is_reported_and_retried(admin: AsyncClient, ns: s
 
 
 async def test_stopped_node_turns_not_ready_and_pods_are_evicted(
-        admin: AsyncClient, ns: str, nodes_sim: state.SimPaths) -> None:
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "victim", "namespace": ns},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_B},
-                 "containers": [{"name": "c", "image": "debian:12",
-                                 "command": ["sh", "-c", "sleep 3600"]}]}}))
+    admin: AsyncClient, ns: str, nodes_sim: state.SimPaths
+) -> None:
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "victim", "namespace": ns},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE_B},
+                    "containers": [
+                        {"name": "c", "image": "debian:12", "command": ["sh", "-c", "sleep 3600"]}
+                    ],
+                },
+            }
+        )
+    )
     await wait_for(admin, Pod, "victim", _running_ready, namespace=ns, timeout=60)
     await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_B)
     try:
+
         def not_ready(n: Node) -> bool:
-            return any(c.type == "Ready" and c.status != "True"
-                       for c in (n.status.conditions or []) if n.status)
+            return any(
+                c.type == "Ready" and c.status != "True"
+                for c in (n.status.conditions or [])
+                if n.status
+            )
+
         await wait_for(admin, Node, NODE_B, not_ready, timeout=60)
-        await wait_for(admin, Pod, "victim",
-                       lambda p: p.metadata is not None and p.metadata.deletionTimestamp
-                       is not None, namespace=ns, timeout=90)
+        await wait_for(
+            admin,
+            Pod,
+            "victim",
+            lambda p: p.metadata is not None and p.metadata.deletionTimestamp is not None,
+            namespace=ns,
+            timeout=90,
+        )
     finally:
         await asyncio.to_thread(node_op, nodes_sim, "start", NODE_B)
     # the restarted kubelet finishes the eviction: the pod object goes away
     with pytest.raises(ApiError):
+
         async def gone() -> None:
             while True:
                 await admin.get(Pod, "victim", namespace=ns)
                 await asyncio.sleep(0.5)
+
         await asyncio.wait_for(gone(), 60)
 
 
@@ -308,8 +416,13 @@ def _restarted_after(first: Pod) -> Callable[[Pod], bool]:
     def restarted(p: Pod) -> bool:
         statuses = (p.status.containerStatuses if p.status else None) or []
         now = statuses[0] if statuses else None
-        if not (_running_ready(p) and now and now.state and now.state.running
-                and now.containerID != old.containerID):
+        if not (
+            _running_ready(p)
+            and now
+            and now.state
+            and now.state.running
+            and now.containerID != old.containerID
+        ):
             return False
         assert now.restartCount == old.restartCount + 1, now
         last = now.lastState.terminated if now.lastState else None
@@ -321,7 +434,8 @@ def _restarted_after(first: Pod) -> Callable[[Pod], bool]:
 
 
 async def test_a_rebooted_node_runs_each_container_once(
-        admin: AsyncClient, ns: str, nodes_sim: state.SimPaths) -> None:
+    admin: AsyncClient, ns: str, nodes_sim: state.SimPaths
+) -> None:
     """A power cut ends the pod's container loops: the node's next boot is the only restarter.
 
     Regression: the loops outlived the cancelled pod worker and restarted the killed containers
@@ -329,11 +443,23 @@ async def test_a_rebooted_node_runs_each_container_once(
     one ResourceSlice).
     """
     marker = f"reboot-{uuid.uuid4().hex[:8]}"
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "survivor", "namespace": ns},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_B},
-                 "containers": [{"name": "c", "image": "debian:12",
-                                 "command": ["sh", "-c", f"sleep 3600; echo {marker}"]}]}}))
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "survivor", "namespace": ns},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE_B},
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "debian:12",
+                            "command": ["sh", "-c", f"sleep 3600; echo {marker}"],
+                        }
+                    ],
+                },
+            }
+        )
+    )
     first = await wait_for(admin, Pod, "survivor", _running_ready, namespace=ns, timeout=60)
     await _until_count(marker, 1)
     await asyncio.to_thread(node_op, nodes_sim, "reboot", NODE_B)
@@ -344,7 +470,8 @@ async def test_a_rebooted_node_runs_each_container_once(
 
 
 async def test_a_rebooted_node_prepares_again_and_publishes_new_addresses(
-        admin: AsyncClient, ns: str, driver: TestDriver, nodes_sim: state.SimPaths) -> None:
+    admin: AsyncClient, ns: str, driver: TestDriver, nodes_sim: state.SimPaths
+) -> None:
     """After a reboot the kubelet prepares its pods' claims again, creates their containers with
     the claimed device once, and publishes the pods' new sandbox addresses.
 
@@ -357,11 +484,19 @@ async def test_a_rebooted_node_prepares_again_and_publishes_new_addresses(
     await _template(admin, ns)
     # Created first, the filler takes the lower address now; after the reboot the pods are
     # listed by name, so the user pod gets a different address from the restarted node.
-    await admin.create(Pod.from_dict({
-        "metadata": {"name": "z-filler", "namespace": ns},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE_A},
-                 "containers": [{"name": "c", "image": "debian:12",
-                                 "command": ["sleep", "3600"]}]}}))
+    await admin.create(
+        Pod.from_dict(
+            {
+                "metadata": {"name": "z-filler", "namespace": ns},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE_A},
+                    "containers": [
+                        {"name": "c", "image": "debian:12", "command": ["sleep", "3600"]}
+                    ],
+                },
+            }
+        )
+    )
     await wait_for(admin, Pod, "z-filler", _running_ready, namespace=ns, timeout=60)
     await admin.create(_claim_pod("a-user", ns, NODE_A))
     first = await wait_for(admin, Pod, "a-user", _running_ready, namespace=ns, timeout=90)

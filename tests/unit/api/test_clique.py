@@ -195,8 +195,12 @@ def test_cliques_round_trip_through_json(clique: ComputeDomainClique) -> None:
 
 
 def test_a_second_owner_is_added_once() -> None:
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "computedomain-daemon-x",
-          "uid": "ds-uid"}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "computedomain-daemon-x",
+        "uid": "ds-uid",
+    }
     clique = _clique("a").with_owner("pod-a", "pod-uid").with_owner_ref(ds).with_owner_ref(ds)
     refs = [r.to_dict() for r in clique.metadata.ownerReferences or []]
     assert [(r["kind"], r["uid"]) for r in refs] == [("Pod", "pod-uid"), ("DaemonSet", "ds-uid")]

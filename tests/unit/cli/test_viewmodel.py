@@ -5,55 +5,108 @@ CD_UID = "11111111-2222-3333-4444-555555555555"
 
 
 def _cd(status: str, nodes: list[dict[str, object]]) -> dict[str, object]:
-    return {"metadata": {"name": "cd0", "namespace": "team", "uid": CD_UID},
-            "spec": {"channel": {"resourceClaimTemplate": {"name": "cd0-rct"}}},
-            "status": {"status": status, "nodes": nodes}}
+    return {
+        "metadata": {"name": "cd0", "namespace": "team", "uid": CD_UID},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "cd0-rct"}}},
+        "status": {"status": status, "nodes": nodes},
+    }
 
 
 def _pod(name: str, node: str, ready: bool, **extra: object) -> dict[str, object]:
     pod: dict[str, object] = {
-        "metadata": {"name": name, "namespace": extra.pop("namespace", "team"),
-                     "labels": extra.pop("labels", {})},
+        "metadata": {
+            "name": name,
+            "namespace": extra.pop("namespace", "team"),
+            "labels": extra.pop("labels", {}),
+        },
         "spec": {"nodeName": node, **extra.pop("spec", {})},  # type: ignore[dict-item]
-        "status": {"phase": "Running",
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": extra.pop("containerStatuses", [])},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": extra.pop("containerStatuses", []),
+        },
     }
     return pod
 
 
-def _node(name: str, clique: str | None, held: str | None = None,
-          ready: bool = True) -> dict[str, object]:
+def _node(
+    name: str, clique: str | None, held: str | None = None, ready: bool = True
+) -> dict[str, object]:
     labels = {}
     if clique:
         labels[names.GPU_CLIQUE_LABEL] = clique
     if held:
         labels[names.COMPUTE_DOMAIN_LABEL] = held
-    return {"metadata": {"name": name, "labels": labels},
-            "status": {"capacity": {"nvidia.com/gpu": "4"},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
 
 
 def test_status_joins_nodes_daemons_workloads_and_explains_not_ready() -> None:
-    cd = _cd("NotReady", [
-        {"name": "n1", "cliqueID": "c.1", "index": 1, "ipAddress": "127.0.0.2",
-         "status": "NotReady"},
-        {"name": "n0", "cliqueID": "c.1", "index": 0, "ipAddress": "127.0.0.1",
-         "status": "Ready"},
-    ])
+    cd = _cd(
+        "NotReady",
+        [
+            {
+                "name": "n1",
+                "cliqueID": "c.1",
+                "index": 1,
+                "ipAddress": "127.0.0.2",
+                "status": "NotReady",
+            },
+            {
+                "name": "n0",
+                "cliqueID": "c.1",
+                "index": 0,
+                "ipAddress": "127.0.0.1",
+                "status": "Ready",
+            },
+        ],
+    )
     daemons = [
         _pod("d0", "n0", True, namespace="driver", labels={names.COMPUTE_DOMAIN_LABEL: CD_UID}),
-        _pod("d1", "n1", False, namespace="driver", labels={names.COMPUTE_DOMAIN_LABEL: CD_UID},
-             containerStatuses=[{"ready": False, "state": {"waiting": {
-                 "reason": "CrashLoopBackOff", "message": "back-off 4s"}}}]),
-        _pod("other", "n1", True, namespace="driver",
-             labels={names.COMPUTE_DOMAIN_LABEL: "someone-else"}),
+        _pod(
+            "d1",
+            "n1",
+            False,
+            namespace="driver",
+            labels={names.COMPUTE_DOMAIN_LABEL: CD_UID},
+            containerStatuses=[
+                {
+                    "ready": False,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 4s"}},
+                }
+            ],
+        ),
+        _pod(
+            "other",
+            "n1",
+            True,
+            namespace="driver",
+            labels={names.COMPUTE_DOMAIN_LABEL: "someone-else"},
+        ),
     ]
-    pods = [_pod("w0", "n0", True, spec={"resourceClaims": [
-        {"name": "c", "resourceClaimTemplateName": "cd0-rct"}]}),
-            _pod("unrelated", "n0", True)]
-    events = [{"type": "Warning", "reason": "CliqueFull", "message": "no index left",
-               "involvedObject": {"uid": CD_UID}, "lastTimestamp": "2026-01-01T00:00:00Z"}]
+    pods = [
+        _pod(
+            "w0",
+            "n0",
+            True,
+            spec={"resourceClaims": [{"name": "c", "resourceClaimTemplateName": "cd0-rct"}]},
+        ),
+        _pod("unrelated", "n0", True),
+    ]
+    events = [
+        {
+            "type": "Warning",
+            "reason": "CliqueFull",
+            "message": "no index left",
+            "involvedObject": {"uid": CD_UID},
+            "lastTimestamp": "2026-01-01T00:00:00Z",
+        }
+    ]
     [view] = viewmodel.status_view([cd], daemons, pods, events)
     assert (view["readyNodes"], view["totalNodes"]) == (1, 2)
     assert [n["name"] for n in view["nodes"]] == ["n0", "n1"]
@@ -73,8 +126,13 @@ def test_ready_cd_has_no_reasons() -> None:
 
 def test_topology_groups_by_clique_and_shows_holders() -> None:
     cds = [{"metadata": {"name": "cd0", "namespace": "team", "uid": CD_UID}}]
-    nodes = [_node("a", "c.1", held=CD_UID), _node("b", "c.1"), _node("c", "c.2", ready=False),
-             _node("d", None), _node("e", "c.2", held="gone-uid")]
+    nodes = [
+        _node("a", "c.1", held=CD_UID),
+        _node("b", "c.1"),
+        _node("c", "c.2", ready=False),
+        _node("d", None),
+        _node("e", "c.2", held="gone-uid"),
+    ]
     view = viewmodel.topology_view(nodes, cds)
     cliques = [d["clique"] for d in view["domains"]]
     assert cliques == ["c.1", "c.2", None]

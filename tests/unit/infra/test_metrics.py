@@ -23,8 +23,11 @@ async def test_serves_metrics_health_and_refuses_the_rest() -> None:
         return healthy
 
     endpoint = metrics.HttpEndpoint(
-        host="127.0.0.1", port=0, render=lambda: b"some_metric 1.0\n",
-        checks={"/healthz": check, "/readyz": metrics.always_ok})
+        host="127.0.0.1",
+        port=0,
+        render=lambda: b"some_metric 1.0\n",
+        checks={"/healthz": check, "/readyz": metrics.always_ok},
+    )
     task = asyncio.create_task(endpoint.run())
     try:
         await asyncio.wait_for(endpoint.started.wait(), 5)

@@ -13,9 +13,14 @@ from compute_domains.sim import podstatus
 
 def _before(restarts: int, cid: str | None) -> ContainerStatus:
     return ContainerStatus(
-        name="c", image="debian:12", imageID="", ready=True, restartCount=restarts,
+        name="c",
+        image="debian:12",
+        imageID="",
+        ready=True,
+        restartCount=restarts,
         containerID=cid,
-        state=ContainerState(running=ContainerStateRunning(startedAt="2026-11-30T01:00:00Z")))
+        state=ContainerState(running=ContainerStateRunning(startedAt="2026-11-30T01:00:00Z")),
+    )
 
 
 def test_a_container_that_ran_before_the_boot_counts_one_more_restart() -> None:
@@ -24,7 +29,11 @@ def test_a_container_that_ran_before_the_boot_counts_one_more_restart() -> None:
     wire = rec.wire()
     assert wire["restartCount"] == 3
     last = wire["lastState"]["terminated"]
-    assert (last["exitCode"], last["reason"], last["containerID"]) == (255, "Unknown", "sim://u_c-2")
+    assert (last["exitCode"], last["reason"], last["containerID"]) == (
+        255,
+        "Unknown",
+        "sim://u_c-2",
+    )
     assert last["startedAt"] == "2026-11-30T01:00:00Z"
 
 

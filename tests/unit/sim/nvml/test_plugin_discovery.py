@@ -39,8 +39,14 @@ def _discover(lib_dir: Path, tmp_path: Path, cfg: config.NodeNvmlConfig) -> dict
     devices = tmp_path / "devices"
     devices.write_text(agent.proc_devices())
     env = config.process_env(lib_dir, cfg_path)
-    res = subprocess.run([sys.executable, "-c", _SCRIPT, str(devices)], env=env,
-                         capture_output=True, text=True, timeout=60, check=True)
+    res = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(devices)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     doc: dict[str, object] = json.loads(res.stdout.strip().splitlines()[-1])
     return doc
 
@@ -66,10 +72,13 @@ def test_fabric_in_progress_refuses_to_start(lib_dir: Path, tmp_path: Path) -> N
 def test_mixed_clique_ids_are_refused(lib_dir: Path, tmp_path: Path, second: int) -> None:
     cfg = profiles.gb200(0, 2)
     gpus = list(cfg.gpus)
-    other = config.FabricInfo(cluster_uuid=cfg.cluster_uuid, clique_id=second,
-                              state=config.FabricState.COMPLETED,
-                              health_mask=config.HEALTH_MASK_HEALTHY,
-                              health_summary=config.HealthSummary.HEALTHY)
+    other = config.FabricInfo(
+        cluster_uuid=cfg.cluster_uuid,
+        clique_id=second,
+        state=config.FabricState.COMPLETED,
+        health_mask=config.HEALTH_MASK_HEALTHY,
+        health_summary=config.HealthSummary.HEALTHY,
+    )
     gpus[-1] = dataclasses.replace(gpus[-1], fabric=other)
     got = _discover(lib_dir, tmp_path, dataclasses.replace(cfg, gpus=tuple(gpus)))
     assert "error" in got
