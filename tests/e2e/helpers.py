@@ -51,6 +51,11 @@ def kubectl(sim: state.SimPaths, *args: str, timeout: float = 300) -> str:
     return _tool(sim, "kubectl", *args, timeout=timeout)
 
 
+def helm(sim: state.SimPaths, *args: str, timeout: float = 600) -> str:
+    """Run the sim's helm; a non-zero exit fails the test with its output."""
+    return _tool(sim, "helm", *args, timeout=timeout)
+
+
 def upgrade(sim: state.SimPaths, *values: str) -> None:
     """Upstream's ``iupgrade_wait``: reinstall the chart with ``values`` and wait for its pods.
 
@@ -107,11 +112,13 @@ def uninstall(sim: state.SimPaths) -> None:
 async def within(
     seconds: float, check: Callable[[], Awaitable[Any]], what: str, interval: float = 0.2
 ) -> float:
-    """Poll ``check`` until truthy; fail when ``seconds`` (an upstream limit) pass first."""
+    """Poll ``check`` until truthy; fail when ``seconds`` (an upstream limit) pass first.
+    Returns how long it took."""
     t0 = time.monotonic()
-    while not await check():
+    last: Any = None
+    while not (last := await check()):
         if time.monotonic() - t0 > seconds:
-            raise AssertionError(f"{what} not within {seconds:.0f}s")
+            raise AssertionError(f"{what} not within {seconds:.0f}s (last: {last!r})")
         await asyncio.sleep(interval)
     return time.monotonic() - t0
 

@@ -14,10 +14,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain
 from compute_domains.sim import topology
 from tests.e2e import helpers
-from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_seed_example import _follow_log
 
 pytestmark = pytest.mark.timeout(900)
@@ -33,26 +32,10 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
         )
     )
     await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "imex-channel-injection", "namespace": "default"},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{CD}-rct"}],
-                    "containers": [
-                        {
-                            "name": "ctr",
-                            "image": "ubuntu:22.04",
-                            "command": [
-                                "sh",
-                                "-c",
-                                "ls /dev/nvidia-caps-imex-channels; sleep 3600",
-                            ],
-                            "resources": {"claims": [{"name": "cd"}]},
-                        }
-                    ],
-                },
-            }
+        helpers.channel_pod(
+            "imex-channel-injection",
+            f"{CD}-rct",
+            command="ls /dev/nvidia-caps-imex-channels; sleep 3600",
         )
     )
 
@@ -73,12 +56,7 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
     uid = (
         await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
     ).metadata.uid  # type: ignore[union-attr]
-    daemons = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-        )
-    ]
+    daemons = await helpers.daemon_pods(admin, uid)
     assert len(daemons) == 1
 
     await admin.delete(Pod, "imex-channel-injection", namespace="default")
@@ -99,12 +77,7 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
     await helpers.within(3, cd_empty, "D1/G3: node entry removed and CD NotReady", interval=0.1)
 
     async def daemon_gone() -> bool:
-        left = [
-            p
-            async for p in admin.list(
-                Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-            )
-        ]
+        left = await helpers.daemon_pods(admin, uid)
         return not left
 
     await helpers.within(60, daemon_gone, "the node's daemon leaves with the last claim")

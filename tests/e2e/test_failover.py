@@ -21,7 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain
 from compute_domains.sim import topology
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
@@ -90,12 +90,7 @@ async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
     uid = (
         await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
     ).metadata.uid  # type: ignore[union-attr]
-    daemons = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-        )
-    ]
+    daemons = await helpers.daemon_pods(admin, uid)
     assert len(daemons) == 3
     for d in daemons:
         await admin.delete(
@@ -105,12 +100,7 @@ async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
             grace_period=0,
         )
     await _healed(admin, indices)
-    fresh = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-        )
-    ]
+    fresh = await helpers.daemon_pods(admin, uid)
     assert {p.metadata.uid for p in fresh}.isdisjoint(  # type: ignore[union-attr]
         {d.metadata.uid for d in daemons}
     )  # type: ignore[union-attr]

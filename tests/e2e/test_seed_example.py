@@ -9,8 +9,6 @@ leaves no daemon, clique, node label, claim or CDI file behind.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,22 +20,11 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from compute_domains.api import clique, computedomain, names
 from compute_domains.cli import options
 from compute_domains.sim import state
+from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 
 pytestmark = pytest.mark.timeout(1200)
 EXAMPLE = options.repo_root() / "examples" / "compute-domain-0.yaml"
-
-
-def kubectl(sim: state.SimPaths, *args: str) -> str:
-    bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
-    res = subprocess.run(
-        [str(bins / "kubectl"), "--kubeconfig", str(sim.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return res.stdout
 
 
 async def _eventually(check: Any, timeout: float, what: str) -> Any:
@@ -109,17 +96,10 @@ async def _workloads(admin: AsyncClient) -> list[Pod]:
     return [p async for p in admin.list(Pod, namespace="default", labels={"job": "ex1"})]
 
 
-def _ready(p: Pod) -> bool:
-    return bool(
-        p.status
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    )
-
-
 async def test_seed_example_forms_one_domain_and_leaves_nothing(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
-    kubectl(rack_sim, "apply", "-f", str(EXAMPLE))
+    helpers.kubectl(rack_sim, "apply", "-f", str(EXAMPLE))
 
     async def formed() -> bool:
         cd = await _cd(admin)
@@ -131,7 +111,7 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
             and len(nodes) == 18
             and all(n["status"] == "Ready" for n in nodes)
             and len(pods) == 18
-            and all(_ready(p) for p in pods)
+            and all(helpers.ready(p) for p in pods)
         )
 
     await _eventually(formed, 300, "18 Ready nodes and 18 running workload pods")
@@ -144,28 +124,18 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     uid = cd["metadata"]["uid"]
     cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
     assert len(cliques) == 1
-    daemons = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-        )
-    ]
-    assert len(daemons) == 18 and all(_ready(p) for p in daemons)
+    daemons = await helpers.daemon_pods(admin, uid)
+    assert len(daemons) == 18 and all(helpers.ready(p) for p in daemons)
 
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):
         assert pod.metadata is not None and pod.metadata.name
         await sees_domain_up(admin, pod.metadata.name)
 
-    kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
+    helpers.kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
 
     async def nothing_left() -> bool:
-        left = [
-            p
-            async for p in admin.list(
-                Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
-            )
-        ]
+        left = await helpers.daemon_pods(admin, None)
         left += [
             c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
         ]

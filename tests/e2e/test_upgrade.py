@@ -50,7 +50,7 @@ from compute_domains.sim import driver, lifecycle, releases, state, toolchain, t
 from tests.conftest import keep_sims
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
-from tests.e2e.test_seed_example import _follow_log, kubectl, sees_domain_up
+from tests.e2e.test_seed_example import _follow_log, sees_domain_up
 
 pytestmark = pytest.mark.timeout(1800)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
@@ -89,42 +89,11 @@ def rack_sim(toolset: toolchain.Toolset, release: releases.Release) -> Iterator[
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _helm(sim: state.SimPaths, *args: str) -> str:
-    bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
-    res = subprocess.run(
-        [str(bins / "helm"), "--kubeconfig", str(sim.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert res.returncode == 0, f"helm {' '.join(args)}:\n{res.stdout}{res.stderr}"
-    return res.stdout
-
-
 async def _install(sim: state.SimPaths, chart: Path) -> None:
     """``helm upgrade --install`` as users do (``--wait``: the driver's rollout is done)."""
     bins = Path(state.read_state(sim).bin_dir)  # type: ignore[union-attr]
     settings = driver.DriverSettings(chart=chart, values=VALUES)
     await driver.install(settings, bins / "helm", sim.kubeconfig)
-
-
-async def _within(seconds: float, check: Any, what: str, poll: float = 0.2) -> float:
-    """Wait until ``check()`` is true; how long it took. Fails after ``seconds``."""
-    t0 = time.monotonic()
-    last: Any = None
-    while not (last := await check()):
-        if time.monotonic() - t0 > seconds:
-            raise AssertionError(f"{what} not within {seconds:.0f}s (last: {last!r})")
-        await asyncio.sleep(poll)
-    return time.monotonic() - t0
-
-
-def _ready(p: Pod) -> bool:
-    return bool(
-        p.status
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    )
 
 
 def _cdctl_processes(sim: state.SimPaths, role: str) -> list[str]:
@@ -194,12 +163,12 @@ async def _start_workload(admin: AsyncClient) -> None:
 
     async def running() -> bool:
         pods = await _workloads(admin)
-        return len(pods) == 2 and all(_ready(p) for p in pods)
+        return len(pods) == 2 and all(helpers.ready(p) for p in pods)
 
-    await _within(60 - (time.monotonic() - t0), running, "H1/H2: workload Ready")
+    await helpers.within(60 - (time.monotonic() - t0), running, "H1/H2: workload Ready")
     for pod in await _workloads(admin):
         await sees_domain_up(admin, str(pod.metadata.name))  # type: ignore[union-attr]
-    await _within(60, lambda: _cd_ready(admin, WORKLOAD, 2), "CD Ready with 2 nodes")
+    await helpers.within(60, lambda: _cd_ready(admin, WORKLOAD, 2), "CD Ready with 2 nodes")
     print(f"workload Ready with its channel, CD Ready: {time.monotonic() - t0:.1f}s")
 
 
@@ -218,7 +187,7 @@ async def _held(admin: AsyncClient, sim: state.SimPaths | None) -> dict[str, Any
             "node": pod.spec.nodeName,
             "restarts": cs.restartCount,
             "started": cs.state.running.startedAt if cs.state and cs.state.running else None,
-            "ready": _ready(pod),
+            "ready": helpers.ready(pod),
             "claim": uid,
             "reserved": [r.uid for r in claim_obj.status.reservedFor or []],  # type: ignore[union-attr]
         }
@@ -243,12 +212,7 @@ async def _watch_cd(admin: AsyncClient, name: str, seen: list[str]) -> None:
 async def _daemons(admin: AsyncClient) -> dict[str, Any]:
     """The domain's daemon pods: name → (uid, restarts)."""
     uid = (await _cd(admin, WORKLOAD))["metadata"]["uid"]
-    pods = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
-        )
-    ]
+    pods = await helpers.daemon_pods(admin, uid)
     out: dict[str, Any] = {}
     for p in pods:
         assert p.metadata is not None and p.status is not None
@@ -271,7 +235,7 @@ async def _new_leader(admin: AsyncClient, seen: list[Any]) -> bool:
     current = set()
     for p in pods:
         assert p.metadata is not None
-        if not p.metadata.deletionTimestamp and _ready(p):
+        if not p.metadata.deletionTimestamp and helpers.ready(p):
             current.add(str(p.metadata.name))
     seen[:] = [holder, sorted(current), sorted(str(p.metadata.name) for p in pods)]  # type: ignore[union-attr]
     # The identity is the pod name, with a per-process suffix in some versions.
@@ -297,7 +261,9 @@ async def _switch_keeps_workload(
         await _runs(sim, cdctl, {"controller": 2, "plugin": 2}, timeout=120)
         lease: list[Any] = []
         try:
-            await _within(60, lambda: _new_leader(admin, lease), "a new controller pod leads")
+            await helpers.within(
+                60, lambda: _new_leader(admin, lease), "a new controller pod leads"
+            )
         except AssertionError as err:
             raise AssertionError(f"{err}; holder, ready pods, all pods: {lease}") from err
         print(f"controller and plugin switched, new leader: {time.monotonic() - t0:.1f}s")
@@ -327,12 +293,7 @@ async def _switch_keeps_workload(
 
 
 async def _nothing_left(admin: AsyncClient, sim: state.SimPaths) -> bool:
-    left: list[Any] = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
-        )
-    ]
+    left: list[Any] = await helpers.daemon_pods(admin, None)
     left += [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
     left += [
         d
@@ -358,7 +319,7 @@ async def _delete_workload(admin: AsyncClient, sim: state.SimPaths, limit: float
     t0 = time.monotonic()
     await asyncio.wait_for(
         asyncio.to_thread(
-            kubectl, sim, "delete", "deployment", WORKLOAD, "-n", "default", "--wait=true"
+            helpers.kubectl, sim, "delete", "deployment", WORKLOAD, "-n", "default", "--wait=true"
         ),
         80,
     )
@@ -366,12 +327,14 @@ async def _delete_workload(admin: AsyncClient, sim: state.SimPaths, limit: float
     async def pods_gone() -> bool:
         return not await _workloads(admin)
 
-    await _within(limit - (time.monotonic() - t0), pods_gone, "workload pods gone")
+    await helpers.within(limit - (time.monotonic() - t0), pods_gone, "workload pods gone")
     print(f"workload pods gone {time.monotonic() - t0:.1f}s after the delete")
     await asyncio.to_thread(
-        kubectl, sim, "delete", "computedomain", WORKLOAD, "-n", "default", "--wait=true"
+        helpers.kubectl, sim, "delete", "computedomain", WORKLOAD, "-n", "default", "--wait=true"
     )
-    await _within(120, lambda: _nothing_left(admin, sim), "no CD, daemon, clique, label, claim")
+    await helpers.within(
+        120, lambda: _nothing_left(admin, sim), "no CD, daemon, clique, label, claim"
+    )
 
 
 async def _a1_cycle(admin: AsyncClient, sim: state.SimPaths, cdctl: str) -> None:
@@ -383,39 +346,15 @@ async def _a1_cycle(admin: AsyncClient, sim: state.SimPaths, cdctl: str) -> None
             spec={"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "imex-channel-0"}}},
         )
     )
-    await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": A1, "namespace": "default"},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "resourceClaims": [
-                        {"name": "cd", "resourceClaimTemplateName": "imex-channel-0"}
-                    ],
-                    "containers": [
-                        {
-                            "name": "ctr",
-                            "image": "ubuntu:22.04",
-                            "command": [
-                                "sh",
-                                "-c",
-                                "ls -la /dev/nvidia-caps-imex-channels; sleep 3600",
-                            ],
-                            "resources": {"claims": [{"name": "cd"}]},
-                        }
-                    ],
-                },
-            }
-        )
-    )
+    await admin.create(helpers.channel_pod(A1, "imex-channel-0"))
 
     async def pod_ready() -> bool:
-        return _ready(await admin.get(Pod, A1, namespace="default"))
+        return helpers.ready(await admin.get(Pod, A1, namespace="default"))
 
-    took = await _within(100, pod_ready, "A1: pod Ready")
+    took = await helpers.within(100, pod_ready, "A1: pod Ready")
     print(f"A1 pod Ready in {took:.1f}s")
     assert "channel0" in await _follow_log(admin, A1, "channel0", timeout=30)
-    await _within(60, lambda: _cd_ready(admin, A1, 1), "A1: CD Ready with its node")
+    await helpers.within(60, lambda: _cd_ready(admin, A1, 1), "A1: CD Ready with its node")
     await _runs(sim, cdctl, {"daemon": 1}, timeout=60)
     await admin.delete(Pod, A1, namespace="default")
 
@@ -426,9 +365,9 @@ async def _a1_cycle(admin: AsyncClient, sim: state.SimPaths, cdctl: str) -> None
             return err.status.code == 404
         return False
 
-    await _within(10, pod_gone, "A1: pod gone")
+    await helpers.within(10, pod_gone, "A1: pod gone")
     await admin.delete(computedomain.ComputeDomainResource, A1, namespace="default")
-    await _within(120, lambda: _nothing_left(admin, sim), "A1: nothing left")
+    await helpers.within(120, lambda: _nothing_left(admin, sim), "A1: nothing left")
 
 
 def test_release_runs_its_own_code(release: releases.Release) -> None:
@@ -467,7 +406,14 @@ async def test_h2_upgrade_last_stable_to_current(
     # 1-2: wipe state: uninstall, plugin folders, CRDs.
     t0 = time.monotonic()
     await asyncio.to_thread(
-        _helm, rack_sim, "uninstall", driver.RELEASE, "-n", DRIVER_NS, "--wait", "--timeout=30s"
+        helpers.helm,
+        rack_sim,
+        "uninstall",
+        driver.RELEASE,
+        "-n",
+        DRIVER_NS,
+        "--wait",
+        "--timeout=30s",
     )
 
     async def driver_gone() -> bool:
@@ -478,7 +424,7 @@ async def test_h2_upgrade_last_stable_to_current(
             )
         ]
 
-    await _within(10, driver_gone, "H2: driver pods gone after helm uninstall")
+    await helpers.within(10, driver_gone, "H2: driver pods gone after helm uninstall")
     print(f"helm uninstall, driver pods gone: {time.monotonic() - t0:.1f}s")
     for node in NODES:
         shutil.rmtree(rack_sim.node_root(node) / PLUGIN_DIR, ignore_errors=True)
@@ -490,7 +436,7 @@ async def test_h2_upgrade_last_stable_to_current(
         names_left = {c.metadata.name async for c in admin.list(CustomResourceDefinition)}  # type: ignore[union-attr]
         return not names_left & set(CRDS)
 
-    await _within(10, crds_gone, "H2: CRDs deleted")
+    await helpers.within(10, crds_gone, "H2: CRDs deleted")
 
     # 3-4: last-stable with its own CRDs, and the workload on it.
     await _install(rack_sim, release.chart)
@@ -501,7 +447,7 @@ async def test_h2_upgrade_last_stable_to_current(
 
     # 5: the explicit CRD upgrade step; 6: the chart upgrade.
     out = await asyncio.to_thread(
-        kubectl,
+        helpers.kubectl,
         rack_sim,
         "apply",
         "--server-side",

@@ -52,9 +52,14 @@ PeerMapping = Mapping[int, str]
 
 
 def desired(
-    clique: ComputeDomainClique, ident: Identity, max_nodes: int, status: Readiness
+    clique: ComputeDomainClique,
+    ident: Identity,
+    max_nodes: int,
+    status: Readiness,
+    co_owner: Mapping[str, str] | None = None,
 ) -> ComputeDomainClique:
-    """``clique`` with our entry registered, its IP and status set, and our pod an owner; pure.
+    """``clique`` with our entry registered, its IP and status set, our pod an owner and
+    ``co_owner`` (our DaemonSet) one too when given; pure.
 
     An entry of our node whose index is outside ``[0, max_nodes)`` (the maximum was lowered) is
     dropped and registered afresh, rather than crash-looping on a name nodes.cfg lacks.
@@ -67,7 +72,8 @@ def desired(
         others = [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
         clique = clique.retaining_nodes(others)
     registered = clique.with_registered(ident.node_name, ident.pod_ip, max_nodes)
-    return registered.with_status(ident.node_name, status).with_owner(ident.pod_name, ident.pod_uid)
+    want = registered.with_status(ident.node_name, status).with_owner(ident.pod_name, ident.pod_uid)
+    return want if co_owner is None else want.with_owner_ref(co_owner)
 
 
 def deregistered(clique: ComputeDomainClique, ident: Identity) -> ComputeDomainClique | None:
@@ -245,9 +251,7 @@ class Membership:
             fresh = ComputeDomainClique.new(
                 cd_uid=ident.cd_uid, clique_id=ident.clique_id, namespace=ident.pod_namespace
             )
-            want = desired(fresh, ident, self._max, self._status)
-            if self._co_owner is not None:
-                want = want.with_owner_ref(self._co_owner)
+            want = desired(fresh, ident, self._max, self._status, self._co_owner)
             await self._write(want, create=True)
             return
         if current.cd_uid != ident.cd_uid:
@@ -256,9 +260,7 @@ class Membership:
                 "clique %s is labelled for CD %r; ignoring", current.name, current.cd_uid
             )
             return
-        want = desired(current, ident, self._max, self._status)
-        if self._co_owner is not None:
-            want = want.with_owner_ref(self._co_owner)
+        want = desired(current, ident, self._max, self._status, self._co_owner)
         if want.to_dict() != current.to_dict():
             await self._write(want, create=False)
         if self._full_reported:

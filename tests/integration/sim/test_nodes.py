@@ -56,6 +56,16 @@ async def _logs(
     return "".join(seen)
 
 
+def _plain_pod(name: str, ns: str, command: list[str], node: str | None = None) -> Pod:
+    """A one-container pod running ``command``, pinned to ``node`` when given."""
+    spec: dict[str, object] = {
+        "containers": [{"name": "c", "image": "debian:12", "command": command}]
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return Pod.from_dict({"metadata": {"name": name, "namespace": ns}, "spec": spec})
+
+
 def _running_ready(p: Pod) -> bool:
     return bool(
         p.status
@@ -171,18 +181,7 @@ async def test_ready_is_restored_after_the_node_controller_marks_it_false(
     """A node that missed heartbeats gets its pods marked ``Ready=False`` by the node-lifecycle
     controller; once the node is back, its kubelet must put its own view back (the status
     manager's reconcile), or the pods stay NotReady forever."""
-    await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "steady", "namespace": ns},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "debian:12", "command": ["sleep", "3600"]}
-                    ]
-                },
-            }
-        )
-    )
+    await admin.create(_plain_pod("steady", ns, ["sleep", "3600"]))
     await wait_for(admin, Pod, "steady", _running_ready, namespace=ns, timeout=60)
     # What kube-controller-manager's MarkPodsNotReady writes for a NotReady node.
     await admin.patch(
@@ -341,19 +340,7 @@ async def test_prepare_failure_is_reported_and_retried(
 async def test_stopped_node_turns_not_ready_and_pods_are_evicted(
     admin: AsyncClient, ns: str, nodes_sim: state.SimPaths
 ) -> None:
-    await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "victim", "namespace": ns},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE_B},
-                    "containers": [
-                        {"name": "c", "image": "debian:12", "command": ["sh", "-c", "sleep 3600"]}
-                    ],
-                },
-            }
-        )
-    )
+    await admin.create(_plain_pod("victim", ns, ["sh", "-c", "sleep 3600"], NODE_B))
     await wait_for(admin, Pod, "victim", _running_ready, namespace=ns, timeout=60)
     await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_B)
     try:
@@ -444,21 +431,7 @@ async def test_a_rebooted_node_runs_each_container_once(
     """
     marker = f"reboot-{uuid.uuid4().hex[:8]}"
     await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "survivor", "namespace": ns},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE_B},
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "debian:12",
-                            "command": ["sh", "-c", f"sleep 3600; echo {marker}"],
-                        }
-                    ],
-                },
-            }
-        )
+        _plain_pod("survivor", ns, ["sh", "-c", f"sleep 3600; echo {marker}"], NODE_B)
     )
     first = await wait_for(admin, Pod, "survivor", _running_ready, namespace=ns, timeout=60)
     await _until_count(marker, 1)
@@ -484,19 +457,7 @@ async def test_a_rebooted_node_prepares_again_and_publishes_new_addresses(
     await _template(admin, ns)
     # Created first, the filler takes the lower address now; after the reboot the pods are
     # listed by name, so the user pod gets a different address from the restarted node.
-    await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "z-filler", "namespace": ns},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE_A},
-                    "containers": [
-                        {"name": "c", "image": "debian:12", "command": ["sleep", "3600"]}
-                    ],
-                },
-            }
-        )
-    )
+    await admin.create(_plain_pod("z-filler", ns, ["sleep", "3600"], NODE_A))
     await wait_for(admin, Pod, "z-filler", _running_ready, namespace=ns, timeout=60)
     await admin.create(_claim_pod("a-user", ns, NODE_A))
     first = await wait_for(admin, Pod, "a-user", _running_ready, namespace=ns, timeout=90)
