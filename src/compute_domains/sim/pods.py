@@ -319,6 +319,10 @@ class PodWorker:
         claims: dict[str, list[tuple[list[str], list[str]]]],
     ) -> runtime.ContainerConfig:
         env = await volumes.container_env(self._svc.client, ctx, c)
+        # The kubelet expands command and args from the container's own environment; the
+        # runtime adds the CDI edits' env later, so they are no source of ``$(VAR)`` values.
+        command = [volumes.expand(a, env) for a in c.command or []]
+        args = [volumes.expand(a, env) for a in c.args or []]
         mounts = volumes.container_mounts(c, vol_paths)
         mounts.append(runtime.Mount(source=str(self._hosts_path()), target="/etc/hosts"))
         cdi_ids: list[str] = []
@@ -331,14 +335,12 @@ class PodWorker:
             cdi_env, devices, cdi_mounts = self._svc.resolve_cdi(cdi_ids)
             env.update(cdi_env)
             mounts.extend(cdi_mounts)
-        argv = self._svc.images.command(
-            c.image or "",
-            [volumes.expand(a, env) for a in c.command or []],
-            [volumes.expand(a, env) for a in c.args or []],
-        )
+        argv = self._svc.images.command(c.image or "", command, args)
         env = self._svc.images.environment(env, c.image or "")
         hostname = "" if self.spec.hostNetwork else (self.spec.hostname or self.name)
+        image_root = self._svc.images.image_root(c.image or "")
         return runtime.ContainerConfig(
+            image_root=str(image_root) if image_root is not None else "",
             argv=tuple(argv),
             env=env,
             workdir=c.workingDir or "",

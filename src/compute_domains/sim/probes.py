@@ -2,7 +2,9 @@
 
 Semantics follow the kubelet: the startup probe gates the others; readiness flips the
 container's ``ready``; a liveness (or startup) probe that fails ``failureThreshold`` times in a
-row kills the container (SIGTERM, grace, SIGKILL) so its restart policy applies.
+row kills the container (SIGTERM, grace, SIGKILL) so its restart policy applies. An exec
+probe's command gets the kubelet's ``$(VAR)`` expansion from the container's static env
+(``probe_command``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,19 @@ from typing import Any
 
 import httpx2 as httpx
 
-from compute_domains.sim import podstatus, runtime
+from compute_domains.sim import podstatus, runtime, volumes
+
+
+def probe_command(container: Any, command: list[str]) -> list[str]:
+    """An exec probe's command after the kubelet's ``$(VAR)`` expansion.
+
+    The kubelet expands probe commands from the container's ``env`` as written
+    (``ExpandContainerCommandOnlyStatic``), not from the resolved environment: each entry's
+    literal ``value``, so an entry set by ``valueFrom`` expands to the empty string; ``$$`` is a
+    literal ``$`` and unknown names stay as written.
+    """
+    static = {str(e.name): e.value or "" for e in container.env or []}
+    return [volumes.expand(arg, static) for arg in command]
 
 
 class Prober:
@@ -52,9 +66,8 @@ class Prober:
     async def _check(self, probe: Any) -> bool:
         timeout = float(probe.timeoutSeconds or 1)
         if probe.exec is not None:
-            rc, out = await self._rt.exec(
-                self._running, list(probe.exec.command or []), max(timeout, 5.0)
-            )
+            argv = probe_command(self._c, list(probe.exec.command or []))
+            rc, out = await self._rt.exec(self._running, argv, max(timeout, 5.0))
             if rc != 0:
                 self._log.debug("exec probe failed (%d): %s", rc, out.strip()[-200:])
             return rc == 0
