@@ -35,8 +35,8 @@ from compute_domains._proto.dra.v1beta1 import api_pb2 as v1beta1
 from compute_domains._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from compute_domains.infra import atomicfile, cdispec
-from compute_domains.sim import pods, runtime
+from compute_domains.infra import atomicfile
+from compute_domains.sim import cdi, pods, runtime
 
 logger = logging.getLogger(__name__)
 
@@ -477,39 +477,10 @@ class DraManager:
     def resolve_cdi(
         self, ids: list[str]
     ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
-        """Container edits of CDI devices from the node's spec folders (host paths mapped).
+        """Container edits of CDI devices from the node's spec folders (``sim.cdi``).
 
-        As the CDI library applies edits to an OCI spec, a later device node or mount replaces
-        an earlier one at the same container path. The same device can come twice: after a
-        reboot the kubelet re-prepares a claim whose checkpointed entry still lists the devices
-        of the earlier boot, and appends the new ones (1.34's ``ClaimInfo.addDevice``).
+        The same device can come twice: after a reboot the kubelet re-prepares a claim whose
+        checkpointed entry still lists the devices of the earlier boot, and appends the new
+        ones (1.34's ``ClaimInfo.addDevice``); the later edit replaces the earlier one.
         """
-        specs, _bad = cdispec.load_spec_dirs(
-            [self._s.root / "etc/cdi", self._s.root / "var/run/cdi"]
-        )
-        try:
-            edits = cdispec.container_edits_for(ids, specs)
-        except cdispec.UnresolvableDevicesError as err:
-            raise pods.CreateError(
-                f"CDI device injection failed: unresolvable CDI devices {', '.join(ids)}"
-            ) from err
-        env = edits.env_map()
-        nodes = {
-            n.path: runtime.DeviceNode(
-                path=n.path,
-                major=n.major or 0,
-                minor=n.minor or 0,
-                type=n.type or "c",
-                mode=n.file_mode or 0o666,
-            )
-            for n in edits.device_nodes
-        }
-        mounts = {
-            m.container_path: runtime.Mount(
-                source=str(self._s.root / m.host_path.lstrip("/")),
-                target=m.container_path,
-                readonly="ro" in m.options,
-            )
-            for m in edits.mounts
-        }
-        return env, list(nodes.values()), list(mounts.values())
+        return cdi.resolve(self._s.root, ids)
