@@ -57,9 +57,10 @@ def group() -> None:
 @click.option(
     "--daemon-log-level",
     envvar="LOG_VERBOSITY_CD_DAEMON",
-    type=serving.LEVELS,
+    callback=serving.check_level,
     default=None,
-    help="Log level of the daemons; defaults to --log-level. Env LOG_VERBOSITY_CD_DAEMON.",
+    help="Log level of the daemons (same forms as --log-level); defaults to --log-level. "
+    "Env LOG_VERBOSITY_CD_DAEMON.",
 )
 @click.option(
     "--leader-election/--no-leader-election",
@@ -131,7 +132,7 @@ def run(
         daemon=controller.DaemonSettings(
             image=image,
             max_nodes_per_imex_domain=max_nodes_per_imex_domain,
-            log_level=(daemon_log_level or log_level).lower(),
+            log_level=daemon_log_level or log_level,
             log_format=fmt,
             image_pull_secrets=tuple(daemon_image_pull_secrets.replace(",", " ").split()),
         ),

@@ -39,14 +39,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
-def _log_level(value: str) -> str:
-    """``LOG_VERBOSITY`` as a level name: a name, or a klog-style number (4 and up: debug)."""
-    text = value.strip().lower()
-    if text.isdigit():
-        return "debug" if int(text) >= 4 else "info"
-    return text if text in ("debug", "info", "warning", "error") else "info"
-
-
 def _common(fn: F) -> F:
     """Options shared by ``run`` and ``check``."""
     for option in reversed(
@@ -71,9 +63,10 @@ def _common(fn: F) -> F:
                 "--log-level",
                 "log_verbosity",
                 envvar="LOG_VERBOSITY",
+                callback=serving.check_level,
                 default="info",
                 show_default=True,
-                help="debug|info|warning|error, or a klog number (>=4: debug). Env LOG_VERBOSITY.",
+                help=f"Log level: {serving.LEVEL_HELP}. Env LOG_VERBOSITY.",
             ),
             click.option(
                 "--log-format",
@@ -228,7 +221,7 @@ def check(**opts: Any) -> None:
 
 def _setup_logs(opts: dict[str, Any]) -> None:
     fmt: logs.LogFormat = "json" if opts["log_format"].lower() == "json" else "text"
-    logs.setup(_log_level(opts["log_verbosity"]), fmt)
+    logs.setup(opts["log_verbosity"], fmt)
     # Every HTTP exchange is a DEBUG line in the transport; far too chatty for a daemon log.
     for name in ("httpcore2", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -8,6 +8,7 @@ import sys
 import click
 
 from compute_domains import __version__
+from compute_domains.cli import serving
 from compute_domains.infra import errors, logs
 
 _COMMANDS = {
@@ -46,8 +47,8 @@ class _LazyGroup(click.Group):
     default="warning",
     show_default=True,
     envvar="CD_LOG_LEVEL",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="Log level of cdctl itself.",
+    callback=serving.check_level,
+    help=f"Log level of cdctl itself: {serving.LEVEL_HELP}.",
 )
 @click.option(
     "--log-format",

@@ -24,7 +24,28 @@ logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+LEVEL_HELP = (
+    "debug|info|warning|error, or a klog verbosity 0-10 as NVIDIA's chart sets it "
+    "(0: info; 1-3: info plus NVIDIA's V1-V3 detail lines; 4-10: debug)"
+)
+
+
+def check_level(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Option callback for log levels: a name or a klog verbosity (``infra.logs.level_number``).
+
+    Returns the level as normal text (``"06"`` becomes ``"6"``); a usage error names what is
+    accepted, before anything runs.
+    """
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    try:
+        logs.level_number(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx, param) from err
+    return str(int(text)) if text.isdigit() else text
+
+
 FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
 
@@ -41,10 +62,10 @@ def log_options(fn: F) -> F:
     return click.option(
         "--log-level",
         envvar=["LOG_LEVEL", "LOG_VERBOSITY"],
-        type=LEVELS,
+        callback=check_level,
         default="info",
         show_default=True,
-        help="Log level. Env LOG_LEVEL or LOG_VERBOSITY.",
+        help=f"Log level: {LEVEL_HELP}. Env LOG_LEVEL or LOG_VERBOSITY.",
     )(fn)
 
 
@@ -74,7 +95,14 @@ def shutdown_timeout_option(default: float) -> Callable[[F], F]:
 def setup_logs(level: str, log_format: str) -> logs.LogFormat:
     """Configure logging from the flags; returns the format (components pass it on)."""
     fmt: logs.LogFormat = "json" if log_format.lower() == "json" else "text"
-    logs.setup(level.lower(), fmt)
+    logs.setup(level, fmt)
+    # NVIDIA's startup line names the verbosity too ("Verbosity"); its tooling greps for it.
+    logger.info(
+        "logging: Verbosity: %s (level %s), format %s",
+        level,
+        logging.getLevelName(logs.level_number(level)),
+        fmt,
+    )
     return fmt
 
 
