@@ -23,7 +23,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import computedomain, names
 from compute_domains.cli import options
-from compute_domains.sim import driver, state
+from compute_domains.sim import driver, driverroot, state
 from tests.e2e.conftest import DRIVER_NS
 
 LIST_CHANNELS = "ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
@@ -73,7 +73,7 @@ def upgrade(sim: state.SimPaths, *values: str) -> None:
         "--timeout",
         "300s",
         "--set",
-        "nvmlMock.enabled=true",
+        f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
     ]
     for value in values:
         argv += ["--set", value]

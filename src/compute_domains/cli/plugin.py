@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from compute_domains.api import featuregates
 from compute_domains.cli import serving
 from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
@@ -100,6 +101,23 @@ def group() -> None:
     help="The fabric-imex-mgmt capability file (daemon claims on MNNVL nodes).",
 )
 @click.option(
+    "--nvidia-driver-root",
+    envvar=["NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"],
+    type=_DIR,
+    default=Path("/"),
+    show_default=True,
+    help="Host path of the NVIDIA driver installation (IMEX programs, libraries, device nodes)."
+    " Env NVIDIA_DRIVER_ROOT.",
+)
+@click.option(
+    "--container-driver-root",
+    envvar="DRIVER_ROOT_CTR_PATH",
+    type=_DIR,
+    default=None,
+    help="Where this container sees the driver root (the chart mounts it at /driver-root);"
+    " unset: reached like any host path. Env DRIVER_ROOT_CTR_PATH.",
+)
+@click.option(
     "--imex-config-template",
     envvar="IMEX_CONFIG_TEMPLATE",
     type=_FILE,
@@ -170,6 +188,8 @@ def run(
     proc_devices_path: Path,
     boot_id_path: Path,
     fabric_imex_mgmt_path: Path,
+    nvidia_driver_root: Path,
+    container_driver_root: Path | None,
     imex_config_template: Path | None,
     strict_fabric: bool,
     channel_slots: int,
@@ -196,6 +216,8 @@ def run(
             proc_devices=proc_devices_path,
             boot_id=boot_id_path,
             fabric_imex_mgmt=fabric_imex_mgmt_path,
+            driver_root=nvidia_driver_root,
+            driver_root_local=container_driver_root,
             imex_config_template=imex_config_template,
         ),
         cleanup=config.CleanupSettings(interval_s=cleanup_interval),
@@ -206,6 +228,12 @@ def run(
         health_port=healthcheck_port,
         quarantine_corrupt_checkpoint=quarantine_corrupt_checkpoint,
     )
-    logger.info("starting plugin with %s", settings)
+    # nodeName and the feature gates in effect: NVIDIA's startup line has them (tooling greps).
+    logger.info(
+        "starting plugin with %s; nodeName: %s, Feature gates: %s",
+        settings,
+        node_name,
+        featuregates.render(featuregates.effective(strict_fabric=strict_fabric)),
+    )
     nvml = discovery.NvmlDiscovery(proc_devices=proc_devices_path, strict_fabric=strict_fabric)
     asyncio.run(serving.serve(app.Plugin(settings, nvml).run(), "plugin", shutdown_timeout))

@@ -100,10 +100,20 @@ def group() -> None:
 @group.command("node")
 @_OUTPUT
 @_JSON_FILE
+@click.option(
+    "--driver-root",
+    envvar="NVIDIA_DRIVER_ROOT",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/"),
+    show_default=True,
+    help="The NVIDIA driver installation (the chart's nvidiaDriverRoot). Env NVIDIA_DRIVER_ROOT.",
+)
 @click.pass_context
-def node_cmd(ctx: click.Context, output: str, json_file: Path | None) -> None:
-    """What the kubelet plugin would publish here: driver, GPUs, fabric, clique, majors."""
-    _emit(ctx, lambda: node.build_report(node.gather(node.NodeSettings())), output, json_file)
+def node_cmd(ctx: click.Context, output: str, json_file: Path | None, driver_root: Path) -> None:
+    """What the kubelet plugin would publish here: driver, GPUs, fabric, clique, majors, and
+    what its base CDI spec would mount into IMEX daemons from the driver root."""
+    settings = node.NodeSettings(driver_root=driver_root)
+    _emit(ctx, lambda: node.build_report(node.gather(settings)), output, json_file)
 
 
 @group.command("imex-channels")

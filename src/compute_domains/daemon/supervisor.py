@@ -221,16 +221,27 @@ class Supervisor:
         self._unwanted.set()
 
     async def _spawn(self) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(
-            *self._argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self._env,
-            cwd=self._cwd,
-            limit=_READ_LIMIT,
-            preexec_fn=self._preexec(),
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._cwd,
+                limit=_READ_LIMIT,
+                preexec_fn=self._preexec(),
+            )
+        except FileNotFoundError as err:
+            # Our image has no NVIDIA programs: on a node they come from the driver root
+            # through the plugin's base CDI spec, so say where to look.
+            raise FileNotFoundError(
+                err.errno,
+                f"{self._argv[0]} not found in this container: it is mounted from the node's "
+                "NVIDIA driver root by the kubelet plugin's base CDI spec; check that the "
+                "driver installation there has it and that the chart's nvidiaDriverRoot "
+                "points at it (cdctl validate node shows what the spec mounts)",
+            ) from err
         self._proc = proc
         self._log.info("started %s (pid %d)", self._argv[0], proc.pid)
         return proc

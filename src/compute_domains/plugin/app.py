@@ -28,6 +28,7 @@ from lightkube import AsyncClient
 from compute_domains.infra import bootid, errors, kube
 from compute_domains.infra import metrics as infra_metrics
 from compute_domains.plugin import (
+    basespec,
     cdi,
     checkpoint,
     cleanup,
@@ -73,20 +74,46 @@ class Plugin:
             info.clique_id,
             extra=extra,
         )
+        if info.clique_id:  # NVIDIA's words for the same finding (tooling greps them)
+            logger.info("identified fabric clique UUID/ID: %s", info.clique_id, extra=extra)
         boot_id = await asyncio.to_thread(bootid.read_boot_id, paths.boot_id)
-        await asyncio.to_thread(self._prepare_folders)
+        await asyncio.to_thread(self._prepare_folders, info.driver_version)
         async with kube.client(s.kube) as client:
             await self._serve(client, info, boot_id)
 
-    def _prepare_folders(self) -> None:
+    def _prepare_folders(self, driver_version: str) -> None:
         paths = self._s.paths
+        extra = {"node": self._s.node_name}
         paths.local(paths.plugin_dir).mkdir(parents=True, exist_ok=True, mode=0o750)
         paths.local(paths.domains_dir).mkdir(parents=True, exist_ok=True, mode=0o755)
         cdi_root = paths.local(paths.cdi_root)
         cdi_root.mkdir(parents=True, exist_ok=True, mode=0o755)
-        dev_root = paths.local(Path("/dev"))
+        files = basespec.discover(
+            paths.driver_root_view, driver_version, host_dev=paths.local(Path("/"))
+        )
+        logger.info(
+            "driver root %s: %d device nodes, programs %s, %d libraries, %d sockets, "
+            "%d firmware files for the IMEX daemon's base CDI spec",
+            paths.driver_root,
+            len(files.devices),
+            ", ".join(Path(b).name for b in files.binaries) or "none",
+            len(files.libraries),
+            len(files.sockets),
+            len(files.firmware),
+            extra=extra,
+        )
+        if files.missing_imex():
+            # Not fatal: channels still work; only ComputeDomain daemons need IMEX, and they
+            # say so themselves when they cannot start it.
+            logger.warning(
+                "driver root %s has no %s: IMEX daemons on this node cannot start; install "
+                "the driver's IMEX package or set nvidiaDriverRoot to where the driver lives",
+                paths.driver_root,
+                " or ".join(files.missing_imex()),
+                extra=extra,
+            )
         cdi.CdiWriter(cdi_root).write_base_spec(
-            cdi.build_base_spec(cdi.nvidia_device_paths(dev_root))
+            cdi.build_base_spec(basespec.edits(files, paths.driver_root))
         )
 
     async def _serve(self, client: AsyncClient, info: discovery.NodeInfo, boot_id: str) -> None:

@@ -16,9 +16,9 @@ Invariants:
   ``k8s.compute-domain.nvidia.com-claim_<claimUID>.json``; ``/`` in an ID becomes ``_``.
 - The claim UID in every device name keeps names unique, because runtimes may cache specs.
 - The base spec (``k8s.compute-domain.nvidia.com-device_base.json``, device ``all``) is written
-  at every start. Upstream generates it with the NVIDIA container toolkit (driver libraries and
-  binaries, all NVIDIA device nodes); ours holds the NVIDIA device nodes found on the host plus
-  ``NVIDIA_VISIBLE_DEVICES=void``, so it is never empty. Only daemon claims reference it.
+  at every start with what the node's driver root gives a management container: device nodes,
+  driver programs (``nvidia-imex``, ``nvidia-imex-ctl``), libraries, IPC sockets, firmware and
+  ``NVIDIA_VISIBLE_DEVICES=void`` (``plugin.basespec``). Only daemon claims reference it.
 """
 
 from __future__ import annotations
@@ -52,12 +52,6 @@ BASE_SPEC_FILE = f"{CDI_VENDOR}-device_base.json"
 """File name of the base spec inside the CDI root."""
 _CLAIM_FILE_PREFIX = f"{CDI_VENDOR}-claim_"
 _SUFFIX = ".json"
-_DEVICE_GLOBS = (
-    "nvidia*",
-    "nvidia-caps/nvidia-cap*",
-    "nvidia-caps-imex-channels/channel*",
-)
-_SKIPPED_DEVICE_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,29 +164,14 @@ def build_claim_spec(
     return ClaimSpec(claim_uid=claim_uid, spec=spec, device_ids=ids)
 
 
-def nvidia_device_paths(dev_root: Path) -> list[str]:
-    """Container paths (``/dev/...``) of the NVIDIA char devices under ``dev_root`` (blocking)."""
-    found: set[str] = set()
-    for pattern in _DEVICE_GLOBS:
-        for path in dev_root.glob(pattern):
-            if path.name.startswith(_SKIPPED_DEVICE_PREFIXES) or not path.is_char_device():
-                continue
-            found.add("/dev/" + path.relative_to(dev_root).as_posix())
-    return sorted(found)
-
-
-def build_base_spec(device_paths: Iterable[str]) -> cdispec.Spec:
-    """The base spec: device ``all`` with the given host device nodes (type and numbers are
-    filled in by the runtime from the host node) and ``NVIDIA_VISIBLE_DEVICES=void``."""
-    edits = cdispec.ContainerEdits(
-        env=("NVIDIA_VISIBLE_DEVICES=void",),
-        device_nodes=tuple(cdispec.DeviceNode(path=p) for p in device_paths),
-    )
-    return cdispec.Spec(
+def build_base_spec(edits: cdispec.ContainerEdits) -> cdispec.Spec:
+    """The base spec: device ``all`` with the driver's edits (``plugin.basespec``)."""
+    draft = cdispec.Spec(
         version="0.3.0",
         kind=BASE_KIND,
         devices=(cdispec.Device(name="all", edits=edits),),
     )
+    return dataclasses.replace(draft, version=cdispec.minimum_version(draft))
 
 
 def claim_spec_file_name(claim_uid: str) -> str:

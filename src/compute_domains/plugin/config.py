@@ -44,6 +44,12 @@ class PathSettings:
     """Local path of the kernel boot ID (the chart mounts it at /host/boot_id)."""
     fabric_imex_mgmt: Path = Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt")
     """Local path of the fabric-imex-mgmt capability file (daemon claims on MNNVL nodes)."""
+    driver_root: Path = Path("/")
+    """Host path of the NVIDIA driver installation (``/``, or ``/run/nvidia/driver`` with the GPU
+    operator); the base CDI spec mounts the IMEX programs and driver files from there."""
+    driver_root_local: Path | None = None
+    """Where this process sees the driver root (the chart mounts it at ``/driver-root``); None
+    reaches it like any host path (``local(driver_root)``)."""
     imex_config_template: Path | None = None
     """Local IMEX config template copied to ``domains/<cdUID>/imexd.cfg.tmpl`` for daemon claims;
     None places none, and the daemon renders its built-in template."""
@@ -51,6 +57,13 @@ class PathSettings:
     def local(self, host_path: Path) -> Path:
         """Where this process reaches ``host_path``."""
         return self.host_root / host_path.relative_to(host_path.anchor)
+
+    @property
+    def driver_root_view(self) -> Path:
+        """Where this process reads the driver root."""
+        if self.driver_root_local is not None:
+            return self.driver_root_local
+        return self.local(self.driver_root)
 
     @property
     def plugin_dir(self) -> Path:

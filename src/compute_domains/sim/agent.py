@@ -1,8 +1,8 @@
 """The node agent: many simulated nodes in one process, with their folders and credentials.
 
 For each node of the shape it prepares the node's "host" filesystem (kubelet folders, CDI
-folders, a ``/proc/devices`` stand-in, a boot id, the NVML stand-in's config under
-``/var/lib/nvml-mock``), issues the node's client and serving certificates from the sim's CA,
+folders, a boot id, and the NVIDIA driver installation with its procfs stand-ins as a GB200 host
+has them, ``sim.driverroot``), issues the node's client and serving certificates from the sim's CA,
 and runs a ``SimNode``. Node faults (stop, start, reboot) act on one node without touching the
 others. Node roots live under a short ``/tmp/cd-<hash>/`` folder because unix socket paths of
 kubelet plugins must stay under 108 bytes.
@@ -22,15 +22,19 @@ from pathlib import Path
 from lightkube import AsyncClient
 
 from compute_domains.infra import atomicfile, kube
-from compute_domains.sim import images, kubeletapi, node, pki, pods, runtime, topology
+from compute_domains.sim import (
+    driverroot,
+    images,
+    kubeletapi,
+    node,
+    pki,
+    pods,
+    runtime,
+    topology,
+)
 from compute_domains.sim.nvml import config as nvml_config
 
 logger = logging.getLogger(__name__)
-
-IMEX_CHANNEL_MAJOR = 238
-"""``nvidia-caps-imex-channels`` major in the ``/proc/devices`` stand-in (real hosts differ)."""
-NVIDIA_CAPS_MAJOR = 239
-"""``nvidia-caps`` major in the ``/proc/devices`` stand-in."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,9 +51,12 @@ class AgentSettings:
     isolate: bool
     """Private mount namespaces for containers (root only)."""
     nvml_lib_dir: Path | None = None
-    """Folder holding the NVML stand-in ``libnvidia-ml.so.1`` (copied to every node)."""
+    """Folder holding the NVML stand-in ``libnvidia-ml.so.1`` (copied into every node's driver
+    root); None leaves nodes without NVML."""
     stand_in_bin: Path | None = None
-    """Folder with stand-in executables put on every container's PATH."""
+    """Folder with the workload stand-ins put on the PATH of user images (never IMEX)."""
+    image_map: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    """Image repository → folder of its files (``sim.images``)."""
     address_slot: int = 0
     """Loopback address slot of this sim (``sim.slots``)."""
     releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
@@ -64,15 +71,6 @@ def nodes_base(sim_root: Path) -> Path:
     return Path("/tmp") / f"cd-{digest}"
 
 
-def proc_devices() -> str:
-    """The ``/proc/devices`` stand-in of a GB200 node (majors as a real host lists them)."""
-    return (
-        "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n 10 misc\n"
-        f"195 nvidia-frontend\n{IMEX_CHANNEL_MAJOR} nvidia-caps-imex-channels\n"
-        f"{NVIDIA_CAPS_MAJOR} nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  8 sd\n259 blkext\n"
-    )
-
-
 class NodeAgent:
     """Runs the shape's nodes until cancelled; offers per-node faults."""
 
@@ -80,14 +78,16 @@ class NodeAgent:
         self._s = settings
         self.base = nodes_base(settings.sim_root)
         self.specs = {
-            spec.name: spec for spec in topology.nodes(settings.shape, settings.address_slot)
+            spec.name: spec for spec in topology.all_nodes(settings.shape, settings.address_slot)
         }
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, AsyncClient] = {}
         self.nodes: dict[str, node.SimNode] = {}
         self._credentialed: set[str] = set()
         self._registry = images.ImageRegistry(
-            stand_in_bin=settings.stand_in_bin, releases=dict(settings.releases)
+            stand_in_bin=settings.stand_in_bin,
+            releases=dict(settings.releases),
+            image_map=dict(settings.image_map),
         )
         api = settings.api_server.removeprefix("https://")
         self._api_host, self._api_port = api.rsplit(":", 1)
@@ -105,31 +105,19 @@ class NodeAgent:
             "etc/cdi",
             "var/log/pods",
             "proc/sys/kernel/random",
-            "var/lib/nvml-mock/lib",
             "etc/kubernetes",
             "containers",
-            "proc/driver/nvidia/capabilities",
         ):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        atomicfile.write_atomic(root / "proc/devices", proc_devices())
-        # The driver's capability file for IMEX management (a GB200 host has it; minor 1).
-        atomicfile.write_atomic(
-            root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt",
-            "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
-        )
         boot = root / "proc/sys/kernel/random/boot_id"
         if new_boot or not boot.exists():
             atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n")
-        atomicfile.write_atomic(
-            root / "var/lib/nvml-mock/config", nvml_config.render(topology.nvml_for(spec))
-        )
-        if self._s.nvml_lib_dir is not None:
-            # A copy, not a link: containers see the node root, not the sim's own folder.
-            lib = self._s.nvml_lib_dir / nvml_config.LIBRARY_NAME
-            atomicfile.write_atomic(
-                root / "var/lib/nvml-mock/lib" / nvml_config.LIBRARY_NAME,
-                lib.read_bytes(),
-                mode=0o755,
+        lib = self._s.nvml_lib_dir
+        if spec.gpus:  # the control-plane node has no GPU, hence no NVIDIA driver
+            driverroot.layout(
+                root,
+                topology.nvml_for(spec),
+                None if lib is None else lib / nvml_config.LIBRARY_NAME,
             )
         return root
 
@@ -179,7 +167,9 @@ class NodeAgent:
         # A release's venv must be visible inside containers wherever its cache lives.
         extra += tuple(str(b.parent) for b in self._s.releases.values())
         rt = runtime.Runtime(
-            runtime.RuntimeSettings(isolate=self._s.isolate, extra_system_dirs=extra),
+            runtime.RuntimeSettings(
+                isolate=self._s.isolate, extra_system_dirs=extra, node_proc=root / "proc"
+            ),
             root / "containers",
         )
         settings = node.NodeSettings(

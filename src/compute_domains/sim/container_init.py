@@ -1,9 +1,12 @@
 """The first process of a simulated container: builds its private filesystem view, then execs.
 
 Run as ``python -m compute_domains.sim.container_init run SPEC`` by ``sim.runtime``. As root it
-unshares a mount namespace, assembles a root from read-only binds of the host's system folders,
-a private ``/dev`` (tmpfs with the usual nodes plus the CDI device nodes), the pod's own
-``/etc/hosts`` and every volume mount, then chroots there and execs the container command, so
+unshares a mount namespace, assembles a root from the host's system folders (``/usr``, ``/etc``
+and ``/opt`` as overlays: a mapped image's files on top, a private writable layer like a real
+container's, so CDI mounts can add files there; the rest as read-only binds), the node's
+``/proc/devices`` and ``/proc/driver`` over the host's, a private ``/dev`` (tmpfs with the usual
+nodes plus the CDI device nodes), the pod's own ``/etc/hosts`` and every volume mount, then
+chroots there and execs the container command, so
 the command keeps this process's pid. Nothing of it is visible outside the namespace: the
 machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched.
 ``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec probes).
@@ -24,6 +27,9 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
 _MS_RDONLY, _MS_NOSUID, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_IMAGE_DIRS = ("/usr", "/etc", "/opt")
+"""Host folders a container gets as overlays (image files on top, a writable layer)."""
+_NOT_IMAGE = ("proc", "sys", "dev", "tmp")
 
 
 def _libc() -> ctypes.CDLL:
@@ -66,6 +72,40 @@ def _bind(src: str, dst: Path, readonly: bool) -> None:
         _mount(None, str(dst), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_REC)
 
 
+def _overlay(lowers: list[str], dst: Path, layers: Path) -> None:
+    """Mount ``lowers`` (first on top) at ``dst`` with a private writable layer."""
+    key = layers / dst.name
+    upper, work = key / "upper", key / "work"
+    for d in (upper, work, dst):
+        d.mkdir(parents=True, exist_ok=True)
+    data = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}"
+    _mount("overlay", str(dst), "overlay", 0, data)
+
+
+def _system(spec: dict[str, Any], root: Path) -> None:
+    image = spec.get("image") or ""
+    layers = Path(spec["layers"]) if spec.get("layers") else None
+    shown: set[str] = set()
+    for host in spec["system"]:
+        target = _inside(root, host)
+        if os.path.islink(host):
+            if not target.is_symlink():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(os.readlink(host))
+            continue
+        if layers is not None and host in _IMAGE_DIRS:
+            own = os.path.join(image, host.lstrip("/")) if image else ""
+            _overlay([own, host] if own and os.path.isdir(own) else [host], target, layers)
+        else:
+            _bind(host, target, readonly=True)
+        shown.add(host.lstrip("/").split("/", 1)[0])
+    if image and layers is not None:
+        # The image's own top-level folders (e.g. /templates) that the host does not have.
+        for entry in sorted(Path(image).iterdir()):
+            if entry.is_dir() and entry.name not in shown and entry.name not in _NOT_IMAGE:
+                _overlay([str(entry)], root / entry.name, layers)
+
+
 def _inside(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
@@ -82,16 +122,13 @@ def _build_root(spec: dict[str, Any]) -> Path:
     early = [m for m in spec["mounts"] if m["target"] == "/tmp"]
     for mount in early:
         _bind(mount["source"], _inside(root, mount["target"]), mount.get("readonly", False))
-    for host in spec["system"]:
-        target = _inside(root, host)
-        if os.path.islink(host):
-            if not target.is_symlink():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(os.readlink(host))
-            continue
-        _bind(host, target, readonly=True)
+    _system(spec, root)
     for sub in ("proc", "sys"):
         _bind(f"/{sub}", root / sub, readonly=sub == "sys")
+    for source, target in spec.get("proc", []):
+        # The node's kernel tables (device majors, driver files), not this machine's.
+        if os.path.exists(target):
+            _bind(source, _inside(root, target), readonly=True)
     dev = root / "dev"
     dev.mkdir(exist_ok=True)
     _mount("tmpfs", str(dev), "tmpfs", _MS_NOSUID, "mode=755")

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from compute_domains.infra import errors
+from compute_domains.sim import driverroot
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ async def install(settings: DriverSettings, helm: Path, kubeconfig: Path) -> Non
         "--timeout",
         f"{settings.timeout_s}s",
         "--set",
-        "nvmlMock.enabled=true",
+        f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
     ]
     for value in settings.values:
         argv += ["--set", value]

@@ -2,12 +2,18 @@
 
 * the project's own image (any reference whose repository ends in ``compute-domains``) runs the
   project's entry points: its command is looked up on a PATH that holds this installation's
-  console scripts (``cdctl``) and the simulator's stand-ins (``nvidia-imex``, ...); a tag listed
-  in ``releases`` (an earlier release installed by ``sim.releases``) puts that release's
-  ``bin`` there instead, so ``helm upgrade`` between chart versions really changes the code;
+  console scripts (``cdctl``), and nothing else of the simulator's: like the real image it has
+  no NVIDIA software, so the IMEX daemon reaches ``nvidia-imex`` only through the CDI base spec
+  that mounts it from the node's driver root. A tag listed in ``releases`` (an earlier release
+  installed by ``sim.releases``) puts that release's ``bin`` there instead, so ``helm upgrade``
+  between chart versions really changes the code;
+* an image in the *image map* (repository → folder, e.g. a build of another driver) is that
+  folder: its files lie over the host's ``/usr``, ``/etc``, ``/opt`` and appear at their own
+  top-level paths (``/templates``), and its command runs as written;
 * ``registry.k8s.io/pause`` sleeps until stopped;
-* any other image runs the container's command with the host's tools; an image without a
-  command fails the way a runtime does when an image has no entrypoint.
+* any other image runs the container's command with the host's tools, plus the simulator's
+  stand-ins for user programs (``mnnvl-workload``); an image without a command fails the way a
+  runtime does when an image has no entrypoint.
 """
 
 from __future__ import annotations
@@ -45,16 +51,23 @@ class ImageRegistry:
     """The table of simulated images of one cluster."""
 
     stand_in_bin: Path | None = None
-    """Folder with the simulator's stand-in executables (``nvidia-imex``, ``mnnvl-workload``)."""
+    """Folder with the simulator's stand-ins for user programs (``mnnvl-workload``), on the PATH
+    of user images only."""
     project_bin: Path = Path(sys.executable).parent
     """Folder with this installation's console scripts (``cdctl``)."""
     releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     """Project image tag → ``bin`` folder of that earlier release's installation; any tag not
     listed runs this installation (``project_bin``)."""
+    image_map: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    """Image repository (no tag) → folder holding that image's files."""
 
     def is_project(self, image: str) -> bool:
         """True for the project's own image."""
         return repository(image).rsplit("/", 1)[-1] == "compute-domains"
+
+    def image_root(self, image: str) -> Path | None:
+        """The folder of a mapped image's files; None for any other image."""
+        return self.image_map.get(repository(image))
 
     def command(self, image: str, command: list[str], args: list[str]) -> list[str]:
         """The argv a container of this image runs."""
@@ -75,8 +88,14 @@ class ImageRegistry:
         return self.project_bin
 
     def environment(self, env: dict[str, str], image: str) -> dict[str, str]:
-        """Container environment with PATH leading to the image's project tools and stand-ins."""
+        """Container environment; PATH leads to what the image holds (see the module doc)."""
         out = dict(env)
-        parts = [str(p) for p in (self.stand_in_bin, self.bin_dir(image)) if p is not None]
-        out["PATH"] = ":".join([*parts, env.get("PATH", _PATH)])
+        if self.image_root(image) is not None:
+            parts: list[Path | None] = []
+        elif self.is_project(image):
+            parts = [self.bin_dir(image)]
+        else:
+            parts = [self.stand_in_bin, self.bin_dir(image)]
+        lead = [str(p) for p in parts if p is not None]
+        out["PATH"] = ":".join([*lead, env.get("PATH", _PATH)])
         return out

@@ -53,6 +53,9 @@ class RuntimeSettings:
     """Interpreter that runs ``container_init`` and the project's entry points."""
     extra_system_dirs: tuple[str, ...] = ()
     """More host folders to show read-only (e.g. where the interpreter lives)."""
+    node_proc: Path | None = None
+    """The node's procfs stand-ins (``devices``, ``driver/``), shown over the container's
+    ``/proc/devices`` and ``/proc/driver`` as a real host's kernel would show them."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +84,8 @@ class ContainerConfig:
 
     argv: tuple[str, ...]
     env: dict[str, str]
+    image_root: str = ""
+    """Folder of the image's own files (a mapped image), laid over the host's; "" for none."""
     workdir: str = ""
     hostname: str = ""
     mounts: tuple[Mount, ...] = ()
@@ -128,9 +133,18 @@ class Runtime:
         mounts = [dataclasses.asdict(m) for m in cfg.mounts]
         # /tmp first: host folders shown under /tmp (a sim home there) are bound on top of it.
         mounts.insert(0, {"source": str(tmp), "target": "/tmp", "readonly": False})
+        proc = self._s.node_proc
+        overrides = [
+            [str(proc / name), f"/proc/{name}"]
+            for name in ("devices", "driver")
+            if proc is not None and (proc / name).exists()
+        ]
         return {
             "isolate": self._s.isolate,
             "rootfs": str(cdir / "rootfs"),
+            "layers": str(cdir / "layers"),
+            "image": cfg.image_root,
+            "proc": overrides,
             "system": self._system,
             "mounts": mounts,
             "devices": [dataclasses.asdict(d) for d in cfg.devices],

@@ -1,8 +1,9 @@
-"""Stand-in executables the simulated nodes put on every container's PATH.
+"""Stand-ins for user programs, on the PATH of user images (never of the project's image).
 
-``nvidia-imex`` and ``nvidia-imex-ctl`` run the simulated IMEX service (``sim.imex``);
-``mnnvl-workload`` stands for a user's multi-node NVLink program. Each is a two-line shell
-wrapper around this installation's interpreter, so containers run exactly this code.
+``mnnvl-workload`` stands for a user's multi-node NVLink program: a two-line shell wrapper
+around this installation's interpreter, so containers run exactly this code. The IMEX programs
+are not here: like the real ones they belong to the node's driver installation
+(``sim.driverroot``), and a container gets them only through a CDI spec that mounts them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from pathlib import Path
 from compute_domains.infra import atomicfile
 
 _COMMANDS = {
-    "nvidia-imex": "compute_domains.sim.imex_main imex",
-    "nvidia-imex-ctl": "compute_domains.sim.imex_main ctl",
     "mnnvl-workload": "compute_domains.sim.workload",
 }
 
@@ -22,9 +21,8 @@ _COMMANDS = {
 def install(bin_dir: Path, python: str = sys.executable) -> Path:
     """Write the wrappers into ``bin_dir``; returns it."""
     for name, module in _COMMANDS.items():
-        # A SIGUSR1/SIGHUP that lands while the interpreter starts must not kill the daemon:
-        # ignored before exec, they stay ignored until the stand-in installs its handlers.
-        trap = "trap '' USR1 HUP\n" if name == "nvidia-imex" else ""
-        script = f'#!/bin/sh\n{trap}exec {python} -m {module} "$@"\n'
+        script = f'#!/bin/sh\nexec {python} -m {module} "$@"\n'
         atomicfile.write_atomic(bin_dir / name, script, mode=0o755)
+    for gone in ("nvidia-imex", "nvidia-imex-ctl"):  # written by earlier versions
+        (bin_dir / gone).unlink(missing_ok=True)
     return bin_dir

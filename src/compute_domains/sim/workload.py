@@ -159,7 +159,14 @@ class Workload:
         return cfg, f"COMPUTE_DOMAIN_IMEX_ADDRESS={host}:{port}"
 
     async def _query(self, cfg: Path) -> Domain | None:
-        argv = [self._args.imex_ctl, "-c", str(cfg), "-N", "-t", "5000"]
+        # By default the query goes through the simulator's own IMEX client, as a CUDA program
+        # talks to IMEX through the driver: a user image has no nvidia-imex-ctl of its own.
+        ctl = (
+            [self._args.imex_ctl]
+            if self._args.imex_ctl
+            else [sys.executable, "-m", "compute_domains.sim.imex_main", "ctl"]
+        )
+        argv = [*ctl, "-c", str(cfg), "-N", "-t", "5000"]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
@@ -238,7 +245,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mnnvl-workload", description=__doc__.splitlines()[0])
     p.add_argument("--rank", type=int, default=None, help="this process's rank")
     p.add_argument("--imex-config", default=None, help="daemon config naming its endpoint")
-    p.add_argument("--imex-ctl", default="nvidia-imex-ctl", help="the IMEX ctl tool")
+    p.add_argument(
+        "--imex-ctl", default=None, help="an IMEX ctl tool (default: the simulator's IMEX client)"
+    )
     p.add_argument("--channel-dir", default=str(CHANNEL_DIR), help=argparse.SUPPRESS)
     p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for UP")
     p.add_argument("--watch", type=float, default=10.0, help="seconds between later checks")

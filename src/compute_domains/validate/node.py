@@ -4,7 +4,9 @@ Discovery runs twice through ``plugin.discovery.NvmlDiscovery``: leniently (non-
 mode) to show every GPU whatever its fabric state, and strictly, as the plugin starts, to tell
 whether the plugin would start here. Host facts (``host``) add what discovery does not look at:
 a host ``nvidia-imex`` service (it must be off: ComputeDomains run one IMEX daemon per domain
-in a pod) and the driver's IMEX parameters. ``build_report`` is pure.
+in a pod), the driver's IMEX parameters, and what the plugin's base CDI spec would mount into
+IMEX daemon containers from the driver root (``plugin.basespec``): the daemon's ``nvidia-imex``
+comes only from there. ``build_report`` is pure.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from compute_domains.plugin import cdi, discovery
+from compute_domains.plugin import basespec, cdi, discovery
 from compute_domains.validate import host, report
 from compute_domains.validate.report import Check, Status
 
@@ -36,6 +38,10 @@ class NodeSettings:
     """Folders searched for ``nvidia-imex.service``."""
     proc_root: Path = Path("/proc")
     """Where running processes are listed."""
+    driver_root: Path = Path("/")
+    """The NVIDIA driver installation (the chart's ``nvidiaDriverRoot``)."""
+    host_dev: Path = Path("/")
+    """Where the host's ``/dev`` is (device nodes when the driver root has none)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,6 +54,9 @@ class NodeFacts:
     imex: host.ImexPresence
     params: dict[str, str]
     host_channels: tuple[str, ...]
+    driver_root: Path = Path("/")
+    driver_files: basespec.DriverFiles | None = None
+    """What the base CDI spec would mount (None: not looked at)."""
 
 
 def gather(settings: NodeSettings, *, nvml: Any | None = None) -> NodeFacts:
@@ -74,6 +83,10 @@ def gather(settings: NodeSettings, *, nvml: Any | None = None) -> NodeFacts:
         ),
         params=host.driver_params(settings.driver_params),
         host_channels=host.channel_nodes(settings.channel_dir),
+        driver_root=settings.driver_root,
+        driver_files=basespec.discover(
+            settings.driver_root, lenient.driver_version, host_dev=settings.host_dev
+        ),
     )
 
 
@@ -133,8 +146,38 @@ def build_report(facts: NodeFacts) -> report.Report:
         "host_imex": dataclasses.asdict(facts.imex),
         "strict_discovery_error": facts.strict_error,
     }
+    tables = [gpus]
+    if facts.driver_files is not None:
+        tables.append(_base_spec_table(facts.driver_files, facts.driver_root))
+        data["base_cdi_spec"] = {
+            "driver_root": str(facts.driver_root),
+            **dataclasses.asdict(facts.driver_files),
+            "missing_imex": list(facts.driver_files.missing_imex()),
+        }
     return report.Report(
-        command="node", facts=facts_lines, tables=(gpus,), checks=checks(facts), data=data
+        command="node", facts=facts_lines, tables=tuple(tables), checks=checks(facts), data=data
+    )
+
+
+def _base_spec_table(files: basespec.DriverFiles, root: Path) -> report.Table:
+    """What the base CDI spec would give an IMEX daemon container, and what is missing."""
+    rows: list[tuple[str, ...]] = []
+    for kind, found in (
+        ("program", files.binaries),
+        ("library", files.libraries),
+        ("socket", files.sockets),
+        ("firmware", files.firmware),
+    ):
+        rows.extend((kind, "/" + rel, str(root / rel)) for rel in found)
+    dev_root = root if files.dev_root == "driver" else Path("/")
+    rows.extend(("device", "/" + rel, str(dev_root / rel)) for rel in files.devices)
+    rows.extend(
+        ("MISSING", f"/usr/bin/{name}", "not in the driver root") for name in files.missing_imex()
+    )
+    return report.Table(
+        title=f"base CDI spec for IMEX daemons (driver root {root})",
+        columns=("kind", "container path", "host path"),
+        rows=tuple(rows),
     )
 
 
@@ -173,7 +216,35 @@ def checks(facts: NodeFacts) -> tuple[Check, ...]:
         else:
             out.append(Check(name=name, status=needed, detail=f"{dev} not in /proc/devices"))
     out.append(_imex_check(facts.imex))
+    if facts.driver_files is not None:
+        out.append(_driver_imex_check(facts.driver_files, facts.driver_root, bool(node.clique_id)))
     return tuple(out)
+
+
+def _driver_imex_check(files: basespec.DriverFiles, root: Path, mnnvl: bool) -> Check:
+    missing = files.missing_imex()
+    if not missing:
+        return Check(
+            name="driver IMEX programs",
+            status=Status.PASS,
+            detail=f"nvidia-imex and nvidia-imex-ctl found under {root}: the plugin's base CDI "
+            "spec mounts them into ComputeDomain daemon containers",
+        )
+    text = " and ".join(missing)
+    if mnnvl:
+        return Check(
+            name="driver IMEX programs",
+            status=Status.FAIL,
+            detail=f"{text} not found under driver root {root}: ComputeDomain daemons on this "
+            "MNNVL node cannot start IMEX; install the driver's IMEX package or point "
+            "nvidiaDriverRoot at the driver installation",
+        )
+    return Check(
+        name="driver IMEX programs",
+        status=Status.INFO,
+        detail=f"{text} not installed under driver root {root}; expected on a node without "
+        "multi-node NVLink (no IMEX domain to join); a GB200 node needs them",
+    )
 
 
 def _strict_check(error: str) -> Check:
@@ -212,13 +283,19 @@ def _imex_check(imex: host.ImexPresence) -> Check:
             detail=f"running (pids {', '.join(map(str, imex.running_pids))}): stop and disable "
             "it; ComputeDomains run their own IMEX daemon per domain",
         )
-    if imex.present:
+    if imex.units:
         return Check(
             name="host nvidia-imex",
             status=Status.WARN,
-            detail=f"installed but not running ({_imex_text(imex)}): keep it disabled",
+            detail=f"service installed but not running ({_imex_text(imex)}): keep it disabled",
         )
-    return Check(name="host nvidia-imex", status=Status.PASS, detail="absent, as required")
+    if imex.present:
+        return Check(
+            name="host nvidia-imex",
+            status=Status.PASS,
+            detail="installed, no host service: ComputeDomain daemons run it in their pods",
+        )
+    return Check(name="host nvidia-imex", status=Status.PASS, detail="no host service, as required")
 
 
 def _imex_text(imex: host.ImexPresence) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -156,7 +157,8 @@ async def domain(sim_root: Path, ip: str) -> dict[str, Any]:
     that does not answer); the container's ``/imexd`` is not visible here, so a minimal pair is
     written for the query.
     """
-    ctl = sim_root / "bin" / "nvidia-imex-ctl"
+    # The IMEX client of the simulator itself (nodes have it in their driver root only).
+    ctl = [sys.executable, "-m", "compute_domains.sim.imex_main", "ctl"]
     with tempfile.TemporaryDirectory(prefix="imexq-") as tmp:
         nodes = Path(tmp) / "nodes.cfg"
         nodes.write_text("")
@@ -165,7 +167,7 @@ async def domain(sim_root: Path, ip: str) -> dict[str, Any]:
             f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP={ip}\nIMEX_CMD_PORT=50005\n"
             f"IMEX_NODE_CONFIG_FILE={nodes}\n"
         )
-        argv = [str(ctl), "-c", str(cfg), "-N", "-j", "-t", "5000"]
+        argv = [*ctl, "-c", str(cfg), "-N", "-j", "-t", "5000"]
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )

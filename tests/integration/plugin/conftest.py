@@ -36,7 +36,7 @@ from lightkube.resources.resource_v1 import DeviceClass
 from compute_domains.api import crds
 from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
-from compute_domains.sim import agent, lifecycle, state, toolchain, topology
+from compute_domains.sim import driverroot, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
 from tests.integration.helpers import wait_for
 
@@ -66,8 +66,8 @@ def node_info(node: str) -> discovery.NodeInfo:
         driver_version="580.95.05",
         gpus=(),
         clique_id=spec.clique,
-        channel_major=agent.IMEX_CHANNEL_MAJOR,
-        caps_major=agent.NVIDIA_CAPS_MAJOR,
+        channel_major=driverroot.IMEX_CHANNEL_MAJOR,
+        caps_major=driverroot.NVIDIA_CAPS_MAJOR,
     )
 
 

@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.plugin import devices
-from compute_domains.sim import state, toolchain
+from compute_domains.sim import driverroot, state, toolchain
 from tests.integration.helpers import wait_for
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import CHART, NODES, node_info
@@ -38,7 +38,12 @@ async def test_the_chart_runs_a_plugin_per_node_with_enough_rights(
     ns = f"cdp-chart-{uuid.uuid4().hex[:4]}"
     helm = [str(toolset.path("helm")), "--kubeconfig", str(plugin_sim.kubeconfig)]
     install = [*helm, "upgrade", "--install", "cd", str(CHART), "-n", ns, "--create-namespace"]
-    install += ["--set", "nvmlMock.enabled=true", "--set", "controller.replicas=0"]
+    install += [
+        "--set",
+        f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
+        "--set",
+        "controller.replicas=0",
+    ]
     install += ["--wait", "--timeout", "120s"]
     done = await asyncio.to_thread(subprocess.run, install, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

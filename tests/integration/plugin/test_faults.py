@@ -23,7 +23,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from compute_domains.api import names
 from compute_domains.infra import errors
 from compute_domains.plugin import app, checkpoint, devices
-from compute_domains.sim import state
+from compute_domains.sim import driverroot, state
 from tests.integration.helpers import wait_for
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import (
@@ -238,13 +238,14 @@ async def test_cli_with_the_nodes_mock_nvml_serves_a_pod(
     port = _free_port()
     env = {
         **os.environ,
-        "MOCK_NVML_CONFIG": str(root / "var/lib/nvml-mock/config"),
-        "LD_LIBRARY_PATH": str(root / "var/lib/nvml-mock/lib"),
+        # NVML from the node's driver root; the stand-in reads its config from beside itself.
+        "LD_LIBRARY_PATH": str(root / driverroot.DRIVER_ROOT.lstrip("/") / driverroot.LIB_DIR),
         "NODE_NAME": NODE_B,
         "POD_NAMESPACE": spaces.driver,
     }
     argv = [sys.executable, "-m", "compute_domains", "plugin", "run"]
     argv += ["--host-root", str(root), "--kubeconfig", str(plugin_sim.kubeconfig)]
+    argv += ["--nvidia-driver-root", driverroot.DRIVER_ROOT]
     argv += ["--proc-devices-path", str(root / "proc/devices")]
     argv += ["--boot-id-path", str(root / "proc/sys/kernel/random/boot_id")]
     argv += [

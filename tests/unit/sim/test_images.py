@@ -37,4 +37,28 @@ def test_project_image_tag_selects_the_release_installation(image: str, expected
     )
     assert registry.bin_dir(image) == expected
     env = registry.environment({"PATH": "/usr/bin"}, image)
-    assert env["PATH"] == f"/sim/bin:{expected}:/usr/bin"
+    # The project's image holds no stand-ins (no nvidia-imex): only user images get them.
+    lead = "" if registry.is_project(image) else "/sim/bin:"
+    assert env["PATH"] == f"{lead}{expected}:/usr/bin"
+
+
+def test_the_project_image_has_no_simulator_programs_on_its_path() -> None:
+    registry = images.ImageRegistry(stand_in_bin=Path("/sim/bin"), project_bin=PROJECT)
+    path = registry.environment({}, "ghcr.io/compute-domains/compute-domains:1.0")["PATH"]
+    assert "/sim/bin" not in path.split(":")
+    assert path.split(":")[0] == str(PROJECT)
+
+
+def test_a_mapped_image_is_its_folder_and_runs_its_command_as_written() -> None:
+    folder = Path("/images/nvidia")
+    registry = images.ImageRegistry(
+        stand_in_bin=Path("/sim/bin"),
+        project_bin=PROJECT,
+        image_map={"nvcr.io/nvidia/k8s-dra-driver-gpu": folder},
+    )
+    image = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0"
+    assert registry.image_root(image) == folder
+    assert registry.image_root("ubuntu:22.04") is None
+    assert registry.environment({"PATH": "/usr/bin"}, image)["PATH"] == "/usr/bin"
+    argv = registry.command(image, ["compute-domain-controller"], ["-v", "4"])
+    assert argv == ["compute-domain-controller", "-v", "4"]

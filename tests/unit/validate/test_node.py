@@ -28,6 +28,8 @@ def _settings(
         bin_dirs=(str(tmp_path / "bin"),),
         unit_dirs=(str(tmp_path / "units"),),
         proc_root=tmp_path / "proc",
+        driver_root=tmp_path / "driver",
+        host_dev=tmp_path / "hostdev",
     )
 
 
@@ -48,7 +50,12 @@ def test_h200_node_passes_with_empty_clique(tmp_path: Path) -> None:
         "imex channel major": Status.PASS,
         "nvidia-caps major": Status.PASS,
         "host nvidia-imex": Status.PASS,
+        # The H200 has no nvidia-imex: said plainly, not a failure on a node without MNNVL.
+        "driver IMEX programs": Status.INFO,
     }
+    missing = [r for r in rep.tables[1].rows if r[0] == "MISSING"]
+    assert [r[1] for r in missing] == ["/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"]
+    assert rep.data["base_cdi_spec"]["missing_imex"] == ["nvidia-imex", "nvidia-imex-ctl"]
     facts = dict(rep.facts)
     assert facts["clique id"].startswith("(empty")
     assert facts["imex channel major"] == "242"
@@ -67,6 +74,28 @@ def test_mnnvl_node_shows_clique(tmp_path: Path) -> None:
     rep = node.build_report(node.gather(_settings(tmp_path), nvml=fakes.Nvml(gpus)))
     assert rep.data["clique_id"] == f"{cluster}.3"
     assert _statuses(rep)["clique"] is Status.PASS
+    # An MNNVL node without the driver's IMEX programs cannot run ComputeDomain daemons.
+    assert _statuses(rep)["driver IMEX programs"] is Status.FAIL
+
+
+def test_the_report_lists_what_the_base_spec_mounts_from_the_driver_root(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    for name in ("nvidia-imex", "nvidia-imex-ctl"):
+        exe = tmp_path / "driver/usr/bin" / name
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    rep = node.build_report(node.gather(settings, nvml=fakes.Nvml(fakes.h200_pair())))
+    assert _statuses(rep)["driver IMEX programs"] is Status.PASS
+    rows = {r[1]: r for r in rep.tables[1].rows}
+    assert rows["/usr/bin/nvidia-imex"] == (
+        "program",
+        "/usr/bin/nvidia-imex",
+        str(tmp_path / "driver/usr/bin/nvidia-imex"),
+    )
+    assert not [r for r in rep.tables[1].rows if r[0] == "MISSING"]
 
 
 def test_fabric_in_progress_fails_plugin_start(tmp_path: Path) -> None:
@@ -79,7 +108,8 @@ def test_fabric_in_progress_fails_plugin_start(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("binary", "unit", "status"),
-    [(False, False, Status.PASS), (True, False, Status.WARN), (False, True, Status.WARN)],
+    # A packaged binary is what the base CDI spec mounts; only a host service must stay off.
+    [(False, False, Status.PASS), (True, False, Status.PASS), (False, True, Status.WARN)],
 )
 def test_host_imex_installed(tmp_path: Path, binary: bool, unit: bool, status: Status) -> None:
     settings = _settings(tmp_path, imex_bin=binary, imex_unit=unit)

@@ -5,7 +5,10 @@
  * fetched, so compute_domains.sim builds this library instead (ARCHITECTURE.md section 3). It is
  * written from the public NVML API only. nvidia-ml-py loads it exactly as it loads the real
  * library (dlopen("libnvidia-ml.so.1") through LD_LIBRARY_PATH) and gets its answers from one
- * per-node config file named by the environment variable MOCK_NVML_CONFIG.
+ * per-node config file: the one named by the environment variable MOCK_NVML_CONFIG, else the file
+ * MOCK_CONFIG_BESIDE next to the loaded library itself. The second is how a simulated node's
+ * driver root carries it: a program that loads NVML from the driver root (any driver's kubelet
+ * plugin) needs no simulator-only setting, just as with the real library.
  *
  * Build: gcc -shared -fPIC -O2 -Wall -Werror -o libnvidia-ml.so.1 \
  *            -Wl,-soname,libnvidia-ml.so.1 mocknvml.c
@@ -45,6 +48,7 @@
  * nvmlInit without NVML_INIT_FLAG_NO_GPUS returns NVML_ERROR_DRIVER_NOT_LOADED.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -53,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef unsigned int nvmlReturn_t; /* an int-sized enum in nvml.h */
 
@@ -80,6 +85,7 @@ typedef unsigned int nvmlReturn_t; /* an int-sized enum in nvml.h */
 #define MOCK_MAX_GPUS 64
 #define MOCK_FORMAT 1u
 #define MOCK_ENV "MOCK_NVML_CONFIG"
+#define MOCK_CONFIG_BESIDE "mock-nvml.conf"
 
 /* ---- Structures the caller allocates: byte-for-byte the layouts of nvml.h. ---- */
 
@@ -371,6 +377,21 @@ static nvmlReturn_t finish(struct mock_config *c, const char *path) {
     return NVML_SUCCESS;
 }
 
+/* The config file next to this library ("<dir of libnvidia-ml.so.1>/mock-nvml.conf"), found
+ * through the dynamic linker; -1 when it cannot be named or does not exist. */
+static int config_beside_library(char *out, size_t size) {
+    Dl_info info;
+    const char *slash;
+    int n;
+    if (!dladdr((void *)&config_beside_library, &info) || !info.dli_fname) return -1;
+    slash = strrchr(info.dli_fname, '/');
+    if (!slash) return -1;
+    n = snprintf(out, size, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
+                 MOCK_CONFIG_BESIDE);
+    if (n < 0 || (size_t)n >= size) return -1;
+    return access(out, R_OK) == 0 ? 0 : -1;
+}
+
 static nvmlReturn_t load_config(struct mock_config *c) {
     const char *path = getenv(MOCK_ENV);
     FILE *f;
@@ -384,9 +405,14 @@ static nvmlReturn_t load_config(struct mock_config *c) {
     const char *missing;
     nvmlReturn_t rc = NVML_SUCCESS;
 
+    char beside[4096];
+
     memset(c, 0, sizeof(*c));
+    if ((!path || !*path) && config_beside_library(beside, sizeof(beside)) == 0)
+        path = beside;
     if (!path || !*path) {
-        fprintf(stderr, "mocknvml: " MOCK_ENV " is not set; point it at a mock NVML config\n");
+        fprintf(stderr, "mocknvml: " MOCK_ENV " is not set and no " MOCK_CONFIG_BESIDE
+                        " lies next to the library; point it at a mock NVML config\n");
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     }
     if (!(f = fopen(path, "r"))) {

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import agent
+from compute_domains.sim import driverroot
 from compute_domains.sim.nvml import config, profiles
 
 _SCRIPT = """
@@ -37,7 +37,7 @@ def _discover(lib_dir: Path, tmp_path: Path, cfg: config.NodeNvmlConfig) -> dict
     cfg_path = tmp_path / "nvml.cfg"
     config.write(cfg_path, cfg)
     devices = tmp_path / "devices"
-    devices.write_text(agent.proc_devices())
+    devices.write_text(driverroot.proc_devices())
     env = config.process_env(lib_dir, cfg_path)
     res = subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(devices)],
@@ -55,7 +55,7 @@ def test_gb200_mnnvl_node_has_the_racks_clique(lib_dir: Path, tmp_path: Path) ->
     got = _discover(lib_dir, tmp_path, profiles.gb200(3, 5))
     assert got["clique"] == f"{profiles.cluster_uuid(3)}.{profiles.DEFAULT_CLIQUE_ID}"
     assert got["gpus"] == 4
-    assert got["channel_major"] == agent.IMEX_CHANNEL_MAJOR
+    assert got["channel_major"] == driverroot.IMEX_CHANNEL_MAJOR
 
 
 def test_non_mnnvl_node_has_no_clique(lib_dir: Path, tmp_path: Path) -> None:
