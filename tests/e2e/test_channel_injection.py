@@ -119,7 +119,8 @@ async def test_a3_channel_injection_with_cliques(
     uid = (
         await admin.get(computedomain.ComputeDomainResource, cd, namespace="default")
     ).metadata.uid  # type: ignore[union-attr]
-    node = next(iter([n async for n in admin.list(Node)]))
+    gpu_nodes = admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
+    node = next(iter([n async for n in gpu_nodes]))  # not the control-plane node
     labels = node.metadata.labels or {}  # type: ignore[union-attr]
     name = names.clique_object_name(str(uid), labels[names.GPU_CLIQUE_LABEL])
 

@@ -95,7 +95,8 @@ async def test_f1_startup_config_in_logs_at_default_level(
         assert "controller starting: {" in log, (pod, log)
         for key in ("'max_nodes_per_imex_domain': 18", "'leader_election'", "'log_level'"):
             assert key in log, (pod, key, log)
-    node = next(iter([n async for n in admin.list(Node)]))
+    gpu_nodes = admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
+    node = next(iter([n async for n in gpu_nodes]))  # not the control-plane node
     name = str(node.metadata.name)  # type: ignore[union-attr]
     clique_label = (node.metadata.labels or {})[names.GPU_CLIQUE_LABEL]  # type: ignore[union-attr]
     logs = await helpers.component_logs(admin, "kubelet-plugin")

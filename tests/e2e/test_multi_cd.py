@@ -46,10 +46,10 @@ PLACEMENT = {"cd-a": ("gb200-r0-n00", "gb200-r1-n00"), "cd-b": ("gb200-r0-n01", 
 
 
 async def _labels(admin: AsyncClient) -> dict[str, str | None]:
-    """Node → the CD UID its label names (None: free)."""
+    """GPU node → the CD UID its label names (None: free)."""
     return {
         str(n.metadata.name): (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)  # type: ignore[union-attr]
-        for n in [n async for n in admin.list(Node)]
+        async for n in admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
     }
 
 

@@ -59,6 +59,9 @@ TARGET_DAEMON: Final = "Daemon"
 TARGET_WORKLOAD: Final = "Workload"
 GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 """Node label set by GPU Feature Discovery (``<clusterUUID>.<cliqueId>``); for user affinity."""
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+"""Node label (``"true"``) that Node Feature Discovery sets on GPU nodes; the chart's plugin
+DaemonSet selects them by it."""
 
 DAEMON_SERVICE_ACCOUNT: Final = "compute-domain-daemon-service-account"
 """ServiceAccount of the daemon pods, created by the Helm chart in the driver namespace."""

@@ -138,6 +138,9 @@ def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
     for node in sorted(nodes, key=lambda n: str(_meta(n).get("name"))):
         labels = _meta(node).get("labels") or {}
         status = node.get("status") or {}
+        gpus = int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0)
+        if not (gpus or labels.get(names.GPU_PRESENT_LABEL) == "true"):
+            continue  # no GPU node (a control-plane node): not part of any NVLink domain
         held_uid = labels.get(names.COMPUTE_DOMAIN_LABEL)
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
@@ -146,7 +149,7 @@ def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
         cliques[labels.get(names.GPU_CLIQUE_LABEL, "")].append(
             {
                 "name": _meta(node).get("name"),
-                "gpus": int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0),
+                "gpus": gpus,
                 "ready": ready,
                 "heldBy": cd_by_uid.get(held_uid, f"<deleted CD {held_uid}>") if held_uid else None,
             }

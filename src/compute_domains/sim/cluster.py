@@ -17,11 +17,12 @@ import signal
 import time
 from pathlib import Path
 
-from compute_domains.infra import errors
+from compute_domains.infra import errors, kube
 from compute_domains.sim import (
     agent,
     control,
     controlplane,
+    node,
     pods,
     releases,
     slots,
@@ -119,6 +120,8 @@ class SimCluster:
                     if t in done:
                         t.result()
                         raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                if self._s.shape.control_plane:
+                    await self._mark_control_plane()
                 if self._s.driver is not None:
                     inst = asyncio.create_task(
                         driver_mod.install(
@@ -149,6 +152,16 @@ class SimCluster:
             raise
         finally:
             ready.cancel()
+
+    async def _mark_control_plane(self) -> None:
+        """Label the control-plane node as ``kubeadm init`` does, with the admin's credentials."""
+        admin = kube.client(
+            kube.KubeSettings(kubeconfig=self.paths.kubeconfig, field_manager="kubeadm")
+        )
+        try:
+            await node.mark_control_plane(admin, topology.CONTROL_PLANE_NODE)
+        finally:
+            await admin.close()
 
     async def _run_nodes(self, cp: controlplane.ControlPlane) -> None:
         assert cp.endpoints is not None

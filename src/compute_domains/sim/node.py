@@ -1,8 +1,10 @@
 """One simulated GB200 node: the kubelet's API side (Node object, Lease, pods, logs, DRA).
 
 ``SimNode.run()`` registers the Node with the labels, capacity and addresses the seeds' GPU
-nodes carry, renews its Lease in ``kube-node-lease`` (so the real node-lifecycle controller
-sees it alive), watches the pods bound to it and runs one ``PodWorker`` each. It acts with the
+nodes carry (the control-plane node: no GPUs, tainted ``NoSchedule``, its role label set by
+an admin through ``mark_control_plane`` as kubeadm does), renews its Lease in
+``kube-node-lease`` (so the real node-lifecycle controller sees it alive), watches the pods
+bound to it and runs one ``PodWorker`` each. It acts with the
 node's own credentials (``system:node:<name>``), so the Node authorizer and NodeRestriction
 admission apply as they do to a real kubelet. Cancelling ``run()`` is a node stop: heartbeats
 end and every container is killed at once, as when a machine loses power.
@@ -22,15 +24,20 @@ import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import NodeSpec, Taint
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
+from compute_domains.api import names
 from compute_domains.sim import dra, events, images, kubeletapi, pods, runtime, topology
 
 logger = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+"""kubeadm's role label of a control-plane node (value ``""``); also the key of its taint."""
+CONTROL_PLANE_TAINT = Taint(key=CONTROL_PLANE_LABEL, effect="NoSchedule")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,13 +108,19 @@ class SimNode:
         self._log = logging.LoggerAdapter(logger, {"node": self.name})
 
     def labels(self) -> dict[str, str]:
-        """The labels a GB200 node of the seeds carries (GPU operator and GFD style)."""
+        """The labels a GB200 node of the seeds carries (GPU operator and GFD style); the
+        control-plane node has only the kubelet's own (its role label comes from an admin,
+        ``mark_control_plane``)."""
         spec = self._s.spec
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
-            "nvidia.com/gpu.present": "true",
+        }
+        if spec.control_plane:
+            return labels
+        labels |= {
+            names.GPU_PRESENT_LABEL: "true",
             "nvidia.com/gpu.count": str(len(spec.gpus)),
             "nvidia.com/gpu.product": "NVIDIA-GB200" if spec.rack is not None else "NVIDIA-H200",
         }
@@ -118,14 +131,10 @@ class SimNode:
         return labels
 
     def _status(self) -> dict[str, Any]:
-        gpus = str(len(self._s.spec.gpus))
-        cap = {
-            "cpu": "72",
-            "memory": "480Gi",
-            "pods": "110",
-            "ephemeral-storage": "1Ti",
-            GPU_RESOURCE: gpus,
-        }
+        gpus = len(self._s.spec.gpus)
+        cap = {"cpu": "72", "memory": "480Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+        if gpus:
+            cap[GPU_RESOURCE] = str(gpus)
         now = _stamp()
         return {
             "capacity": cap,
@@ -166,7 +175,7 @@ class SimNode:
                 "operatingSystem": "linux",
                 "architecture": "amd64",
                 "containerRuntimeVersion": "sim://1",
-                "osImage": "simulated GB200",
+                "osImage": "simulated control plane" if gpus == 0 else "simulated GB200",
                 "kernelVersion": "sim",
                 "machineID": self.name,
                 "systemUUID": self.name,
@@ -186,7 +195,13 @@ class SimNode:
             delay = min(delay * 2, 10.0)
 
     async def _register_once(self) -> None:
-        node = Node(metadata=ObjectMeta(name=self.name, labels=self.labels()))
+        # Taints are set at registration (``--register-with-taints``): NodeRestriction lets a
+        # kubelet create its Node with taints but never change them afterwards.
+        taints = [CONTROL_PLANE_TAINT] if self._s.spec.control_plane else None
+        node = Node(
+            metadata=ObjectMeta(name=self.name, labels=self.labels()),
+            spec=NodeSpec(taints=taints),
+        )
         try:
             await self._client.create(node)
         except ApiError as err:
@@ -334,3 +349,9 @@ class SimNode:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def mark_control_plane(admin: AsyncClient, name: str) -> None:
+    """Give the control-plane node its role label, as ``kubeadm init`` does with admin
+    credentials: NodeRestriction forbids a kubelet to set ``node-role.kubernetes.io/*``."""
+    await admin.patch(Node, name, {"metadata": {"labels": {CONTROL_PLANE_LABEL: ""}}})

@@ -5,7 +5,9 @@ a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the 
 are loopback addresses derived from the node's position, so they are stable across restarts and
 never collide between nodes nor between sims running side by side: a sim holds an address
 slot *s* (0..15, see ``sim.slots``); its node *n* is ``127.<1 + s>.<n // 250>.<n % 250 + 1>`` and
-the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` (up to 1,000 nodes).
+the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` (up to 1,000 GPU nodes
+and the control-plane node after them). ``nodes`` yields the GPU nodes, ``all_nodes`` every
+node the sim runs, the control-plane node included.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ _PLAIN_RACK_BASE = 1000
 _MAX_NODES = 1000
 SLOTS = 16
 """Address slots: how many sims can run side by side without sharing an address."""
+CONTROL_PLANE_NODE = "control-plane"
+"""Name of the simulated cluster's control-plane node (``all_nodes``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +44,9 @@ class Shape:
     """Extra GPU nodes without multi-node NVLink (all-zero cluster UUID, like an H200 host)."""
     fabric_faults: tuple[tuple[str, FabricState], ...] = ()
     """(node name, fabric state) pairs that override a rack node's healthy fabric."""
+    control_plane: bool = True
+    """Run a control-plane node too (no GPUs, tainted ``NoSchedule``) whenever there are GPU
+    nodes, as a kubeadm cluster has one: NVIDIA's controller asks for it by affinity."""
 
     def __post_init__(self) -> None:
         if self.racks < 0 or self.nodes_per_rack < 1 or self.gpus_per_node < 1:
@@ -78,6 +85,8 @@ class NodeSpec:
     clique_id: int
     fabric: FabricState
     gpus: tuple[GpuSpec, ...]
+    control_plane: bool = False
+    """The cluster's control-plane node: labelled and tainted as kubeadm marks one, no GPUs."""
 
     @property
     def address(self) -> str:
@@ -138,6 +147,26 @@ def nodes(shape: Shape, slot: int = 0) -> Iterator[NodeSpec]:
             gpus=_gpus(_PLAIN_RACK_BASE, ordinal, shape.gpus_per_node),
         )
         ordinal += 1
+
+
+def all_nodes(shape: Shape, slot: int = 0) -> Iterator[NodeSpec]:
+    """Every node the sim runs: the shape's GPU nodes (``nodes``), then its control-plane node.
+
+    The control-plane node takes the next ordinal, so the GPU nodes keep their addresses.
+    """
+    yield from nodes(shape, slot)
+    if shape.control_plane and shape.total_nodes:
+        yield NodeSpec(
+            name=CONTROL_PLANE_NODE,
+            ordinal=shape.total_nodes,
+            slot=slot,
+            rack=None,
+            cluster_uuid=nvml_config.ZERO_CLUSTER_UUID,
+            clique_id=0,
+            fabric="not-supported",
+            gpus=(),
+            control_plane=True,
+        )
 
 
 def _gpus(rack: int, node: int, count: int) -> tuple[GpuSpec, ...]:

@@ -23,7 +23,9 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
-from compute_domains.sim import state
+from compute_domains.api import names
+from compute_domains.sim import node as simnode
+from compute_domains.sim import state, topology
 from tests.drivers.testdriver import DRIVER, TestDriver
 from tests.integration.helpers import wait_for
 from tests.integration.sim.conftest import node_op
@@ -232,7 +234,11 @@ def _claim_pod(name: str, ns: str, node: str) -> Pod:
                         "command": [
                             "sh",
                             "-c",
-                            "echo device=$TEST_DEVICE; ls -l /dev/test-*; sleep 3600",
+                            # The kubelet expands ``$(VAR)`` from the container's own env:
+                            # a CDI edit's variable stays literal (the single quotes keep sh
+                            # from reading it as a command substitution).
+                            "echo device=$TEST_DEVICE; echo kubelet='$(TEST_DEVICE)';"
+                            " ls -l /dev/test-*; sleep 3600",
                         ],
                         "resources": {"claims": [{"name": "dev"}]},
                     }
@@ -283,6 +289,7 @@ async def test_claim_gets_cdi_env_and_device_and_is_unprepared(
     pod = await wait_for(admin, Pod, "user", _running_ready, namespace=ns, timeout=90)
     logs = await _logs(admin, "user", ns, "/dev/test-dev-")
     assert "device=dev-" in logs
+    assert "kubelet=$(TEST_DEVICE)" in logs
     assert "crw-rw-rw-" in logs and "1, 3" in logs and "/dev/test-dev-" in logs
     claim_uid = driver.prepared[-1]
     assert (driver.cdi_dir / f"test-{claim_uid}.json").exists()
@@ -372,6 +379,48 @@ async def test_stopped_node_turns_not_ready_and_pods_are_evicted(
                 await asyncio.sleep(0.5)
 
         await asyncio.wait_for(gone(), 60)
+
+
+async def test_control_plane_node_runs_only_what_tolerates_it(admin: AsyncClient, ns: str) -> None:
+    """kubeadm's control-plane node: role label, ``NoSchedule`` taint, no GPU. NVIDIA's
+    controller (affinity for the label, toleration for the taint) runs there; a pod without
+    the toleration is refused by the real scheduler even when pinned to it."""
+    cp = await admin.get(Node, topology.CONTROL_PLANE_NODE)
+    assert cp.metadata is not None and cp.spec is not None and cp.status is not None
+    labels = cp.metadata.labels or {}
+    assert labels.get(simnode.CONTROL_PLANE_LABEL) == "", labels
+    assert names.GPU_PRESENT_LABEL not in labels and names.GPU_CLIQUE_LABEL not in labels
+    assert [(t.key, t.effect) for t in cp.spec.taints or []] == [
+        (simnode.CONTROL_PLANE_LABEL, "NoSchedule")
+    ]
+    assert "nvidia.com/gpu" not in (cp.status.capacity or {})
+
+    term = {"matchExpressions": [{"key": simnode.CONTROL_PLANE_LABEL, "operator": "Exists"}]}
+    controller = _plain_pod("like-nvidia-controller", ns, ["sleep", "3600"]).to_dict()
+    controller["spec"] |= {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        },
+        "tolerations": [
+            {"key": simnode.CONTROL_PLANE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+        ],
+    }
+    await admin.create(Pod.from_dict(controller))
+    pod = await wait_for(
+        admin, Pod, "like-nvidia-controller", _running_ready, namespace=ns, timeout=60
+    )
+    assert pod.spec is not None and pod.spec.nodeName == topology.CONTROL_PLANE_NODE
+
+    await admin.create(_plain_pod("intruder", ns, ["sleep", "3600"], topology.CONTROL_PLANE_NODE))
+
+    def unschedulable(p: Pod) -> bool:
+        conds = (p.status.conditions if p.status else None) or []
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conds)
+
+    refused = await wait_for(admin, Pod, "intruder", unschedulable, namespace=ns, timeout=60)
+    assert refused.spec is not None and not refused.spec.nodeName
 
 
 def _processes_with(marker: str) -> int:

@@ -132,6 +132,8 @@ def test_topology_groups_by_clique_and_shows_holders() -> None:
         _node("c", "c.2", ready=False),
         _node("d", None),
         _node("e", "c.2", held="gone-uid"),
+        # A control-plane node: no GPU capacity, no GPU labels; it belongs to no domain.
+        {"metadata": {"name": "cp", "labels": {}}, "status": {"capacity": {"cpu": "8"}}},
     ]
     view = viewmodel.topology_view(nodes, cds)
     cliques = [d["clique"] for d in view["domains"]]
@@ -140,4 +142,4 @@ def test_topology_groups_by_clique_and_shows_holders() -> None:
     assert c1["heldBy"] == ["team/cd0"] and c1["free"] == 1 and c1["gpus"] == 8
     assert c2["free"] == 0  # one NotReady, one held by a CD that no longer exists
     assert c2["heldBy"] == ["<deleted CD gone-uid>"]
-    assert plain["nodes"][0]["name"] == "d"
+    assert [n["name"] for n in plain["nodes"]] == ["d"]
