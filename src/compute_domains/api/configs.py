@@ -6,7 +6,7 @@ or a stale template got wrong must fail the claim *permanently* with a message a
 on, because the kubelet shows it verbatim in a pod event. Decoding is therefore strict:
 - the document must be one JSON object with unique keys (duplicates are rejected, not "last wins");
 - ``apiVersion`` and ``kind`` are required and dispatched through an explicit table;
-- an unknown field fails with ``unknown field "<name>"`` (the same phrase Go's strict decoder uses);
+- an unknown field fails with ``strict decoding error: unknown field "<name>"`` (Go's phrase);
 - wrong types and a missing or empty ``domainID`` fail;
 - ``allocationMode`` defaults to ``Single`` when absent, null or empty; any other value than
   ``Single``/``All`` fails (a deliberate tightening: upstream quietly treats a typo as ``Single``).

@@ -17,6 +17,7 @@ its readiness or its CD label changed, or it was deleted.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,9 @@ from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import config, informer, kubeapi
 from compute_domains.controller.status import node_is_ready
+from compute_domains.infra import logs
+
+logger = logging.getLogger(__name__)
 
 Enqueue = Callable[[str, float], None]
 CD_INDEX = "cd"
@@ -172,6 +176,15 @@ class Caches:
     def _cd_changed(self, old: Any, new: Any) -> None:
         obj = new if new is not None else old
         uid = obj.metadata.uid
+        if new is not None:  # NVIDIA's words for this moment (at its verbosity 2)
+            meta = new.metadata
+            logger.log(
+                logs.V2,
+                "Processing added or updated ComputeDomain: %s/%s/%s",
+                meta.namespace,
+                meta.name,
+                uid,
+            )
         if uid:
             self._enqueue(uid, 0.0)
 

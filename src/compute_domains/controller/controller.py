@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
+from compute_domains.api import featuregates
 from compute_domains.controller import (
     caches,
     config,
@@ -72,7 +73,17 @@ class Controller:
 
     async def run(self) -> None:
         """Run until cancelled; raises only on a fatal error."""
-        logger.info("controller starting: %s", _describe(self.settings))
+        # NVIDIA's startup line names these (its tooling greps them): the controller manager
+        # config with maxNodesPerIMEXDomain, additionalNamespaces (we run daemons only in the
+        # driver namespace) and the feature gates in effect.
+        logger.info(
+            "controller starting: %s; controller manager config: maxNodesPerIMEXDomain=%d, "
+            "additionalNamespaces: [] (daemons run in %s only); Feature gates: %s",
+            _describe(self.settings),
+            self.settings.daemon.max_nodes_per_imex_domain,
+            self.settings.namespace,
+            featuregates.render(featuregates.effective()),
+        )
         client = kube.client(self.settings.kube)
         api = kubeapi.Api(client, self.metrics)
         try:
@@ -162,6 +173,11 @@ class _Term:
         while True:
             cds = {uid for cd in self.cache.cds.objects() if (uid := cd.metadata.uid)}
             orphans = self.cache.referenced_uids() - cds
+            logger.debug(
+                "sweep: Cleanup: perform for the objects of %d ComputeDomains and %d UIDs",
+                len(cds),
+                len(orphans),
+            )
             if orphans:
                 logger.info("sweep: %d UIDs name no cached ComputeDomain", len(orphans))
             for uid in sorted(cds | orphans):

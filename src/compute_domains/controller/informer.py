@@ -26,7 +26,7 @@ import httpx2 as httpx
 from lightkube.core.exceptions import ApiError
 
 from compute_domains.controller import kubeapi
-from compute_domains.infra import backoff
+from compute_domains.infra import backoff, logs
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +187,16 @@ class Informer(Generic[R]):
         attempt = 0
         while True:
             try:
+                # NVIDIA's (client-go's) words for these moments, at its verbosities 3 and 2.
+                logger.log(logs.V3, "informer %s: Listing and watching", self.name)
                 version = await self._list()
                 if not self.synced.is_set():
-                    logger.debug("informer %s synced (%d objects)", self.name, len(self._store))
+                    logger.log(
+                        logs.V2,
+                        "informer %s synced: Caches populated (%d objects)",
+                        self.name,
+                        len(self._store),
+                    )
                 self.synced.set()
                 attempt = 0
                 resource: Any = self._resource

@@ -333,7 +333,15 @@ class Membership:
                     await self._client.replace(want.to_resource())
                 except (httpx.HTTPError, OSError) as err:
                     raise kubeio.classify(err, f"update clique {want.name}") from err
-                self._log.info("removed our entry from clique %s", want.name)
+                # NVIDIA's tests grep "Successfully removed daemon" + "from ComputeDomain ns/name".
+                self._log.info(
+                    "removed our entry from clique %s: Successfully removed daemon of node %s "
+                    "(IP %s), detached from ComputeDomain %s",
+                    want.name,
+                    self._ident.node_name,
+                    self._ident.pod_ip,
+                    self._ident.cd,
+                )
                 return
             except errors.PermanentError as err:
                 self._log.warning("cannot remove our clique entry: %s", err)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from compute_domains.daemon import dnsnames
 from compute_domains.daemon.config import PeerSettings
+from compute_domains.infra import logs
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class PeerUpdater:
 
     async def _apply_loop(self) -> None:
         while True:
+            # NVIDIA's words (its verbosity 1) for waiting on the clique's next peer list.
+            logger.log(logs.V1, "Wait for updated ComputeDomainDaemonInfo list (clique peers)")
             await self._changed.wait()
             self._changed.clear()
             wanted = self._wanted

@@ -103,7 +103,9 @@ class Driver:
 
         outcome = await self._retrying(metrics.PREPARE, attempt, deadline, log)
         if isinstance(outcome, str):
-            return Result(error=f"prepare claim {ref.namespace}/{ref.name} ({ref.uid}): {outcome}")
+            # "error preparing devices": the words NVIDIA's tooling finds in the pod's event.
+            where = f"{ref.namespace}/{ref.name} ({ref.uid})"
+            return Result(error=f"error preparing devices for claim {where}: {outcome}")
         log.info("prepared claim: %s", ", ".join(d.device_name for d in outcome))
         return Result(devices=outcome)
 

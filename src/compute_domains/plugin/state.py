@@ -339,6 +339,13 @@ class DeviceState:
                 entry, state=State.UNPREPARED, devices=(), status={}, updated_at=self._now()
             )
             await txn.save(txn.current.with_claim(tombstone))
+            # NVIDIA's wording (its verbosity 6); only a tombstone of the claim stays behind.
+            logger.debug(
+                "Deleted claim from checkpoint: %s/%s (a tombstone stays until cleanup expires it)",
+                entry.namespace,
+                entry.name,
+                extra={"claim_uid": uid, "node": self._node},
+            )
             return entry
 
     def domain_dir(self, uid: str) -> Path:

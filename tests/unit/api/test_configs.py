@@ -153,7 +153,8 @@ def test_malformed_configs_fail_permanently_with_a_clear_message(
 
 def test_unknown_field_message_names_the_kind() -> None:
     with pytest.raises(
-        DecodeError, match=r'^invalid ComputeDomainChannelConfig: unknown field "x"$'
+        DecodeError,
+        match=r'^invalid ComputeDomainChannelConfig: strict decoding error: unknown field "x"$',
     ):
         configs.decode(_channel('"domainID":"u","x":1'))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from compute_domains.daemon import dnsnames, peers
 from compute_domains.daemon.config import PeerSettings
+from compute_domains.infra import logs
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -195,3 +197,20 @@ async def test_a_failing_first_start_propagates(tmp_path: Path) -> None:
     with pytest.raises(ExceptionGroup) as info:
         await asyncio.wait_for(task, 2)
     assert info.group_contains(FileNotFoundError)
+
+
+async def test_waiting_for_peers_is_a_verbosity_1_line_in_nvidias_words(
+    hosts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # NVIDIA's daemon test: present at logVerbosity 6, absent at 0 (here V1: neither INFO nor
+    # hidden at debug).
+    settings = PeerSettings(hosts_file=hosts, reload_interval=INTERVAL, reload_margin=0.02)
+    updater = peers.PeerUpdater(settings, FakeImex(), max_nodes=4)
+    with caplog.at_level(logging.DEBUG, logger=peers.__name__):
+        task = asyncio.create_task(updater.run())
+        await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    waits = [r for r in caplog.records if "Wait for updated ComputeDomainDaemonInfo list" in r.msg]
+    assert waits and {r.levelno for r in waits} == {logs.V1}

@@ -1,0 +1,80 @@
+"""Leaving the clique at shutdown: the entry goes, and the log says so in NVIDIA's words too.
+
+NVIDIA's test "daemon shutdown: confirm CD status cleanup" follows the daemon's log and greps a
+line for ``Successfully removed daemon`` and ``from ComputeDomain <namespace>/<name>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient
+
+from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
+from compute_domains.daemon import events, membership
+from compute_domains.daemon.config import Identity
+from compute_domains.infra import backoff
+
+pytestmark = pytest.mark.timeout(5)
+
+CLIQUE_ID = "5b1c0d6e-0000-4000-8000-000000000001.7"
+ME = Identity(
+    node_name="n1",
+    pod_name="daemon-n1",
+    pod_namespace="driver",
+    pod_uid="uid-daemon-n1",
+    pod_ip="10.0.0.1",
+    clique_id=CLIQUE_ID,
+    cd_uid="cd-uid",
+    cd_name="imex-channel-injection",
+    cd_namespace="default",
+)
+
+
+class _Clique:
+    """One clique object: ``get`` returns it, ``replace`` stores the new version."""
+
+    def __init__(self, clique: ComputeDomainClique) -> None:
+        self.stored = clique.to_resource()
+        self.replaced: list[Any] = []
+
+    async def get(self, _kind: object, _name: str, *, namespace: str) -> Any:
+        return self.stored
+
+    async def replace(self, obj: Any) -> Any:
+        self.replaced.append(obj)
+        self.stored = obj
+        return obj
+
+
+async def test_stopping_removes_our_entry_and_logs_it_in_nvidias_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clique = ComputeDomainClique.new(cd_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
+    entries = (
+        CliqueDaemon(node_name="n1", ip_address="10.0.0.1", clique_id=CLIQUE_ID, index=0),
+        CliqueDaemon(node_name="n2", ip_address="10.0.0.2", clique_id=CLIQUE_ID, index=1),
+    )
+    api = _Clique(dataclasses.replace(clique, daemons=entries))
+    client = cast(AsyncClient, api)
+    member = membership.Membership(
+        client,
+        ME,
+        max_nodes=18,
+        retry=backoff.Backoff(initial=0.01, maximum=0.01, jitter=0.0),
+        recorder=events.PodEvents(client, ME),
+        on_peers=lambda _m: None,
+    )
+    with caplog.at_level(logging.INFO, logger=membership.__name__):
+        await member._deregister_bounded()  # what run() does when it is cancelled
+    left = ComputeDomainClique.from_resource(api.stored)
+    assert [d.node_name for d in left.daemons] == ["n2"]
+    lines = [
+        r.getMessage() for r in caplog.records if "Successfully removed daemon" in r.getMessage()
+    ]
+    assert len(lines) == 1, caplog.text
+    assert "from ComputeDomain default/imex-channel-injection" in lines[0]
+    assert clique.name in lines[0] and "10.0.0.1" in lines[0]
