@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from compute_domains.infra import atomicfile
+from compute_domains.sim.nvml import build as nvml_build
 from compute_domains.sim.nvml import config as nvml_config
 
 DRIVER_ROOT = "/run/nvidia/driver"
@@ -151,11 +152,11 @@ def layout(
     lib = root / LIB_DIR
     lib.mkdir(parents=True, exist_ok=True)
     if nvml_library is not None:
-        data = nvml_library.read_bytes()
-        for name in ("libnvidia-ml", "libcuda"):
-            # libcuda is a placeholder: CDI generators locate the library folder by it;
-            # no simulated program calls CUDA.
-            atomicfile.write_atomic(lib / f"{name}.so.{version}", data, mode=0o755)
+        cuda = nvml_library.parent / nvml_build.LIBCUDA_NAME
+        for name, source in (("libnvidia-ml", nvml_library), ("libcuda", cuda)):
+            # libcuda is a placeholder (its own soname, no symbols): CDI generators locate the
+            # library folder by it; no simulated program calls CUDA.
+            atomicfile.write_atomic(lib / f"{name}.so.{version}", source.read_bytes(), mode=0o755)
             _link(lib / f"{name}.so.1", f"{name}.so.{version}")
         atomicfile.write_atomic(lib / NVML_CONFIG_NAME, nvml_config.render(cfg))
     for name, module in _STAND_INS.items():

@@ -1,7 +1,10 @@
 """Compile the mock NVML library (``mocknvml.c``, package data) into a folder.
 
 ``build_library`` writes ``<out_dir>/libnvidia-ml.so.1``; pointing a process's
-``LD_LIBRARY_PATH`` at ``out_dir`` makes nvidia-ml-py load it. A build is reused while the
+``LD_LIBRARY_PATH`` at ``out_dir`` makes nvidia-ml-py load it. Beside it goes
+``libcuda.so.1``, an empty placeholder with libcuda's own soname: a node's driver root carries
+it because CDI generators locate the driver's library folder (and derive soname links) by it;
+no simulated program calls CUDA. A build is reused while the
 stamp beside it matches the SHA-256 of the source, the compiler name and the flags, so
 repeated calls are cheap. The compiler writes into a private temporary folder and the result
 is renamed into place, so a concurrent or interrupted build never leaves a half-written
@@ -21,6 +24,9 @@ from compute_domains.infra import errors
 from compute_domains.sim.nvml import config
 
 SOURCE_NAME = "mocknvml.c"
+LIBCUDA_NAME = "libcuda.so.1"
+"""The soname of the libcuda placeholder built beside the mock."""
+_LIBCUDA_SOURCE = b"/* libcuda placeholder of a simulated driver root: no symbols. */\n"
 """The C source inside this package."""
 CFLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Werror")
 """Compiler flags; the soname flag is added separately."""
@@ -47,7 +53,7 @@ def build_library(out_dir: Path, cc: str = "gcc") -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     library = out_dir / config.LIBRARY_NAME
     stamp = out_dir / (config.LIBRARY_NAME + _STAMP_SUFFIX)
-    if library.is_file() and _read(stamp) == digest:
+    if library.is_file() and (out_dir / LIBCUDA_NAME).is_file() and _read(stamp) == digest:
         return library
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".mocknvml-build.") as tmp:
         src = Path(tmp) / SOURCE_NAME
@@ -55,6 +61,11 @@ def build_library(out_dir: Path, cc: str = "gcc") -> Path:
         built = Path(tmp) / config.LIBRARY_NAME
         argv = [cc, *CFLAGS, "-o", str(built), f"-Wl,-soname,{config.LIBRARY_NAME}", str(src)]
         _compile(argv)
+        cuda_src = Path(tmp) / "libcuda.c"
+        cuda_src.write_bytes(_LIBCUDA_SOURCE)
+        cuda = Path(tmp) / LIBCUDA_NAME
+        _compile([cc, *CFLAGS, "-o", str(cuda), f"-Wl,-soname,{LIBCUDA_NAME}", str(cuda_src)])
+        os.replace(cuda, out_dir / LIBCUDA_NAME)
         os.replace(built, library)
     stamp.write_text(digest)
     return library

@@ -22,9 +22,13 @@ def test_build_produces_the_soname_and_is_reused(tmp_path: Path) -> None:
     assert build.build_library(tmp_path / "out") == lib
     assert lib.stat().st_mtime_ns == before
     assert sorted(p.name for p in lib.parent.iterdir()) == [
+        build.LIBCUDA_NAME,
         config.LIBRARY_NAME,
         config.LIBRARY_NAME + ".sha256",
     ]
+    # The libcuda placeholder carries libcuda's own soname (CDI generators derive links from it).
+    cuda = (lib.parent / build.LIBCUDA_NAME).read_bytes()
+    assert cuda[:4] == b"\x7fELF" and b"libcuda.so.1" in cuda and b"libnvidia-ml" not in cuda
 
 
 def test_a_changed_stamp_rebuilds(tmp_path: Path) -> None:
