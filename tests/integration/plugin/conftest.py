@@ -108,7 +108,7 @@ async def cluster(admin: AsyncClient, toolset: toolchain.Toolset) -> None:
     helm = str(toolset.path("helm"))
     only = ("--show-only", "templates/deviceclasses.yaml")
     rendered = subprocess.run(
-        [helm, "template", "t", str(CHART), "--kube-version", "1.34.0", *only],
+        [helm, "template", "t", str(CHART), "-n", "cd", "--kube-version", "1.34.0", *only],
         check=True,
         capture_output=True,
         text=True,
