@@ -2,8 +2,9 @@
 
 Start-up order (any failure ends ``run`` with an exception; nothing is left listening):
 1. Hardware discovery (NVML, ``/proc/devices``) in a worker thread; strict fabric checks.
-2. Folders; the checkpoint is opened for the current boot (a checkpoint of an earlier boot is
-   reset; a corrupt one stops start-up unless quarantining is enabled); the base CDI spec.
+2. Folders; the checkpoint is opened for the current boot (one NVIDIA's plugin left is taken
+   over first, see ``plugin.takeover``; a checkpoint of an earlier boot is reset; a corrupt one
+   stops start-up unless quarantining is enabled); the base CDI spec.
 3. A first cleanup pass (stale claims, orphaned specs, a stray node label from before a reboot).
 4. The DRA gRPC service (v1 + v1beta1), then the registration service, so the kubelet can use
    the endpoint as soon as it learns it.
@@ -35,6 +36,7 @@ from compute_domains.plugin import (
     computedomain,
     discovery,
     driver,
+    driverversion,
     edits,
     grpc_server,
     health,
@@ -76,6 +78,7 @@ class Plugin:
         )
         if info.clique_id:  # NVIDIA's words for the same finding (tooling greps them)
             logger.info("identified fabric clique UUID/ID: %s", info.clique_id, extra=extra)
+        driverversion.validate(info.driver_version, s.node_name)
         boot_id = await asyncio.to_thread(bootid.read_boot_id, paths.boot_id)
         await asyncio.to_thread(self._prepare_folders, info.driver_version)
         async with kube.client(s.kube) as client:

@@ -22,6 +22,8 @@ Compatibility rules:
   (``quarantine``) or refuses to start.
 - A future version must keep ``version`` at the top level so that this reader reports
   ``UNKNOWN_VERSION`` instead of guessing.
+- NVIDIA's file at the same path (``checksum``, ``v1``, ``v2``) is not read here:
+  ``plugin.takeover`` converts it to this format at start-up, before this reader sees it.
 
 Invariants:
 - Every write goes through ``infra.atomicfile.write_atomic`` (temp file, fsync, rename, dir fsync).

@@ -45,6 +45,7 @@ from compute_domains.plugin import (
     devices,
     discovery,
     edits,
+    takeover,
 )
 from compute_domains.plugin.config import PathSettings, RetrySettings
 
@@ -160,6 +161,8 @@ class DeviceState:
     async def open_for_boot(self, boot_id: str) -> checkpoint.BootCheck:
         """Load the checkpoint for this boot (reset after a reboot), under the locks.
 
+        A checkpoint NVIDIA's plugin left is converted to ours first (``plugin.takeover``).
+
         Raises:
             checkpoint.CheckpointCorruptError: the file cannot be trusted (left in place).
         """
@@ -168,6 +171,14 @@ class DeviceState:
                 self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
             )
             async with lock:
+                await asyncio.to_thread(
+                    takeover.take_over,
+                    self.checkpoint_path,
+                    cdi_root=self.writer.root,
+                    node=self._node,
+                    offered=self._offered,
+                    now=self._now(),
+                )
                 boot = await asyncio.to_thread(
                     checkpoint.open_for_boot, self.checkpoint_path, boot_id
                 )

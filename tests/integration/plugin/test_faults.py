@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
 import socket
 import sys
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import httpx2 as httpx
 import pytest
+import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
@@ -22,7 +26,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from compute_domains.api import names
 from compute_domains.infra import errors
-from compute_domains.plugin import app, checkpoint, devices
+from compute_domains.plugin import app, cdi, checkpoint, devices, nvidia_checkpoint, takeover
 from compute_domains.sim import driverroot, state
 from tests.integration.helpers import wait_for
 from tests.integration.plugin import objects
@@ -34,6 +38,7 @@ from tests.integration.plugin.conftest import (
     plugin_settings,
     wait_gone,
 )
+from tests.unit.plugin import nvidia_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -301,3 +306,101 @@ async def test_cli_with_the_nodes_mock_nvml_serves_a_pod(
     assert not registry.exists(), "sockets are removed on a clean stop"
     with contextlib.suppress(ApiError):
         await admin.get(ResourceSlice, devices.slice_name(NODE_B))  # left in place, as upstream
+
+
+def _as_nvidia(ours: checkpoint.Checkpoint, extra: dict[str, Any]) -> str:
+    """What NVIDIA's v25.12 plugin would hold for our completed claims (plus ``extra``)."""
+    v2: dict[str, Any] = dict(extra)
+    for uid, entry in ours.claims.items():
+        if entry.state is not State.PREPARE_COMPLETED:
+            continue
+        groups = []
+        for d in entry.devices:
+            device = {
+                "Requests": list(d.request_names),
+                "PoolName": d.pool_name,
+                "DeviceName": d.device_name,
+                "CDIDeviceIDs": list(d.cdi_device_ids),
+            }
+            held = {"info": {"id": int(d.device_name.rsplit("-", 1)[1])}, "device": device}
+            groups.append(
+                {
+                    "devices": [{k: held if k == d.kind else None for k in ("channel", "daemon")}],
+                    "configState": {"Type": d.kind, "ComputeDomain": d.domain_id},
+                }
+            )
+        v2[uid] = {
+            "checkpointState": "PrepareCompleted",
+            "status": dict(entry.status),
+            "preparedDevices": groups,
+        }
+    return nvidia_fixture.checkpoint_text(v2, sign=nvidia_checkpoint.checksum)
+
+
+async def test_start_up_on_nvidias_checkpoint_adopts_the_running_workload(
+    admin: AsyncClient,
+    spaces: Namespaces,
+    start_plugin: StartPlugin,
+    plugin_sim: state.SimPaths,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 13 point 7: the node as NVIDIA's plugin leaves it, with a workload running on it."""
+    caplog.set_level(logging.INFO, logger="compute_domains.plugin")
+    running = await start_plugin(NODE_A)
+    uid = await objects.compute_domain(admin, spaces.user, "takeover")
+    await objects.ready_clique(admin, spaces.driver, uid, node_info(NODE_A).clique_id, [NODE_A])
+    await objects.workload_template(admin, spaces.user, "takeover", uid)
+    await objects.pod(admin, spaces.user, "w", "sleep 3600", template="takeover", node=NODE_A)
+    pod_uid = (await objects.running(admin, spaces.user, "w")).metadata.uid  # type: ignore[union-attr]
+    claim_uid = str((await objects.claim_of(admin, spaces.user, "w")).metadata.uid)  # type: ignore[union-attr]
+    await running.stop()
+
+    # Rewrite the node in NVIDIA's formats: checkpoint.json, claim spec and base spec in YAML,
+    # plus a PrepareStarted entry whose ResourceClaim no longer exists.
+    ours = objects.read_checkpoint(plugin_sim, NODE_A)
+    path = running.settings.paths.local(running.settings.paths.plugin_dir) / checkpoint.FILE_NAME
+    stale_uid, stale_name = str(uuid.uuid4()), "gone-claim"
+    started = {
+        "checkpointState": "PrepareStarted",
+        "status": dict(ours.claims[claim_uid].status),
+        "name": stale_name,
+        "namespace": spaces.user,
+    }
+    path.write_text(_as_nvidia(ours, {stale_uid: started}))
+    spec = objects.cdi_spec_path(plugin_sim, NODE_A, claim_uid)
+    cdi_root = spec.parent
+    nvidia_spec = cdi_root / f"k8s.compute-domain.nvidia.com-claim_{claim_uid}.yaml"
+    nvidia_spec.write_text(yaml.safe_dump(json.loads(spec.read_text())))
+    spec.unlink()
+    base = json.loads((cdi_root / cdi.BASE_SPEC_FILE).read_text())
+    (cdi_root / takeover.NVIDIA_BASE_SPEC).write_text(yaml.safe_dump(base))
+
+    caplog.clear()
+    await start_plugin(NODE_A)
+    took = [m for m in caplog.messages if m.startswith("Took over claim ")]
+    assert any(claim_uid in m and "PrepareCompleted here" in m for m in took), took
+    assert any(f"{spaces.user}/{stale_name} ({stale_uid})" in m for m in took), took
+    assert any(m.startswith("Took over NVIDIA's") for m in caplog.messages)
+    assert any(f"unprepared stale claim: {spaces.user}/{stale_name}" in m for m in caplog.messages)
+    assert path.with_name("checkpoint.json.nvidia-v25.12").exists()
+    now = objects.read_checkpoint(plugin_sim, NODE_A)
+    assert now.claims[claim_uid].state is State.PREPARE_COMPLETED
+    assert now.claims[claim_uid].devices == ours.claims[claim_uid].devices
+    assert now.claims[stale_uid].state is State.UNPREPARED
+    assert spec.exists() and not list(cdi_root.glob("*.yaml"))
+    pod = await admin.get(Pod, "w", namespace=spaces.user)
+    assert pod.metadata is not None and pod.metadata.uid == pod_uid
+    assert pod.status is not None and pod.status.phase == "Running"
+    assert await objects.node_label(admin, NODE_A) == uid, "the workload's domain keeps the node"
+
+    # The workload goes: the kubelet's unprepare finds the adopted claim and undoes it.
+    await admin.delete(Pod, "w", namespace=spaces.user, grace_period=0)
+    await objects.wait_label(admin, NODE_A, None)
+
+    def undone() -> bool:
+        entry = objects.read_checkpoint(plugin_sim, NODE_A).claims[claim_uid]
+        return entry.state is State.UNPREPARED
+
+    # The tombstone is saved after the spec is removed, in the same transaction.
+    await _until(undone, timeout=30, what="the adopted claim's tombstone")
+    assert not spec.exists()
