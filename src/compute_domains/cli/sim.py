@@ -27,6 +27,32 @@ _NAME = click.option(
 )
 
 
+_IMAGE_MAP = click.option(
+    "--image-map",
+    "image_map",
+    multiple=True,
+    metavar="REPOSITORY=FOLDER",
+    help="Run containers of image REPOSITORY (any tag) from FOLDER, a folder laid out as the "
+    "image's filesystem (e.g. FOLDER/usr/bin/<programs>); repeatable.",
+)
+
+
+def _image_map(items: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
+    out = []
+    for item in items:
+        repo, _, folder = item.partition("=")
+        path = Path(folder).resolve()
+        if not repo or not folder or ":" in repo.rsplit("/", 1)[-1]:
+            raise click.BadParameter(
+                f"{item!r}: expected REPOSITORY=FOLDER (a repository without a tag)",
+                param_hint="--image-map",
+            )
+        if not path.is_dir():
+            raise click.BadParameter(f"{item!r}: {path} is not a folder", param_hint="--image-map")
+        out.append((repo, path))
+    return tuple(out)
+
+
 def _paths(name: str) -> state.SimPaths:
     return state.SimPaths(options.sim_home(), name)
 
@@ -97,11 +123,13 @@ def _shape(
     show_default=True,
     help="Install the project's Helm chart once the nodes are up.",
 )
+@_IMAGE_MAP
 @_shape_options
 def up(
     name: str,
     api_port: int | None,
     driver: bool,
+    image_map: tuple[str, ...],
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -121,7 +149,12 @@ def up(
     ):
         chart = options.chart_dir() if driver and shape.total_nodes else None
         started = lifecycle.start(
-            paths, toolset.bin_dir, api_port=api_port, shape=shape, chart=chart
+            paths,
+            toolset.bin_dir,
+            api_port=api_port,
+            shape=shape,
+            chart=chart,
+            image_map=_image_map(image_map),
         )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
@@ -221,6 +254,7 @@ def status(name: str, output: str) -> None:
     is_flag=True,
     help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).",
 )
+@_IMAGE_MAP
 @_shape_options
 def serve(
     home: Path,
@@ -230,6 +264,7 @@ def serve(
     die_with_parent: bool,
     chart: Path | None,
     patient_nodes: bool,
+    image_map: tuple[str, ...],
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -257,6 +292,7 @@ def serve(
         shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
         driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
         patience=patient_nodes,
+        image_map=_image_map(image_map),
     )
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)

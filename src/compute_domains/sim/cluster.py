@@ -59,6 +59,9 @@ class SimSettings:
     """Timings of the simulated kubelets."""
     driver: driver_mod.DriverSettings | None = None
     """Install the project's Helm chart once the nodes are up (None: a cluster without it)."""
+    image_map: tuple[tuple[str, Path], ...] = ()
+    """Image repository → folder of that image's files (``sim.images``): e.g. another driver's
+    programs, run by its own chart as on a real cluster."""
     patience: bool = False
     """Upstream's node-lifecycle timings (NotReady after 40 s without a heartbeat, eviction
     after 300 s) instead of the fast ones fault drills use (8 s, 10 s): for long, heavy runs
@@ -179,6 +182,7 @@ class SimCluster:
                 nvml_lib_dir=lib_dir.parent,
                 address_slot=slot,
                 stand_in_bin=bin_dir,
+                image_map=dict(self._s.image_map),
                 releases=releases.installed(self._s.home / "releases"),
                 kubelet=self._s.kubelet,
             )

@@ -42,6 +42,7 @@ def _supervisor_argv(
     shape: topology.Shape,
     chart: Path | None,
     patience: bool = False,
+    image_map: tuple[tuple[str, Path], ...] = (),
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -74,6 +75,8 @@ def _supervisor_argv(
         argv.append("--die-with-parent")
     if patience:
         argv.append("--patient-nodes")
+    for repo, folder in image_map:
+        argv += ["--image-map", f"{repo}={folder}"]
     return argv
 
 
@@ -118,6 +121,7 @@ def start(
     timeout_s: float = 600.0,
     on_wait: Callable[[str], None] | None = None,
     patience: bool = False,
+    image_map: tuple[tuple[str, Path], ...] = (),
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
@@ -143,6 +147,7 @@ def start(
                 shape or topology.Shape(racks=0),
                 chart,
                 patience,
+                image_map,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,
