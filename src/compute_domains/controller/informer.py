@@ -187,13 +187,14 @@ class Informer(Generic[R]):
         attempt = 0
         while True:
             try:
-                # NVIDIA's (client-go's) words for these moments, at its verbosities 3 and 2.
-                logger.log(logs.V3, "informer %s: Listing and watching", self.name)
+                # NVIDIA's (client-go's) words for these moments, at its verbosities 3 and 2,
+                # with the client-go file that logs them (klog prints it; tooling greps it).
+                logger.log(logs.V3, "informer %s: Listing and watching (reflector.go)", self.name)
                 version = await self._list()
                 if not self.synced.is_set():
                     logger.log(
                         logs.V2,
-                        "informer %s synced: Caches populated (%d objects)",
+                        "informer %s synced: Caches populated (%d objects) (reflector.go)",
                         self.name,
                         len(self._store),
                     )

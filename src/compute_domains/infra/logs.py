@@ -5,6 +5,10 @@ takes it (``-v N``, chart value ``logVerbosity``), 0 to 10. Verbosity 0 is INFO;
 few detail lines NVIDIA's tooling expects at those verbosities (``V1``..``V3``, logging levels
 19..17, between INFO and DEBUG); 4 and above is DEBUG (klog's "debug detail" range). A name
 stays a name: ``info`` shows no V1..V3 line, ``debug`` shows them all.
+
+From verbosity 6 (klog's request-trace level) every API response is logged as client-go's
+``round_trippers.go`` logs it (``"Response" verb="GET" url=... status="200 OK"``): the HTTP
+library's one line per request, reworded. Below 6, and for level names, those lines are off.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ V3: Final = logging.INFO - 3
 """Detail NVIDIA logs at klog verbosity 3 (list-and-watch lines)."""
 KLOG_MAX: Final = 10
 """Highest klog verbosity accepted (klog's own scale stops meaning more there)."""
+REQUEST_TRACE: Final = 6
+"""klog verbosity from which every API response is logged (client-go's request trace)."""
+_HTTP_LOGGERS: Final = ("httpx2", "httpx")
 
 _NAMED: Final = MappingProxyType(
     {
@@ -54,6 +61,30 @@ def level_number(level: str) -> int:
         f"{level!r} is neither a level name (debug, info, warning, error) "
         f"nor a klog verbosity 0..{KLOG_MAX}"
     )
+
+
+def _verbosity(level: str) -> int | None:
+    """The klog verbosity ``level`` names, or None for a level name."""
+    text = level.strip().lower()
+    return int(text) if text.isdigit() else None
+
+
+class _RequestTrace(logging.Filter):
+    """Rewords the HTTP library's per-request line as client-go's response trace.
+
+    The library logs ``HTTP Request: GET <url> "HTTP/1.1 200 OK"`` at INFO; the trace is
+    debug detail, so the record becomes a DEBUG line in klog's words.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if str(record.msg).startswith("HTTP Request:") and isinstance(args, tuple):
+            if len(args) == 5:
+                method, url, version, status, reason = args
+                record.msg = 'round_trippers.go: "Response" verb="%s" url="%s" status="%s %s" (%s)'
+                record.args = (method, str(url), status, reason, version)
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
 
 
 class _JsonFormatter(logging.Formatter):
@@ -96,7 +127,11 @@ def setup(level: str = "info", fmt: LogFormat = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(number)
-    # Every API request is an INFO line in httpx; far too chatty for a component log.
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Every API request is an INFO line in httpx: too chatty below the request-trace verbosity.
+    verbosity = _verbosity(level)
+    trace = verbosity is not None and verbosity >= REQUEST_TRACE
+    for name in _HTTP_LOGGERS:
+        http = logging.getLogger(name)
+        http.setLevel(logging.INFO if trace else logging.WARNING)
+        http.filters[:] = [_RequestTrace()] if trace else []
     logging.getLogger("httpcore2").setLevel(logging.WARNING)

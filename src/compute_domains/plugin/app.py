@@ -36,6 +36,7 @@ from compute_domains.plugin import (
     computedomain,
     discovery,
     driver,
+    driverversion,
     edits,
     grpc_server,
     health,
@@ -77,6 +78,7 @@ class Plugin:
         )
         if info.clique_id:  # NVIDIA's words for the same finding (tooling greps them)
             logger.info("identified fabric clique UUID/ID: %s", info.clique_id, extra=extra)
+        driverversion.validate(info.driver_version, s.node_name)
         boot_id = await asyncio.to_thread(bootid.read_boot_id, paths.boot_id)
         await asyncio.to_thread(self._prepare_folders, info.driver_version)
         async with kube.client(s.kube) as client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import httpx2 as httpx
 import pytest
 
 from compute_domains.infra import logs
@@ -86,3 +87,37 @@ def test_detail_lines_are_labelled_with_their_verbosity(capsys: pytest.CaptureFi
     logs.setup("2", "json")
     logging.getLogger("test.verbosity").log(logs.V2, "Caches populated")
     assert '"level": "v2"' in capsys.readouterr().err
+
+
+def _one_request(url: str) -> None:
+    """One GET through the HTTP library lightkube uses, answered in-process."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+    with httpx.Client(transport=transport) as client:
+        client.get(url)
+
+
+@pytest.mark.usefixtures("root_restored")
+@pytest.mark.parametrize("level", ["6", "10"])
+def test_from_verbosity_6_each_response_is_traced_in_client_gos_words(
+    level: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs.setup(level)
+    _one_request("https://api.test/api/v1/pods?limit=1")
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "Response" in ln]
+    assert " DEBUG " in line
+    assert (
+        'round_trippers.go: "Response" verb="GET" url="https://api.test/api/v1/pods?limit=1" '
+        'status="200 OK"'
+    ) in line
+
+
+@pytest.mark.usefixtures("root_restored")
+@pytest.mark.parametrize("level", ["0", "4", "5", "info", "debug"])
+def test_below_verbosity_6_requests_are_not_logged(
+    level: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs.setup(level)
+    _one_request("https://api.test/api/v1/pods")
+    err = capsys.readouterr().err
+    assert "api.test" not in err
+    assert "round_trippers.go" not in err
