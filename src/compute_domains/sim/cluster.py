@@ -108,6 +108,7 @@ class SimCluster:
         )
         task = asyncio.create_task(cp.run(), name="control-plane")
         ready = asyncio.create_task(cp.ready.wait(), name="control-plane-ready")
+        nodes: asyncio.Task[None] | None = None
         try:
             done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
             if task in done:
@@ -141,12 +142,21 @@ class SimCluster:
                             raise errors.SimError(f"{t.get_name()} stopped during start-up")
                     inst.result()
                 self._record("ready")
-                await asyncio.gather(task, nodes)
+                # Not gather: cancelling a gather cancels both at once; the teardown below
+                # stops the nodes before the control plane.
+                ended, _ = await asyncio.wait({task, nodes}, return_when=asyncio.FIRST_EXCEPTION)
+                for t in ended:
+                    t.result()
                 return
             self._record("ready")
             await task
         except asyncio.CancelledError:
             self._record("stopping")
+            if nodes is not None:
+                # Nodes first, as when machines are shut down before their control plane: each
+                # container ends with every process it started.
+                nodes.cancel()
+                await asyncio.gather(nodes, return_exceptions=True)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             raise

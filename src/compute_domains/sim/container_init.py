@@ -9,7 +9,10 @@ nodes plus the CDI device nodes), the pod's own ``/etc/hosts`` and every volume 
 chroots there and execs the container command, so
 the command keeps this process's pid. Nothing of it is visible outside the namespace: the
 machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched.
-``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec probes).
+``run SPEC EXEC_FD`` tells the runtime that the command was exec'd by closing EXEC_FD (it is
+close-on-exec), so a container counts as running only once its command runs, as with runc's
+exec FIFO. ``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec
+probes, ``kubectl exec``).
 Without root there is no namespace: the command runs on the host view and the runtime says so.
 """
 
@@ -140,7 +143,7 @@ def _build_root(spec: dict[str, Any]) -> Path:
     for node in spec["devices"]:
         path = _inside(root, node["path"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        kind = stat.S_IFBLK if node.get("type") == "b" else stat.S_IFCHR
+        kind = {"b": stat.S_IFBLK, "p": stat.S_IFIFO}.get(node.get("type", "c"), stat.S_IFCHR)
         os.mknod(path, kind | node.get("mode", 0o666), os.makedev(node["major"], node["minor"]))
         os.chmod(path, node.get("mode", 0o666))
     for mount in spec["mounts"]:
@@ -159,9 +162,13 @@ def _enter(spec: dict[str, Any], pid: int) -> None:
     os.chroot(spec["rootfs"])
 
 
-def _exec(spec: dict[str, Any], argv: list[str]) -> None:
+def _exec(spec: dict[str, Any], argv: list[str], exec_fd: int | None = None) -> None:
     env: dict[str, str] = spec["env"]
     os.chdir(spec.get("workdir") or "/")
+    if exec_fd is not None:
+        # The runtime waits for this pipe to close: at the exec (close-on-exec), or when this
+        # process exits because the exec failed. Only then is the container running.
+        os.set_inheritable(exec_fd, False)
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
@@ -173,7 +180,7 @@ def _exec(spec: dict[str, Any], argv: list[str]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``run SPEC`` or ``enter SPEC PID -- CMD...``."""
+    """``run SPEC [EXEC_FD]`` or ``enter SPEC PID -- CMD...``."""
     # Die with the node agent that started us (it forks without a pre-exec hook).
     _libc().prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL; survives the exec below
     mode, spec_path = argv[0], argv[1]
@@ -184,7 +191,7 @@ def main(argv: list[str]) -> None:
         os.setsid()
         if spec["isolate"]:
             os.chroot(_build_root(spec))
-        _exec(spec, spec["command"])
+        _exec(spec, spec["command"], int(argv[2]) if len(argv) > 2 else None)
     elif mode == "enter":
         pid, cmd = int(argv[2]), argv[argv.index("--") + 1 :]
         if spec["isolate"]:

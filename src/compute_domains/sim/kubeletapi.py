@@ -1,7 +1,8 @@
 """The kubelet's HTTPS endpoint of a simulated node, enough for ``kubectl logs``.
 
-Serves ``GET /containerLogs/<ns>/<pod>/<container>`` (with ``tailLines``, ``follow`` and
-``previous`` ignored) and ``/healthz`` on the node's own address, with a serving certificate
+Serves ``GET /containerLogs/<ns>/<pod>/<container>`` (with ``tailLines`` and ``follow``, which
+ends with the container: ``sim.logfollow``; ``previous`` is ignored) and ``/healthz`` on the
+node's own address, with a serving certificate
 from the sim's CA; only clients with a certificate of that CA (the API server's kubelet
 client) are accepted, as the API server's ``--kubelet-certificate-authority`` expects.
 """
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from compute_domains.sim import logfollow, runtime
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,6 +35,8 @@ class TlsFiles:
 
 class _HasLogs(Protocol):
     def container_log(self, name: str) -> Path: ...
+
+    def running(self, name: str) -> runtime.Running | None: ...
 
 
 def _response(status: str, body: bytes, ctype: str = "text/plain") -> bytes:
@@ -72,7 +77,7 @@ class KubeletApi:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             line = request.split(b"\r\n", 1)[0].decode(errors="replace")
             method, target = line.split(" ")[:2]
-            await self._serve(method, target, writer)
+            await self._serve(method, target, reader, writer)
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -80,7 +85,13 @@ class KubeletApi:
                 writer.close()
                 await writer.wait_closed()
 
-    async def _serve(self, method: str, target: str, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self,
+        method: str,
+        target: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         url = urllib.parse.urlsplit(target)
         query = urllib.parse.parse_qs(url.query)
         parts = [p for p in url.path.split("/") if p]
@@ -101,7 +112,7 @@ class KubeletApi:
                 )
             )
             return
-        data = path.read_bytes()
+        data = raw = path.read_bytes()
         tail = query.get("tailLines", [""])[0]
         if tail.isdigit():
             lines = data.splitlines(keepends=True)
@@ -111,14 +122,12 @@ class KubeletApi:
             return
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
         writer.write(data)
-        offset = path.stat().st_size
-        # Following a growing file: the log is a plain file written by another process.
-        while not writer.is_closing():
+        await writer.drain()
+
+        async def send(chunk: bytes) -> None:
+            writer.write(chunk)
             await writer.drain()
-            size = path.stat().st_size if path.exists() else offset
-            if size > offset:
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    writer.write(fh.read(size - offset))
-                offset = size
-            await asyncio.sleep(0.5)
+
+        running = worker.running(container) if worker is not None else None
+        ended = running.child.proc.wait() if running is not None else None
+        await logfollow.follow(path, len(raw), send, ended, reader.read(1))

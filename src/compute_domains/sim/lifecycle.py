@@ -2,8 +2,9 @@
 
 ``start`` launches the supervisor (``cdctl sim serve``) as its own process and waits until its
 record says ``ready`` (or ``failed``, whose reason becomes the error). ``stop`` sends SIGTERM,
-waits, and falls back to SIGKILL; the supervisor's children die with it. A folder whose
-supervisor is gone is *stale*: ``start`` removes it (killing any recorded component that
+waits, and falls back to SIGKILL; the supervisor's children die with it, and what its simulated
+containers started is ended from their records on the nodes. A folder whose supervisor is gone
+is *stale*: ``start`` removes it (killing any recorded component or container process that
 somehow survived) and says so.
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compute_domains.infra import errors
-from compute_domains.sim import procs, state, topology
+from compute_domains.sim import procs, runtime, state, topology
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,6 +82,12 @@ def _supervisor_argv(
 
 
 def _kill_recorded_children(paths: state.SimPaths) -> None:
+    # What the simulated containers started outlives a supervisor that was killed before it
+    # stopped its nodes: end every process of every container still recorded on a node.
+    nodes = paths.root / "nodes"
+    if nodes.is_symlink() and nodes.resolve().is_dir():
+        for node_root in nodes.resolve().iterdir():
+            runtime.kill_leftovers(node_root / "containers")
     endpoints = paths.endpoints()
     if endpoints is None:
         return

@@ -52,6 +52,10 @@ class KubeletSettings:
     """First retry delay for volumes and DRA preparation."""
     retry_backoff_cap_s: float = 10.0
     """Cap of that retry delay."""
+    relist_s: float = 0.1
+    """How long after its start a container is reported running. The real kubelet learns of a
+    start at its next PLEG relist (every 1 s), so what a container prints at once is in its log
+    before its pod turns Ready; NVIDIA's tests rely on that."""
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -126,6 +130,11 @@ class PodWorker:
         self._gone = self._gone or gone
         self._stop.set()
 
+    def running(self, name: str) -> runtime.Running | None:
+        """A container's running instance (``kubectl logs -f`` and ``exec``); None when the
+        container does not run."""
+        return self._running.get(name)
+
     def container_log(self, name: str) -> Path:
         """Where a container's output is kept (read by ``kubectl logs``)."""
         return self._svc.logs_dir / f"{self.namespace}_{self.name}_{self.uid}" / f"{name}.log"
@@ -172,7 +181,7 @@ class PodWorker:
             # The container loops run in ``main``, not in this task: stop them restarting what
             # the power cut kills, then end them (else a rebooted node ran every container twice).
             self._stop.set()
-            await self._kill_all(0)
+            await self._kill_all(0, report=False)
             main.cancel()
             await asyncio.gather(main, return_exceptions=True)
             raise
@@ -409,6 +418,14 @@ class PodWorker:
         log_path = self.container_log(c.name)
         running = await self._svc.runtime.start(cid, cfg, log_path)
         self._running[c.name] = running
+        ended = asyncio.ensure_future(running.child.proc.wait())
+        try:
+            await asyncio.wait({ended}, timeout=self._svc.settings.relist_s)  # the relist
+        except asyncio.CancelledError:
+            running.child.kill()
+            raise
+        finally:
+            ended.cancel()
         rec.state, rec.reason, rec.message = "running", "", ""
         rec.started_at = podstatus.now()
         rec.container_id = f"sim://{cid}-{rec.restart_count}"
@@ -429,6 +446,11 @@ class PodWorker:
         try:
             rc = await running.child.proc.wait()
             running.child.end_group()
+        except asyncio.CancelledError:
+            # The worker ends while this container runs (one started after the stop began):
+            # it must not outlive its pod.
+            running.child.kill()
+            raise
         finally:
             probe_task.cancel()
             await asyncio.gather(probe_task, return_exceptions=True)
@@ -440,9 +462,11 @@ class PodWorker:
         self._changed()
         return rc
 
-    async def _kill_all(self, grace: float) -> None:
+    async def _kill_all(self, grace: float, *, report: bool = True) -> None:
+        """Stop every running container; ``report=False`` for a power cut, which records no
+        event (and must kill even when the API server is gone already, as at sim teardown)."""
         running = list(self._running.items())
-        for name, _ in running:
+        for name, _ in running if report else []:
             await self._svc.recorder.pod(
                 self.pod, "Normal", "Killing", f"Stopping container {name}"
             )

@@ -3,6 +3,9 @@
 Every child gets ``PR_SET_PDEATHSIG=SIGKILL``, so when the process that started it dies for any
 reason (even SIGKILL) the kernel kills the child too: no orphan etcd or kube-apiserver keeps a
 port busy after a crashed test run. Stopping is SIGTERM, a bounded wait, then SIGKILL.
+A container's child leads a session of its own: when it ends, every process of that session
+ends too (``kill_session``), whatever process group its processes moved to, as every process of
+a container's PID namespace dies with it.
 """
 
 from __future__ import annotations
@@ -69,12 +72,20 @@ class Child:
         assert rc is not None
         return rc
 
+    def kill(self) -> None:
+        """SIGKILL the child and (a container) every process of its session, without waiting:
+        for cancellation paths, which must not leave a process behind."""
+        self._signal(signal.SIGKILL)
+        self.end_group()
+
     def end_group(self) -> None:
-        """SIGKILL what is left of the child's group once it has ended: like the processes of a
-        container's PID namespace when its first process exits, none outlives the container."""
+        """SIGKILL what is left of the child's session once it has ended: like the processes of
+        a container's PID namespace when its first process exits, none outlives the container,
+        also not one that moved to a process group of its own (a daemon's helper, a shell job)."""
         if self.group:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
+            kill_session(self.pid)
 
     def _signal(self, sig: signal.Signals) -> None:
         # Like a container runtime: SIGTERM goes to the first process only (it stops its own
@@ -98,6 +109,7 @@ async def start(
     cwd: Path | None = None,
     preexec: bool = True,
     group: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> Child:
     """Start ``argv`` with stdout and stderr appended to ``log_path``.
 
@@ -105,7 +117,7 @@ async def start(
     set it itself (``container_init`` does). A process that uses gRPC must start children that
     way: Python code run between fork and exec triggers gRPC's fork handlers, which break the
     child. ``group=True`` when the program makes itself a process group leader (containers
-    do): stopping it then signals the whole group.
+    do): stopping it then signals the whole group. ``pass_fds`` stay open in the child.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -117,9 +129,56 @@ async def start(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             preexec_fn=die_with_parent if preexec else None,
+            pass_fds=tuple(pass_fds),
         )
     logger.debug("started %s pid=%d: %s", name, proc.pid, " ".join(argv))
     return Child(name=name, proc=proc, log_path=log_path, group=group)
+
+
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] when gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    # The command name is in parentheses and may itself hold spaces and parentheses.
+    return raw.rsplit(")", 1)[-1].split()
+
+
+def start_time(pid: int) -> int | None:
+    """When a process started (clock ticks after boot): tells a pid's reuse apart; None when
+    it is gone."""
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes (no zombies) whose session id is ``sid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(entry.name)
+            if len(fields) > 3 and fields[3] == str(sid) and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process of session ``sid`` until none is left; returns how many.
+
+    Scanned again after each round: a member may fork while the previous round is killed. The
+    session id stays allocated while any member lives, so no unrelated process can take it.
+    """
+    killed = 0
+    for _ in range(50):
+        members = [pid for pid in session_members(sid) if pid != os.getpid()]
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -41,6 +42,11 @@ SYSTEM_DIRS = (
     "/srv",
 )
 """Host folders every container sees read-only (the "image" of a simulated container)."""
+_EXEC_WAIT_S = 60.0
+"""How long a container may take to build its view and exec (a loaded machine with many
+containers starting at once); past it the container is reported running anyway."""
+_SESSION_FILE = "session"
+"""Per-container record of its session: ``<pid> <start time>``."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,18 +161,42 @@ class Runtime:
         }
 
     async def start(self, cid: str, cfg: ContainerConfig, log_path: Path) -> Running:
-        """Start the container's process; its output is appended to ``log_path``."""
+        """Start the container's process; its output is appended to ``log_path``.
+
+        Returns once the command runs (or failed to exec), not when ``container_init`` merely
+        began building the container's view: a kubelet reports a container running after the
+        runtime started its process, so output it writes at once is there by the time the pod
+        turns Ready (``kubectl wait --for=condition=Ready; kubectl logs``).
+        """
         cdir = self.container_dir(cid)
         cdir.mkdir(parents=True, exist_ok=True)
         spec_path = cdir / "spec.json"
         spec_path.write_text(json.dumps(self._spec(cid, cfg)))
-        child = await procs.start(
-            cid,
-            [self._s.python, "-m", "compute_domains.sim.container_init", "run", str(spec_path)],
-            log_path=log_path,
-            preexec=False,
-            group=True,
-        )
+        exec_r, exec_w = os.pipe()
+        try:
+            child = await procs.start(
+                cid,
+                [
+                    *(self._s.python, "-m", "compute_domains.sim.container_init"),
+                    *("run", str(spec_path), str(exec_w)),
+                ],
+                log_path=log_path,
+                preexec=False,
+                group=True,
+                pass_fds=(exec_w,),
+            )
+        finally:
+            os.close(exec_w)
+        try:
+            await _closed(exec_r, cid)
+        except BaseException:
+            child.kill()  # cancelled while it sets up: it must not run on unwatched
+            raise
+        finally:
+            os.close(exec_r)
+        # Its session id (= its pid, once it called setsid) and start time, so the processes
+        # of a container whose agent died can still be found and ended (``kill_leftovers``).
+        (cdir / _SESSION_FILE).write_text(f"{child.pid} {procs.start_time(child.pid)}\n")
         return Running(child=child, spec_path=spec_path)
 
     def _enter_argv(self, running: Running, argv: Sequence[str]) -> list[str]:
@@ -229,3 +259,44 @@ class Runtime:
     def remove(self, cid: str) -> None:
         """Remove a stopped container's folder (its mounts died with its namespace)."""
         shutil.rmtree(self.container_dir(cid), ignore_errors=True)
+
+
+async def _closed(fd: int, cid: str) -> None:
+    """Wait until the write end of pipe ``fd`` is closed everywhere (EOF)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await asyncio.wait_for(ready, _EXEC_WAIT_S)
+    except TimeoutError:
+        logger.warning("container %s: no exec after %.0fs; reported running", cid, _EXEC_WAIT_S)
+    finally:
+        loop.remove_reader(fd)
+
+
+def kill_leftovers(state_dir: Path) -> int:
+    """End every process of the containers recorded under ``state_dir`` (a node's container
+    folder); returns how many processes were killed.
+
+    For a node agent that died without stopping its containers (a killed sim supervisor): its
+    containers' first processes die with it (parent-death signal), but what they started would
+    live on, re-parented to PID 1. A recorded session whose leader still runs with another start
+    time belongs to a process that reused the pid: it is left alone.
+    """
+    killed = 0
+    for record in state_dir.glob(f"*/{_SESSION_FILE}"):
+        try:
+            pid_text, started = record.read_text().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        now = procs.start_time(pid)
+        if now is not None and str(now) != started:
+            continue
+        killed += procs.kill_session(pid)
+    return killed

@@ -4,14 +4,16 @@ Covers: a Deployment of ``sh -c`` pods runs, restarts a failing container and is
 a pod with a claim of the test DRA driver gets the CDI env and device node, and its claim is
 unprepared after deletion, also when the pod was deleted while its kubelet was down; probes
 gate readiness; a stopped node turns NotReady and the real node-lifecycle controller evicts
-its pods; a rebooted node runs each container once, prepares its pods' claims again and
-publishes their new addresses.
+its pods, and every process its containers started ends with it; a rebooted node runs each
+container once, prepares its pods' claims again and publishes their new addresses; the
+control-plane node runs only pods that tolerate its taint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -141,6 +143,48 @@ async def test_deployment_runs_restarts_and_tears_down(admin: AsyncClient, ns: s
 
     await admin.delete(Deployment, "ok", namespace=ns)
     await _wait_pods(admin, ns, "ok", 0, lambda p: True)
+
+
+async def test_output_written_before_ready_is_in_the_log_once_ready(
+    admin: AsyncClient, ns: str
+) -> None:
+    """NVIDIA's channel-injection test: ``kubectl wait --for=condition=Ready`` then ``kubectl
+    logs`` must show what the container printed first. The pod used to turn Ready while the
+    container's view was still being built (~0.5 s before its command ran), with an empty log."""
+    await admin.create(
+        _plain_pod("early", ns, ["sh", "-c", "echo written-first; exec sleep 3600"], NODE_A)
+    )
+    await wait_for(admin, Pod, "early", _running_ready, namespace=ns, timeout=60)
+    logs = "".join([line async for line in admin.log("early", namespace=ns)])
+    assert "written-first" in logs
+
+
+async def test_following_a_log_ends_with_the_deleted_pod(admin: AsyncClient, ns: str) -> None:
+    """``kubectl logs -f`` of a daemon pod, then the pod is deleted: the follower gets what the
+    container wrote while it stopped, then ends (NVIDIA's test greps the daemon's last words)."""
+    script = "trap 'echo last-words; exit 0' TERM; echo started; sleep 3600 & wait"
+    pod = _plain_pod("followed", ns, ["sh", "-c", script], NODE_A)
+    assert pod.spec is not None
+    pod.spec.terminationGracePeriodSeconds = 10
+    await admin.create(pod)
+    await wait_for(admin, Pod, "followed", _running_ready, namespace=ns, timeout=60)
+    lines: list[str] = []
+    started = asyncio.Event()
+
+    async def follow() -> None:
+        async for line in admin.log("followed", namespace=ns, follow=True):
+            lines.append(line)
+            if "started" in line:
+                started.set()
+
+    follower = asyncio.create_task(follow())
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        await admin.delete(Pod, "followed", namespace=ns)
+        await asyncio.wait_for(follower, 30)  # it ends by itself
+    finally:
+        follower.cancel()
+    assert "".join(lines) == "started\nlast-words\n"
 
 
 async def test_probe_gates_readiness(admin: AsyncClient, ns: str) -> None:
@@ -438,6 +482,38 @@ async def _until_count(marker: str, count: int, timeout: float = 30) -> None:
     async with asyncio.timeout(timeout):
         while _processes_with(marker) != count:
             await asyncio.sleep(0.2)
+
+
+ESCAPER = (
+    "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    " time.sleep(3600)"
+)
+"""A helper that leaves its container's process group and ignores SIGTERM (a daemon's child
+such as the nvidia-imex NVIDIA's daemon starts; a shell job); its argument is a marker."""
+
+
+def escaping_command(marker: str) -> list[str]:
+    """A container command that starts ``ESCAPER`` (marked) and then sleeps in place."""
+    return ["sh", "-c", f'{sys.executable} -c "{ESCAPER}" {marker} & exec sleep 3600']
+
+
+async def test_a_stopped_node_ends_every_process_of_its_containers(
+    admin: AsyncClient, ns: str, nodes_sim: state.SimPaths
+) -> None:
+    """A container's processes all end with it, as a PID namespace's do: also a helper that
+    moved to a process group of its own and ignores SIGTERM. Before, such a helper outlived
+    the node's power cut (and ``cdctl sim down``), re-parented to PID 1."""
+    marker = f"escaper-{uuid.uuid4().hex[:8]}"
+    await admin.create(_plain_pod("escaper", ns, escaping_command(marker), NODE_A))
+    await wait_for(admin, Pod, "escaper", _running_ready, namespace=ns, timeout=60)
+    await _until_count(marker, 1)
+    await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_A)
+    try:
+        await _until_count(marker, 0, timeout=15)
+    finally:
+        await asyncio.to_thread(node_op, nodes_sim, "start", NODE_A)
+    await admin.delete(Pod, "escaper", namespace=ns)
+    await _until_count(marker, 0, timeout=60)  # and when the restarted pod is deleted
 
 
 def _restarted_after(first: Pod) -> Callable[[Pod], bool]:
