@@ -2,39 +2,61 @@
 
 A formation on the simulator runs everything on one machine: the control plane, the simulated
 kubelets (one supervisor process), the driver's controller and plugins, and per CD node a daemon,
-the simulated ``nvidia-imex`` and short-lived exec probes. ``sample()`` reads every live
-process's own CPU time plus the time of children it already reaped (``cutime``/``cstime``), so
-exec probes and exited containers are counted, and files it under the first matching category
-of its command line. The difference of two samples is what one phase cost.
+the simulated ``nvidia-imex`` and short-lived exec probes; ours (``cdctl ... run``) or NVIDIA's
+(``compute-domain-*``). ``sample()`` reads every live process's own CPU time plus the time of
+children it already reaped (``cutime``/``cstime``), so exec probes and exited containers are
+counted, and files it under the first matching category of its command line. The difference of
+two samples is what one phase cost.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("kube-apiserver", ("kube-apiserver",)),
-    ("etcd", ("/etcd ",)),
-    ("controller-manager+scheduler", ("kube-controller-manager", "kube-scheduler")),
-    ("sim kubelets (supervisor)", ("sim serve",)),
-    ("driver controller", ("controller run",)),
-    ("kubelet plugins", ("plugin run",)),
-    ("IMEX daemons", ("daemon run",)),
-    ("daemon probes", ("daemon check",)),
-    ("simulated nvidia-imex(-ctl)", ("imex_main",)),
-    ("container start-up", ("container_init",)),
+    ("kube-apiserver", (r"kube-apiserver",)),
+    ("etcd", (r"/etcd ",)),
+    ("controller-manager+scheduler", (r"kube-controller-manager", r"kube-scheduler")),
+    ("sim kubelets (supervisor)", (r"sim serve",)),
+    # Ours runs as `cdctl controller|plugin|daemon run|check`. NVIDIA's programs are named
+    # compute-domain-*; its plugin runs under `bash -c "... compute-domain-kubelet-plugin -v
+    # N"` after a prestart script, and its daemon takes klog flags before the subcommand
+    # (`compute-domain-daemon -v 4 run|check`).
+    ("driver controller", (r"controller run", r"\bcompute-domain-controller\b")),
+    (
+        "kubelet plugins",
+        (r"plugin run", r"\bcompute-domain-kubelet-plugin\b", r"kubelet-plugin-prestart"),
+    ),
+    ("IMEX daemons", (r"daemon run", r"\bcompute-domain-daemon\b.*\srun ")),
+    ("daemon probes", (r"daemon check", r"\bcompute-domain-daemon\b.*\scheck ")),
+    ("simulated nvidia-imex(-ctl)", (r"imex_main",)),
+    ("container start-up", (r"container_init",)),
 )
-"""Category name → command-line fragments; the first match wins."""
+"""Category name → regular expressions searched in the command line (its arguments joined by
+spaces, plus a trailing space); the first category with a match wins."""
+
+DRIVER_KINDS = ("driver controller", "kubelet plugins", "IMEX daemons", "daemon probes")
+"""The categories that are the driver's own processes (the rest is the cluster and the sim).
+Exec probes that ended before a sample count under the sim kubelets' exited children, with
+ended containers, for either driver."""
+
+_COMPILED = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in CATEGORIES)
 
 
 def categorize(cmdline: str) -> str | None:
     """The category of a command line, or None when it is not part of the system under test."""
     padded = f"{cmdline} "
-    for name, fragments in CATEGORIES:
-        if any(f in padded for f in fragments):
+    for name, patterns in _COMPILED:
+        if any(p.search(padded) for p in patterns):
             return name
     return None
+
+
+def driver_total(used: dict[str, float]) -> float:
+    """CPU seconds of the driver's own processes in a ``delta`` result."""
+    return round(sum(used.get(k, 0.0) for k in DRIVER_KINDS), 2)
 
 
 def _stat_fields(pid: str) -> list[str] | None:

@@ -10,6 +10,7 @@ when N fits in one rack, like the seed example), then measure from the apply to
 * every daemon's own Ready report (its entry in the clique object),
 * the ComputeDomain ``Ready`` with N nodes,
 
+then check from each workload container's log that it saw its channel (``bench.channels``),
 then delete both and measure until no daemon pod, clique, node label or claim remains. API
 requests are counted per phase from the kube-apiserver's own ``apiserver_request_total`` (by
 verb and resource). Formation timestamps are taken when watch events arrive, so the numbers are
@@ -19,6 +20,7 @@ what a user watching the cluster would see, without a sampling period.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -26,7 +28,7 @@ from typing import Any
 
 from lightkube import AsyncClient
 
-from compute_domains.bench import observe
+from compute_domains.bench import channels, observe
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -51,6 +53,13 @@ class Run:
     requests_formation: dict[str, int]
     milestones: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
+    load_start: float = 0.0
+    """The machine's 1-minute load average at the apply (a loaded machine runs slower)."""
+    load_end: float = 0.0
+    """The 1-minute load average once the teardown was complete."""
+    channel_problems: list[str] = dataclasses.field(default_factory=list)
+    """Workload pods that ran without their IMEX channel (``bench.channels``); empty when
+    every container saw it."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -94,6 +103,7 @@ async def one_run(
 ) -> Run:
     """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
     between the two (e.g. to sample CPU use per phase)."""
+    load_start = os.getloadavg()[0]
     before = await request_counts(fetch)
     uid, observer, waiting = await observe.apply(
         client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
@@ -103,6 +113,8 @@ async def one_run(
     if on_formed is not None:
         on_formed()
     mid = await request_counts(fetch)
+    # After the formation's request count: reading logs must not count as formation work.
+    missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
     teardown = await observe.delete_and_wait(
         client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
     )
@@ -121,6 +133,9 @@ async def one_run(
         writes_teardown=_writes(after - mid),
         requests_formation=dict(form_delta.most_common(12)),
         milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])),
+        load_start=load_start,
+        load_end=os.getloadavg()[0],
+        channel_problems=missing_channels,
     )
 
 

@@ -13,7 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-KINDS = ("formation", "churn")
+from compute_domains.bench import compare
+
+KINDS = ("formation", "churn", "sidebyside")
+"""Result kinds: ``formation`` (ours alone), ``churn``, ``sidebyside`` (several drivers)."""
 
 
 def latest(results_dir: Path, kind: str) -> tuple[Path, dict[str, Any]] | None:
@@ -125,6 +128,8 @@ def churn_table(doc: dict[str, Any], source: str) -> str:
 
 def render(kind: str, doc: dict[str, Any], source: str) -> str:
     """The Markdown block of one result document."""
+    if kind == "sidebyside":
+        return compare.side_by_side(doc, source)
     return formation_table(doc, source) if kind == "formation" else churn_table(doc, source)
 
 

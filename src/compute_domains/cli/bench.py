@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,99 +20,17 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, cpu, formation, report
-from compute_domains.cli import options, tools
+from compute_domains.bench import churn, compare, drivers, report, rounds
+from compute_domains.cli import benchdrivers, options, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
 _DRIVER_NS = "compute-domains"
 
 
-def _append_sample(into: list[tuple[dict[str, float], dict[str, float]]], root: int) -> None:
-    into.append(cpu.sample(root))
-
-
-async def _bench(
-    paths: state.SimPaths,
-    bins: Path,
-    sizes: list[int],
-    repeats: int,
-    console: Console,
-    failures: list[str],
-) -> list[dict[str, Any]]:
-    client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
-
-    async def fetch() -> str:
-        res = await asyncio.to_thread(
-            subprocess.run,
-            [
-                str(bins / "kubectl"),
-                "--kubeconfig",
-                str(paths.kubeconfig),
-                "get",
-                "--raw",
-                "/metrics",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return res.stdout
-
-    recorded = state.read_state(paths)
-    assert recorded is not None
-    root = recorded.supervisor_pid  # CPU is counted for this sim's processes only
-    ns = f"bench-{uuid.uuid4().hex[:5]}"
-    await client.create(Namespace(metadata=ObjectMeta(name=ns)))
-    await asyncio.sleep(2)  # the ServiceAccount controller fills the namespace
-    results: list[dict[str, Any]] = []
-    try:
-        for n in sizes:
-            runs = []
-            for r in range(repeats):
-                cpu0 = cpu.sample(root)
-                formed: list[tuple[dict[str, float], dict[str, float]]] = []
-                try:
-                    run = await formation.one_run(
-                        client,
-                        fetch,
-                        n,
-                        ns=ns,
-                        driver_ns=_DRIVER_NS,
-                        name=f"cd-{n}-{r}",
-                        on_formed=functools.partial(_append_sample, formed, root),
-                    )
-                except TimeoutError as err:
-                    # Keep what was measured; larger N would not form either.
-                    failures.append(f"N={n} run {r + 1}: {err}")
-                    console.print(f"[red]N={n} run {r + 1}/{repeats}: {err}[/red]")
-                    return results
-                used = cpu.delta(cpu0, formed[0])
-                console.print(
-                    f"N={n} run {r + 1}/{repeats}: pods running "
-                    f"{run.workloads_running_s:.1f}s, CD Ready {run.cd_ready_s:.1f}s, "
-                    f"teardown {run.teardown_s:.1f}s, writes {run.writes_formation}, "
-                    f"cpu s {used}"
-                )
-                runs.append((run, used))
-            summary = formation.summarize([r for r, _ in runs])
-            # CPU of the formation phase (apply -> formed): live daemons are still their own
-            # category there; after teardown their time would merge into exited children.
-            summary["cpu_s"] = {
-                m: sorted(c.get(m, 0.0) for _, c in runs)[len(runs) // 2]
-                for m in {k for _, c in runs for k in c}
-            }
-            summary["runs"] = [dataclasses.asdict(r) for r, _ in runs]
-            results.append(summary)
-    finally:
-        await client.delete(Namespace, ns)
-        await client.close()
-    return results
-
-
 def _table(results: list[dict[str, Any]]) -> Table:
     table = Table(
+        "driver",
         "N",
         "daemons Ready",
         "pods Running",
@@ -134,6 +50,7 @@ def _table(results: list[dict[str, Any]]) -> Table:
 
     for res in results:
         table.add_row(
+            res["driver"],
             str(res["n"]),
             cell(res, "daemons_ready_s"),
             cell(res, "workloads_running_s"),
@@ -199,20 +116,66 @@ def group() -> None:
     show_default=True,
     help="Comma-separated pod counts N (one pod per node).",
 )
-@click.option("--repeats", default=3, show_default=True)
-@click.option("--name", default="bench", show_default=True, help="Sim to use or start.")
-@click.option("--keep", is_flag=True, help="Leave the sim running afterwards.")
-def formation_cmd(sizes: str, repeats: int, name: str, keep: bool) -> None:
-    """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N."""
+@click.option("--repeats", default=3, show_default=True, help="Rounds per driver.")
+@click.option("--name", default="bench", show_default=True, help="Name of the sims it starts.")
+@click.option("--keep", is_flag=True, help="Leave the last round's sim running afterwards.")
+@benchdrivers.driver_options
+def formation_cmd(
+    sizes: str,
+    repeats: int,
+    name: str,
+    keep: bool,
+    driver_args: tuple[str, ...],
+    set_args: tuple[str, ...],
+    namespace_args: tuple[str, ...],
+    release_args: tuple[str, ...],
+    image_map_args: tuple[str, ...],
+) -> None:
+    """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N and driver.
+
+    Each round is a fresh sim with one driver installed by helm; with several drivers the
+    rounds alternate (ours, other, ours, other, ...). Results of ours alone go to
+    bench/results/formation-*.json, of several drivers to sidebyside-*.json.
+    """
     console = Console()
     ns = sorted({int(s) for s in sizes.split(",") if s.strip()})
-    failures: list[str] = []
-    with _sim(console, name, max(1, math.ceil(max(ns) / 18)), keep) as (paths, bins):
-        results = asyncio.run(_bench(paths, bins, ns, repeats, console, failures))
-    console.print(_table(results))
-    _write(console, "formation", {"results": results, "failures": failures})
-    if failures:
-        raise click.ClickException(f"not every size formed: {'; '.join(failures)}")
+    specs = benchdrivers.specs(
+        driver_args=driver_args,
+        set_args=set_args,
+        namespace_args=namespace_args,
+        release_args=release_args,
+        image_map_args=image_map_args,
+        ours_namespace=_DRIVER_NS,
+    )
+    bin_dir = tools.build_tools(console).bin_dir
+    racks = max(1, math.ceil(max(ns) / 18))
+    plan = drivers.plan(specs, repeats)
+    done: list[rounds.RoundResult] = []
+    for rnd in plan:
+        console.print(
+            f"round {rnd.index + 1}/{len(plan)}: {rnd.driver.name}, repeat "
+            f"{rnd.repeat + 1}/{repeats}, load {os.getloadavg()[0]:.1f}"
+        )
+        done.append(
+            benchdrivers.run_round(
+                rnd,
+                name=name,
+                bin_dir=bin_dir,
+                racks=racks,
+                sizes=ns,
+                keep=keep and rnd is plan[-1],
+                say=console.print,
+            )
+        )
+    doc = rounds.document(specs, done)
+    console.print(_table(doc["results"]))
+    side = len(specs) > 1 or specs[0].name != drivers.OURS
+    out = _write(console, "sidebyside" if side else "formation", doc)
+    if side:
+        written = json.loads(out.read_text())  # with the machine and the final load
+        console.print(compare.side_by_side(written, out.name), markup=False)
+    if doc["failures"]:
+        raise click.ClickException(f"not every run formed: {'; '.join(doc['failures'])}")
 
 
 async def _churn(

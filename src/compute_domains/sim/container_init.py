@@ -8,7 +8,8 @@ container's, so CDI mounts can add files there; the rest as read-only binds), th
 nodes plus the CDI device nodes), the pod's own ``/etc/hosts`` and every volume mount, then
 chroots there and execs the container command, so
 the command keeps this process's pid. Nothing of it is visible outside the namespace: the
-machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched.
+machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched. With an ``address`` in
+SPEC, the command's wildcard binds land on that address (``sim.netbind``).
 ``run SPEC EXEC_FD`` tells the runtime that the command was exec'd by closing EXEC_FD (it is
 close-on-exec), so a container counts as running only once its command runs, as with runc's
 exec FIFO. ``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec
@@ -25,6 +26,8 @@ import stat
 import sys
 from pathlib import Path
 from typing import Any
+
+from compute_domains.sim import netbind
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
@@ -190,7 +193,12 @@ def main(argv: list[str]) -> None:
         # (what ``sh -c`` forks too), as a PID namespace would, not just the first one.
         os.setsid()
         if spec["isolate"]:
-            os.chroot(_build_root(spec))
+            root = _build_root(spec)
+            if spec.get("address"):
+                # Wildcard binds land on the container's address, as in a network namespace
+                # of its own: NVIDIA's plugin listens on :51515 on every node.
+                netbind.confine(spec["address"])
+            os.chroot(root)
         _exec(spec, spec["command"], int(argv[2]) if len(argv) > 2 else None)
     elif mode == "enter":
         pid, cmd = int(argv[2]), argv[argv.index("--") + 1 :]

@@ -354,6 +354,7 @@ class PodWorker:
             env=env,
             workdir=c.workingDir or "",
             hostname=hostname[:63],
+            address=self.ip,
             mounts=tuple(mounts),
             devices=tuple(devices),
         )

@@ -96,6 +96,9 @@ class ContainerConfig:
     hostname: str = ""
     mounts: tuple[Mount, ...] = ()
     devices: tuple[DeviceNode, ...] = ()
+    address: str = ""
+    """The container's IPv4 address (its pod IP, the node's for ``hostNetwork``): wildcard
+    binds land there (``sim.netbind``), as in a network namespace of its own; "" for none."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -157,6 +160,7 @@ class Runtime:
             "env": cfg.env,
             "workdir": cfg.workdir,
             "hostname": cfg.hostname,
+            "address": cfg.address,
             "command": list(cfg.argv),
         }
 

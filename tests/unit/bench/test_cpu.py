@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from compute_domains.bench import cpu
 
 
@@ -21,6 +23,57 @@ def test_command_lines_fall_into_their_categories() -> None:
         "simulated nvidia-imex(-ctl)"
     )
     assert cpu.categorize("bash") is None
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "category"),
+    [
+        # NVIDIA's v25.12.0 programs, as its chart and daemon template start them.
+        ("compute-domain-controller -v 4", "driver controller"),
+        ("/img/usr/bin/compute-domain-controller -v 4", "driver controller"),
+        (
+            "bash -c # Conditionally mask ...\nfi\ncompute-domain-kubelet-plugin -v 4",
+            "kubelet plugins",
+        ),
+        ("compute-domain-kubelet-plugin -v 4", "kubelet plugins"),
+        ("bash /img/usr/bin/kubelet-plugin-prestart.sh", "kubelet plugins"),
+        ("compute-domain-daemon -v 4 run", "IMEX daemons"),
+        ("/img/usr/bin/compute-domain-daemon -v 6 run", "IMEX daemons"),
+        ("compute-domain-daemon -v 4 check", "daemon probes"),
+        ("compute-domain-daemon run", "IMEX daemons"),
+        # The IMEX stand-in NVIDIA's daemon starts from the node's driver root.
+        (
+            "python3 -m compute_domains.sim.imex_main imex -c /imexd/imexd.cfg",
+            ("simulated nvidia-imex(-ctl)"),
+        ),
+        # Ours, unchanged.
+        ("python3 .venv/bin/cdctl controller run", "driver controller"),
+        ("python3 .venv/bin/cdctl plugin run", "kubelet plugins"),
+        # Names that only look alike are not the driver's.
+        ("compute-domain-daemon-runner", None),
+        ("/x/bin/kube-controller-manager --v=2", "controller-manager+scheduler"),
+        (
+            "python3 -m compute_domains sim serve --image-map "
+            "nvcr.io/nvidia/k8s-dra-driver-gpu=/img",
+            "sim kubelets (supervisor)",
+        ),
+    ],
+)
+def test_both_drivers_processes_are_attributed(cmdline: str, category: str | None) -> None:
+    assert cpu.categorize(cmdline) == category
+
+
+def test_driver_total_sums_the_driver_kinds_only() -> None:
+    used = {
+        "driver controller": 0.5,
+        "kubelet plugins": 1.0,
+        "IMEX daemons": 2.0,
+        "daemon probes": 0.25,
+        "kube-apiserver": 9.0,
+        "exited children of sim kubelets (supervisor)": 4.0,
+    }
+    assert cpu.driver_total(used) == 3.75
+    assert cpu.driver_total({}) == 0.0
 
 
 def test_delta_counts_own_and_reaped_time() -> None:

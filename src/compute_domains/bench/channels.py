@@ -1,0 +1,70 @@
+"""Did every workload container of a formation get its IMEX channel? Read from its own log.
+
+The formation benchmark times "all workload pods Running" from the pods' Ready condition: a
+workload container starts only after the kubelet plugin prepared its claim, and that claim holds
+one device, the CD's channel. This module checks afterwards that the container really saw the
+channel, whatever the driver: NVIDIA's plugin injects only the channel device node (no
+``/imexd``, so the workload cannot ask an IMEX daemon), ours the channel plus the daemon's
+config. The common ground is the channel, which the workload stand-in (``mnnvl-workload``)
+lists in its first lines: ``IMEX channels: 1: /dev/nvidia-caps-imex-channels/channel0 ...``
+or ``IMEX channels: none under ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+_CHANNELS = re.compile(r"IMEX channels: (none|\d+)\b")
+
+
+def channel_count(line: str) -> int | None:
+    """The channel count a workload log line reports, or None for any other line."""
+    m = _CHANNELS.search(line)
+    if m is None:
+        return None
+    return 0 if m.group(1) == "none" else int(m.group(1))
+
+
+async def _first_count(client: AsyncClient, pod: str, ns: str) -> int | None:
+    """The count from the pod's log, following it until the line comes (None: log ended)."""
+    async for line in client.log(pod, namespace=ns, follow=True):
+        count = channel_count(line)
+        if count is not None:
+            return count
+    return None
+
+
+async def _one(client: AsyncClient, pod: str, ns: str) -> str | None:
+    while True:
+        try:
+            count = await _first_count(client, pod, ns)
+        except ApiError as err:
+            return f"pod {pod}: log not readable ({err.status.message})"
+        if count is not None:
+            return None if count > 0 else f"pod {pod}: started without an IMEX channel"
+        # The log ended before the line was written (a kubelet that serves a follow request
+        # only up to what exists); ask again, bounded by the caller's timeout.
+        await asyncio.sleep(0.5)
+
+
+async def problems(
+    client: AsyncClient, *, ns: str, name: str, n: int, timeout: float = 60
+) -> list[str]:
+    """One line per workload pod of the run ``name`` that did not see a channel (empty: all
+    ``n`` did)."""
+    listed = client.list(Pod, namespace=ns, labels={"bench": name})
+    pods = [str(p.metadata.name) async for p in listed if p.metadata]
+    if len(pods) != n:
+        return [f"{name}: {len(pods)} workload pods to check, expected {n}"]
+    try:
+        found = await asyncio.wait_for(
+            asyncio.gather(*(_one(client, p, ns) for p in pods)), timeout
+        )
+    except TimeoutError:
+        return [f"{name}: not every workload log listed its channels within {timeout:.0f}s"]
+    return [p for p in found if p is not None]

@@ -1,0 +1,152 @@
+"""Install a driver with helm, as its users would, and wait until it can serve a ComputeDomain.
+
+Every driver a benchmark measures goes through the same two steps, so neither gets a head
+start: ``helm upgrade --install --wait`` of its chart with its values, then ``wait_ready``.
+``helm --wait`` alone is not enough: a DaemonSet whose rolling update allows 100 % unavailable
+(NVIDIA's chart) counts as ready while every plugin pod is still in its init container. So
+``wait_ready`` waits until every pod in the release namespace is Ready, every DaemonSet and
+Deployment there has all its pods Ready, and every GPU node has published a ResourceSlice (a
+plugin that has not published one cannot prepare a claim yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from compute_domains.bench import drivers
+from compute_domains.infra import errors
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Node capacity that marks a GPU node (the control-plane node has none)."""
+
+
+def helm_argv(helm: Path, kubeconfig: Path, spec: drivers.DriverSpec, timeout_s: int) -> list[str]:
+    """The ``helm upgrade --install`` command line for ``spec``."""
+    argv = [
+        str(helm),
+        "--kubeconfig",
+        str(kubeconfig),
+        "upgrade",
+        "--install",
+        spec.release,
+        str(spec.chart),
+        "--namespace",
+        spec.namespace,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        f"{timeout_s}s",
+    ]
+    for value in spec.values:
+        argv += ["--set", value]
+    return argv
+
+
+async def install(
+    helm: Path, kubeconfig: Path, spec: drivers.DriverSpec, timeout_s: int = 300
+) -> None:
+    """Run helm for ``spec``.
+
+    Raises:
+        errors.PermanentError: helm failed (its output's tail is in the message).
+    """
+    proc = await asyncio.create_subprocess_exec(
+        *helm_argv(helm, kubeconfig, spec, timeout_s),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        text = out.decode(errors="replace").strip()
+        raise errors.PermanentError(
+            f"helm could not install {spec.name} ({spec.chart}, exit {proc.returncode}):\n"
+            f"{text[-2000:]}"
+        )
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _gpus(node: dict[str, Any]) -> int:
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    try:
+        return int(capacity.get(GPU_RESOURCE, 0))
+    except ValueError:
+        return 0
+
+
+def missing(
+    *,
+    pods: list[dict[str, Any]],
+    daemonsets: list[dict[str, Any]],
+    deployments: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+) -> list[str]:
+    """What still keeps the driver from serving (empty: it is ready); plain API dicts in."""
+    out = [] if pods else ["no pod in the release namespace yet"]
+    out += [f"pod {p['metadata']['name']} not Ready" for p in pods if not _ready(p)]
+    for ds in daemonsets:
+        meta, status = ds["metadata"], ds.get("status") or {}
+        # Before the DaemonSet controller has seen the current spec its counts say nothing.
+        if (status.get("observedGeneration") or 0) < (meta.get("generation") or 0):
+            out.append(f"DaemonSet {meta['name']} not yet observed")
+            continue
+        want, have = status.get("desiredNumberScheduled") or 0, status.get("numberReady") or 0
+        if have < want:
+            out.append(f"DaemonSet {meta['name']}: {have}/{want} Ready")
+    for dep in deployments:
+        want = (dep.get("spec") or {}).get("replicas", 1)
+        have = (dep.get("status") or {}).get("readyReplicas") or 0
+        if have < want:
+            out.append(f"Deployment {dep['metadata']['name']}: {have}/{want} Ready")
+    gpu_nodes = {n["metadata"]["name"] for n in nodes if _gpus(n) > 0}
+    if not gpu_nodes:
+        out.append("no GPU node")
+    published = {(s.get("spec") or {}).get("nodeName") for s in slices}
+    lacking = sorted(gpu_nodes - published)
+    if lacking:
+        shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
+        out.append(f"{len(lacking)} GPU node(s) without a ResourceSlice: {shown}")
+    return out
+
+
+async def _state(client: AsyncClient, namespace: str) -> list[str]:
+    async def dicts(res: Any, **where: Any) -> list[dict[str, Any]]:
+        return [obj.to_dict() async for obj in client.list(res, **where)]
+
+    return missing(
+        pods=await dicts(Pod, namespace=namespace),
+        daemonsets=await dicts(DaemonSet, namespace=namespace),
+        deployments=await dicts(Deployment, namespace=namespace),
+        slices=await dicts(ResourceSlice),
+        nodes=await dicts(Node),
+    )
+
+
+async def wait_ready(client: AsyncClient, namespace: str, timeout: float) -> float:
+    """Seconds until ``missing`` is empty for the driver in ``namespace``.
+
+    Raises:
+        TimeoutError: Not ready after ``timeout`` seconds; the message says what was missing.
+    """
+    t0 = time.monotonic()
+    while lacking := await _state(client, namespace):
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(
+                f"driver in {namespace} not ready after {timeout:.0f}s: {'; '.join(lacking[:5])}"
+            )
+        # Five kinds of object across the cluster: a short re-check period is simpler and
+        # cheaper here than five watches, and this wait is not part of any measured time.
+        await asyncio.sleep(0.5)
+    return time.monotonic() - t0

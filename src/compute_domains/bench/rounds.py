@@ -1,0 +1,244 @@
+"""One round of ``cdctl bench formation`` (one driver in a fresh sim), and the rounds' summary.
+
+A round installs one driver into a sim the caller has just started (``bench.install``: helm,
+then every driver pod Ready and every GPU node's ResourceSlice), creates a namespace, runs
+``formation.one_run`` once per size, and records the machine's load around it. The sim itself
+is started and stopped by the CLI (only ``cli`` and ``sim`` may use the simulator), which hands
+in a ``SimHandle``. ``summarize`` groups the runs of all rounds by driver and size; ``document``
+is what ``bench/results/*.json`` holds.
+
+A size that does not form stops the round (larger sizes would not form either) but not the
+invocation: the next round, with the next driver, still runs, and the failure is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, ServiceAccount
+
+from compute_domains.bench import cpu, drivers, formation, install, observe
+from compute_domains.infra import errors, kube
+
+Say = Callable[[str], object]
+_RAW_METRICS = ("get", "--raw", "/metrics")
+CpuSample = tuple[dict[str, float], dict[str, float]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SimHandle:
+    """A running sim without a driver, as the CLI started it for one round."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    """The built tools (``helm``, ``kubectl``)."""
+    root_pid: int
+    """The sim supervisor's pid: CPU is counted for its process tree only."""
+    up_s: float
+    """How long the sim took to start."""
+    load_before: float
+    """The 1-minute load average just before the sim started."""
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class RoundResult:
+    """What one round measured; ``runs`` pairs each run with its CPU seconds per kind."""
+
+    index: int
+    repeat: int
+    driver: str
+    sim_up_s: float
+    load_before_sim: float
+    install_s: float = 0.0
+    """``helm upgrade --install --wait`` until it returned."""
+    ready_s: float = 0.0
+    """From helm's return until every driver pod was Ready and every GPU node had a slice."""
+    load_end: float = 0.0
+    runs: list[tuple[formation.Run, dict[str, float]]] = dataclasses.field(default_factory=list)
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        """The round as plain data, without its runs (they are under ``results``)."""
+        return {
+            "index": self.index,
+            "repeat": self.repeat,
+            "driver": self.driver,
+            "sim_up_s": round(self.sim_up_s, 1),
+            "load_before_sim": self.load_before_sim,
+            "install_s": round(self.install_s, 1),
+            "ready_s": round(self.ready_s, 1),
+            "load_end": self.load_end,
+            "runs": [
+                {"n": r.n, "load_start": r.load_start, "load_end": r.load_end} for r, _ in self.runs
+            ],
+            "failures": self.failures,
+        }
+
+
+def _metrics_fetch(sim: SimHandle) -> formation.MetricsFetch:
+    async def fetch() -> str:
+        res = await asyncio.to_thread(
+            subprocess.run,
+            [str(sim.bin_dir / "kubectl"), "--kubeconfig", str(sim.kubeconfig), *_RAW_METRICS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return res.stdout
+
+    return fetch
+
+
+def _append_sample(into: list[CpuSample], root: int) -> None:
+    into.append(cpu.sample(root))
+
+
+async def _namespace(client: AsyncClient) -> str:
+    """A fresh namespace for the workloads, once its default ServiceAccount exists."""
+    ns = f"bench-{uuid.uuid4().hex[:5]}"
+    await client.create(Namespace(metadata=ObjectMeta(name=ns)))
+
+    async def has_account() -> bool:
+        try:
+            await client.get(ServiceAccount, "default", namespace=ns)
+        except ApiError:
+            return False
+        return True
+
+    await observe.wait_until(has_account, 60)  # pods are refused until it exists
+    return ns
+
+
+async def _sizes(
+    client: AsyncClient,
+    rnd: drivers.Round,
+    sim: SimHandle,
+    sizes: Sequence[int],
+    result: RoundResult,
+    say: Say,
+) -> None:
+    fetch = _metrics_fetch(sim)
+    ns = await _namespace(client)
+    tag = f"round {rnd.index + 1} ({rnd.driver.name})"
+    try:
+        for n in sizes:
+            cpu0 = cpu.sample(sim.root_pid)
+            formed: list[CpuSample] = []
+            try:
+                run = await formation.one_run(
+                    client,
+                    fetch,
+                    n,
+                    ns=ns,
+                    driver_ns=rnd.driver.namespace,
+                    name=f"cd-{n}-{rnd.repeat}",
+                    on_formed=functools.partial(_append_sample, formed, sim.root_pid),
+                )
+            except TimeoutError as err:
+                # Keep what was measured; larger N would not form either in this round.
+                result.failures.append(f"{tag} N={n}: {err}")
+                say(f"{tag} N={n}: {err}")
+                return
+            used = cpu.delta(cpu0, formed[0])
+            result.runs.append((run, used))
+            result.failures += [f"{tag} N={n}: {p}" for p in run.channel_problems]
+            say(
+                f"{tag} N={n}: pods running {run.workloads_running_s:.1f}s, CD Ready "
+                f"{run.cd_ready_s:.1f}s, teardown {run.teardown_s:.1f}s, writes "
+                f"{run.writes_formation} ({run.writes_formation_no_leases} without Leases), "
+                f"driver CPU {cpu.driver_total(used):.1f}s, load {run.load_start:.1f}"
+                f"→{run.load_end:.1f}"
+            )
+    finally:
+        await client.delete(Namespace, ns)
+
+
+async def run_round(
+    rnd: drivers.Round, sim: SimHandle, sizes: Sequence[int], say: Say
+) -> RoundResult:
+    """Install ``rnd.driver`` into the running ``sim`` and run every size once."""
+    spec = rnd.driver
+    result = RoundResult(
+        index=rnd.index,
+        repeat=rnd.repeat,
+        driver=spec.name,
+        sim_up_s=sim.up_s,
+        load_before_sim=sim.load_before,
+    )
+    client = kube.client(kube.KubeSettings(kubeconfig=sim.kubeconfig, field_manager="bench"))
+    try:
+        t0 = time.monotonic()
+        await install.install(sim.bin_dir / "helm", sim.kubeconfig, spec)
+        result.install_s = time.monotonic() - t0
+        result.ready_s = await install.wait_ready(client, spec.namespace, timeout=600)
+        say(
+            f"round {rnd.index + 1}: {spec.name} installed in {result.install_s:.1f}s, "
+            f"ready {result.ready_s:.1f}s later"
+        )
+        await _sizes(client, rnd, sim, sizes, result, say)
+    except (errors.ComputeDomainsError, TimeoutError) as err:
+        # Not fatal to the invocation: the other drivers' rounds still tell something.
+        result.failures.append(f"round {rnd.index + 1} ({spec.name}): {err}")
+        say(f"round {rnd.index + 1} ({spec.name}) failed: {err}")
+    finally:
+        await client.close()
+    result.load_end = os.getloadavg()[0]
+    return result
+
+
+def _span(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(rounds: Sequence[RoundResult], order: Sequence[str]) -> list[dict[str, Any]]:
+    """One summary per (driver, N) that has runs: driver in ``order``, then N ascending.
+
+    Each is ``formation.summarize`` plus the driver's name, the median CPU seconds per kind,
+    and the spread of two per-run totals: every sampled process (``cpu_total_s``) and the
+    driver's own processes (``cpu_driver_s``). Totals are summed per run before the median:
+    a sum of per-kind medians would mix different runs.
+    """
+    groups: dict[tuple[str, int], list[tuple[formation.Run, dict[str, float], int]]] = {}
+    for r in rounds:
+        for run, used in r.runs:
+            groups.setdefault((r.driver, run.n), []).append((run, used, r.index))
+    out = []
+    for key in sorted(groups, key=lambda k: (list(order).index(k[0]), k[1])):
+        runs = groups[key]
+        summary = formation.summarize([run for run, _, _ in runs])
+        kinds = {k for _, used, _ in runs for k in used}
+        summary["driver"] = key[0]
+        summary["cpu_s"] = {
+            k: statistics.median([used.get(k, 0.0) for _, used, _ in runs]) for k in sorted(kinds)
+        }
+        summary["cpu_total_s"] = _span([round(sum(used.values()), 2) for _, used, _ in runs])
+        summary["cpu_driver_s"] = _span([cpu.driver_total(used) for _, used, _ in runs])
+        summary["runs"] = [
+            {**dataclasses.asdict(run), "cpu_s": used, "round": index} for run, used, index in runs
+        ]
+        out.append(summary)
+    return out
+
+
+def document(specs: Sequence[drivers.DriverSpec], rounds: Sequence[RoundResult]) -> dict[str, Any]:
+    """The result file's body (the CLI adds the machine and the final load average)."""
+    return {
+        "drivers": [s.describe() for s in specs],
+        "rounds": [r.describe() for r in rounds],
+        "results": summarize(rounds, [s.name for s in specs]),
+        "failures": [f for r in rounds for f in r.failures],
+    }
