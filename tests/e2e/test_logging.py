@@ -14,11 +14,11 @@ Mapping (also in docs/acceptance.md):
   ``reconciling <uid>`` and no ``informer ... synced``;
 * L2/L3 have them -> debug has ``reconciling <uid>`` and ``informer computedomains synced``;
 * below L0 -> warning: not even the startup dump;
-* L6 ``round_trippers.go`` (API request tracing) -> not mirrored: no level traces API requests
-  (``infra/logs.py`` keeps the HTTP client at WARNING by design);
+* L6 ``round_trippers.go`` (API request tracing) -> from klog verbosity 6 only, a level name
+  never traces (``infra/logs.py``; ``tests/unit/infra/test_logs.py``); NVIDIA's own case runs it;
 * F1 plugin ``nodeName``/``identified fabric clique`` -> ``starting plugin with
   PluginSettings(node_name=...)`` and ``discovered 4 GPUs, driver ..., clique '<label>'``;
-  upstream's ``driver version validation`` has no counterpart (no IMEXDaemonsWithDNSNames gate);
+  ``driver version validation``: the plugin's check of the minimum driver for IMEX DNS names;
 * F3 daemon level-1 line at 6, absent at 0 -> DEBUG lines at debug; no INFO line (``starting:
   pod``) at warning.
 """
@@ -105,6 +105,7 @@ async def test_f1_startup_config_in_logs_at_default_level(
     assert f"starting plugin with PluginSettings(node_name='{name}'" in log, log
     assert f"clique '{clique_label}'" in log, log
     assert "discovered 4 GPUs, driver " in log, log
+    assert "Driver version validation passed: 580.95.05 >= 570.158.01" in log, log
 
 
 async def test_f2_controller_log_verbosity_levels(
