@@ -1,10 +1,10 @@
-"""The kubelet's HTTPS endpoint of a simulated node, enough for ``kubectl logs``.
+"""The kubelet's HTTPS endpoint of a simulated node, enough for ``kubectl logs`` and ``exec``.
 
 Serves ``GET /containerLogs/<ns>/<pod>/<container>`` (with ``tailLines`` and ``follow``, which
-ends with the container: ``sim.logfollow``; ``previous`` is ignored) and ``/healthz`` on the
-node's own address, with a serving certificate
-from the sim's CA; only clients with a certificate of that CA (the API server's kubelet
-client) are accepted, as the API server's ``--kubelet-certificate-authority`` expects.
+ends with the container: ``sim.logfollow``; ``previous`` is ignored), ``/exec/...`` (SPDY
+upgrade: ``sim.execserver``) and ``/healthz`` on the node's own address, with a serving
+certificate from the sim's CA; only clients with a certificate of that CA (the API server's
+kubelet client) are accepted, as the API server's ``--kubelet-certificate-authority`` expects.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from compute_domains.sim import logfollow, runtime
+from compute_domains.sim import execserver, logfollow, runtime
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class TlsFiles:
     ca: Path
 
 
-class _HasLogs(Protocol):
+class _PodView(Protocol):
     def container_log(self, name: str) -> Path: ...
 
     def running(self, name: str) -> runtime.Running | None: ...
@@ -51,12 +51,18 @@ class KubeletApi:
     """``run()`` serves the endpoint until cancelled."""
 
     def __init__(
-        self, address: str, port: int, tls: TlsFiles, lookup: Callable[[str, str], _HasLogs | None]
+        self,
+        address: str,
+        port: int,
+        tls: TlsFiles,
+        lookup: Callable[[str, str], _PodView | None],
+        rt: runtime.Runtime,
     ) -> None:
         self._addr = address
         self._port = port
         self._tls = tls
         self._lookup = lookup
+        self._runtime = rt
 
     def _context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self._tls.ca))
@@ -75,9 +81,14 @@ class KubeletApi:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            line = request.split(b"\r\n", 1)[0].decode(errors="replace")
+            line, *fields = request.decode(errors="replace").split("\r\n")
             method, target = line.split(" ")[:2]
-            await self._serve(method, target, reader, writer)
+            headers = [
+                (name.strip().lower(), value.strip())
+                for name, sep, value in (f.partition(":") for f in fields)
+                if sep
+            ]
+            await self._serve(method, target, headers, reader, writer)
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -89,6 +100,7 @@ class KubeletApi:
         self,
         method: str,
         target: str,
+        headers: list[tuple[str, str]],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -97,11 +109,55 @@ class KubeletApi:
         parts = [p for p in url.path.split("/") if p]
         if url.path == "/healthz":
             writer.write(_response("200 OK", b"ok"))
-            return
-        if method != "GET" or len(parts) != 4 or parts[0] != "containerLogs":
+        elif method == "GET" and len(parts) == 4 and parts[0] == "containerLogs":
+            await self._logs(parts[1], parts[2], parts[3], query, reader, writer)
+        elif method in ("GET", "POST") and len(parts) in (4, 5) and parts[0] == "exec":
+            # /exec/<ns>/<pod>/<container>, or with the pod's UID before the container
+            await self._exec(parts[1], parts[2], parts[-1], query, headers, reader, writer)
+        else:
             writer.write(_response("404 Not Found", b"not found"))
+
+    async def _exec(
+        self,
+        ns: str,
+        pod: str,
+        container: str,
+        query: dict[str, list[str]],
+        headers: list[tuple[str, str]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        worker = self._lookup(ns, pod)
+        running = worker.running(container) if worker is not None else None
+        upgrade = next((v for k, v in headers if k == "upgrade"), "")
+        offered = [
+            p.strip() for k, v in headers if k == "x-stream-protocol-version" for p in v.split(",")
+        ]
+        try:
+            if running is None:
+                raise execserver.RequestError(
+                    "404 Not Found", f"container not found ({container!r})"
+                )
+            opts = execserver.ExecOptions.from_query(query)
+            if upgrade.lower() != "spdy/3.1":
+                raise execserver.RequestError(
+                    "400 Bad Request", f"unable to upgrade: upgrade {upgrade!r} is not SPDY/3.1"
+                )
+            protocol = execserver.negotiate(offered)
+        except execserver.RequestError as err:
+            writer.write(_response(err.status, str(err).encode()))
             return
-        _, ns, pod, container = parts
+        await execserver.serve(reader, writer, opts, protocol, running, self._runtime)
+
+    async def _logs(
+        self,
+        ns: str,
+        pod: str,
+        container: str,
+        query: dict[str, list[str]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         worker = self._lookup(ns, pod)
         path = worker.container_log(container) if worker is not None else None
         if path is None or not path.exists():

@@ -324,7 +324,7 @@ class SimNode:
                 await asyncio.sleep(1)
 
     def worker(self, namespace: str, name: str) -> pods.PodWorker | None:
-        """The worker of a pod on this node (for logs)."""
+        """The worker of a pod on this node (for logs and exec)."""
         for w in self._workers.values():
             if (w.namespace, w.name) == (namespace, name):
                 return w
@@ -334,7 +334,7 @@ class SimNode:
         """Register, then serve heartbeats, pods, DRA and logs until cancelled."""
         await self._register()
         logs = kubeletapi.KubeletApi(
-            self._s.spec.address, self._s.kubelet_port, self._tls, self.worker
+            self._s.spec.address, self._s.kubelet_port, self._tls, self.worker, self._runtime
         )
         try:
             async with asyncio.TaskGroup() as tg:

@@ -234,6 +234,21 @@ class Runtime:
             *argv,
         ]
 
+    async def spawn(
+        self, running: Running, argv: Sequence[str], *, stdin: bool, merge_stderr: bool
+    ) -> asyncio.subprocess.Process:
+        """Start ``argv`` in a running container's view with piped stdio (``kubectl exec``).
+
+        It leads a session of its own, so ``procs.kill_session(proc.pid)`` ends all it started.
+        """
+        return await asyncio.create_subprocess_exec(
+            *self._enter_argv(running, argv),
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+
     async def exec(
         self,
         running: Running,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -27,12 +28,13 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
 from compute_domains.api import names
 from compute_domains.sim import node as simnode
-from compute_domains.sim import state, topology
+from compute_domains.sim import state, toolchain, topology
 from tests.drivers.testdriver import DRIVER, TestDriver
 from tests.integration.helpers import wait_for
 from tests.integration.sim.conftest import node_op
 
 NODE_A, NODE_B = "gb200-r0-n00", "gb200-r0-n01"
+CompletedText = subprocess.CompletedProcess[str]
 
 
 @pytest.fixture
@@ -185,6 +187,50 @@ async def test_following_a_log_ends_with_the_deleted_pod(admin: AsyncClient, ns:
     finally:
         follower.cancel()
     assert "".join(lines) == "started\nlast-words\n"
+
+
+def _kubectl(sim: state.SimPaths, bin_dir: Path, *args: str, stdin: str = "") -> CompletedText:
+    """Run the real kubectl 1.34 against the sim (its exec speaks WebSockets to the API server,
+    which opens SPDY streams to the kubelet)."""
+    return subprocess.run(
+        [str(bin_dir / "kubectl"), f"--kubeconfig={sim.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_kubectl_exec_runs_in_the_container(
+    admin: AsyncClient, ns: str, nodes_sim: state.SimPaths, toolset: toolchain.Toolset
+) -> None:
+    """``kubectl exec`` used to fail (``unable to upgrade connection``). It runs the command in
+    the container's view (its private /tmp, its hostname), passes stdin, stdout and stderr, and
+    exits with the command's exit code."""
+    script = "echo inside > /tmp/mark; exec sleep 3600"
+    await admin.create(_plain_pod("execd", ns, ["sh", "-c", script], NODE_A))
+    await wait_for(admin, Pod, "execd", _running_ready, namespace=ns, timeout=60)
+    base = ("exec", "-n", ns, "execd", "-c", "c")
+    inside = "cat /tmp/mark; hostname; echo to-stderr >&2; exit 3"
+    ran = await asyncio.to_thread(
+        _kubectl, nodes_sim, toolset.bin_dir, *base, "--", "sh", "-c", inside
+    )
+    assert (ran.returncode, ran.stdout) == (3, "inside\nexecd\n"), ran
+    assert "to-stderr" in ran.stderr, ran
+    fed = await asyncio.to_thread(
+        _kubectl,
+        nodes_sim,
+        toolset.bin_dir,
+        *base[:-2],
+        "-i",
+        "--",
+        "tr",
+        "a-z",
+        "A-Z",
+        stdin="piped\n",
+    )
+    assert (fed.returncode, fed.stdout) == (0, "PIPED\n"), fed
 
 
 async def test_probe_gates_readiness(admin: AsyncClient, ns: str) -> None:
