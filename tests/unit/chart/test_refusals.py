@@ -13,8 +13,6 @@ import pytest
 from compute_domains.sim import toolchain
 from tests.unit.chart import render
 
-pytestmark = pytest.mark.timeout(120)
-
 GPU_GATES = ("MPSSupport", "TimeSlicingSettings", "DynamicMIG", "PassthroughSupport")
 
 

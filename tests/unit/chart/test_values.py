@@ -16,8 +16,6 @@ import pytest
 from compute_domains.sim import toolchain
 from tests.unit.chart import nvidia_values, render
 
-pytestmark = pytest.mark.timeout(120)
-
 DEPLOY, DS = "Deployment", "DaemonSet"
 UNUSED_HERE = ("webhook.", "kubeletPlugin.containers.gpus.")
 """NVIDIA's keys accepted and unused here, as there with the webhook and GPU container off."""

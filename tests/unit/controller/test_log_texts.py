@@ -24,8 +24,6 @@ from compute_domains.controller import caches, informer, kubeapi, metrics
 from compute_domains.controller import controller as app
 from compute_domains.infra import backoff, kube, logs
 
-pytestmark = pytest.mark.timeout(10)
-
 
 def _settings(**kw: Any) -> controller.ControllerSettings:
     return controller.ControllerSettings(

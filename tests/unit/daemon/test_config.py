@@ -9,8 +9,6 @@ import pytest
 from compute_domains.daemon.config import CDI_HINT, DaemonSettings, Identity
 from compute_domains.infra.errors import ConfigError
 
-pytestmark = pytest.mark.timeout(2)
-
 GOOD = Identity(
     node_name="n",
     pod_name="p",

@@ -18,8 +18,6 @@ from compute_domains.daemon import events, membership
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff
 
-pytestmark = pytest.mark.timeout(5)
-
 CLIQUE_ID = "5b1c0d6e-0000-4000-8000-000000000001.7"
 ME = Identity(
     node_name="n1",

@@ -11,8 +11,6 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import membership
 from compute_domains.daemon.config import Identity
 
-pytestmark = pytest.mark.timeout(2)
-
 CLIQUE_ID = "5b1c0d6e-0000-4000-8000-000000000001.7"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,6 @@ import pytest
 from compute_domains.daemon import dnsnames, peers
 from compute_domains.daemon.config import PeerSettings
 from compute_domains.infra import logs
-
-pytestmark = pytest.mark.timeout(10)
 
 
 @pytest.mark.parametrize(
@@ -39,22 +37,37 @@ def test_pacer_waits_out_imex_reload_window(
 
 
 class FakeImex:
-    """Stands in for the supervisor: records starts and reloads with the loop time."""
+    """Stands in for the supervisor: records starts and reloads with the loop time.
+
+    ``pid`` is None while IMEX is down; every time the updater looks while it is down is
+    counted, so a test can wait until a change has been seen and dropped.
+    """
 
     def __init__(self) -> None:
-        self.pid: int | None = None
+        self._pid: int | None = None
         self.starts = 0
         self.reload_times: list[float] = []
         self.hosts_at_reload: list[str] = []
         self.hosts: Path | None = None
+        self.seen_down = 0
+
+    @property
+    def pid(self) -> int | None:
+        if self._pid is None:
+            self.seen_down += 1
+        return self._pid
+
+    @pid.setter
+    def pid(self, value: int | None) -> None:
+        self._pid = value
 
     async def start(self) -> bool:
         self.starts += 1
-        self.pid = 4242
+        self._pid = 4242
         return True
 
     def reload(self) -> bool:
-        if self.pid is None:
+        if self._pid is None:
             return False
         self.reload_times.append(asyncio.get_running_loop().time())
         if self.hosts is not None:
@@ -85,17 +98,29 @@ async def running(hosts: Path) -> AsyncIterator[tuple[peers.PeerUpdater, FakeIme
         await task
 
 
-async def _settle(seconds: float = 0.1) -> None:
-    await asyncio.sleep(seconds)
+async def _until(check: Callable[[], bool], what: str, timeout: float = 1.5) -> None:
+    """Wait for ``check`` (the updater works in a thread and two tasks: no fixed settle time)."""
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.005)
+    assert check(), what
+
+
+def _has(hosts: Path, *ips: str) -> Callable[[], bool]:
+    """The hosts block names every one of ``ips`` (the mapping was applied)."""
+    return lambda: hosts.exists() and all(f"{ip}\t" in hosts.read_text() for ip in ips)
+
+
+async def _first_start(updater: peers.PeerUpdater, imex: FakeImex, hosts: Path) -> None:
+    updater.update({0: "10.1.1.1"})
+    await _until(lambda: imex.starts == 1, "IMEX started by the first mapping")
 
 
 async def test_first_mapping_writes_hosts_and_starts_imex_without_a_reload(
     running: tuple[peers.PeerUpdater, FakeImex], hosts: Path
 ) -> None:
     updater, imex = running
-    updater.update({0: "10.1.1.1"})
-    await _settle()
-    assert imex.starts == 1
+    await _first_start(updater, imex, hosts)
     assert imex.reload_times == []
     text = hosts.read_text()
     assert text.startswith("127.0.0.1\tlocalhost\n10.1.1.1\tmy-pod\n")
@@ -106,63 +131,75 @@ async def test_a_changed_peer_set_sends_one_reload_and_never_restarts(
     running: tuple[peers.PeerUpdater, FakeImex], hosts: Path
 ) -> None:
     updater, imex = running
-    updater.update({0: "10.1.1.1"})
-    await _settle()
+    await _first_start(updater, imex, hosts)
     updater.update({0: "10.1.1.1", 1: "10.1.1.2"})
-    await _settle()
+    await _until(lambda: len(imex.reload_times) == 1, "one reload")
     assert imex.starts == 1
-    assert len(imex.reload_times) == 1
     assert f"10.1.1.2\t{dnsnames.dns_name(1)}" in imex.hosts_at_reload[0]
 
 
 async def test_the_same_mapping_again_sends_nothing(
-    running: tuple[peers.PeerUpdater, FakeImex],
+    running: tuple[peers.PeerUpdater, FakeImex], hosts: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     updater, imex = running
+    caplog.set_level(logs.V1, logger=peers.__name__)
+    await _first_start(updater, imex, hosts)
+
+    def waits() -> int:
+        return sum("Wait for updated" in r.msg for r in caplog.records)
+
+    before = waits()
     updater.update({0: "10.1.1.1"})
-    await _settle()
-    updater.update({0: "10.1.1.1"})
-    await _settle()
-    assert imex.reload_times == []
+    await _until(lambda: waits() > before, "the repeat handled (the loop waits again)")
+    # Then a real change: a reload the repeat had asked for would have gone out at once, before
+    # this one's, and would not name the marker address.
+    updater.update({0: "10.1.1.1", 1: "10.1.1.9"})
+    await _until(lambda: len(imex.reload_times) == 1, "the marker's reload")
+    assert "10.1.1.9" in imex.hosts_at_reload[0], "the repeat itself sent no reload"
 
 
 async def test_changes_inside_the_window_coalesce_into_one_later_reload(
     running: tuple[peers.PeerUpdater, FakeImex], hosts: Path
 ) -> None:
     updater, imex = running
-    updater.update({0: "10.1.1.1"})
-    await _settle()
+    loop = asyncio.get_running_loop()
+    await _first_start(updater, imex, hosts)
     updater.update({0: "10.1.1.1", 1: "10.1.1.2"})
-    await _settle(0.05)
-    assert len(imex.reload_times) == 1
+    await _until(lambda: len(imex.reload_times) == 1, "the first reload")
     updater.update({0: "10.1.1.1", 1: "10.1.1.3"})
-    await _settle(0.05)
+    await _until(_has(hosts, "10.1.1.3"), "second change applied")
     updater.update({0: "10.1.1.1", 1: "10.1.1.3", 2: "10.1.1.4"})
-    await _settle(0.05)
+    await _until(_has(hosts, "10.1.1.3", "10.1.1.4"), "third change applied")
+    inside = loop.time() < imex.reload_times[0] + INTERVAL
     assert len(imex.reload_times) == 1, "a signal inside the window would be ignored by IMEX"
-    await _settle(INTERVAL + 0.2)
-    assert len(imex.reload_times) == 2
+    await _until(lambda: len(imex.reload_times) == 2, "the paced reload", timeout=INTERVAL + 1.0)
     assert imex.reload_times[1] - imex.reload_times[0] >= INTERVAL
     last = imex.hosts_at_reload[-1]
     assert "10.1.1.3" in last and "10.1.1.4" in last
-    await _settle(INTERVAL + 0.1)
-    assert len(imex.reload_times) == 2
+    if inside:
+        # Both changes arrived inside the window, so that one reload covered both; nothing is
+        # pending (an absence: watched for a whole window, in which a stray one would fire).
+        end = loop.time() + INTERVAL + 0.1
+        while loop.time() < end:
+            assert len(imex.reload_times) == 2
+            await asyncio.sleep(0.02)
 
 
 async def test_no_reload_while_imex_is_down(
-    running: tuple[peers.PeerUpdater, FakeImex],
+    running: tuple[peers.PeerUpdater, FakeImex], hosts: Path
 ) -> None:
     updater, imex = running
-    updater.update({0: "10.1.1.1"})
-    await _settle()
+    await _first_start(updater, imex, hosts)
     imex.pid = None  # crashed, waiting out its restart backoff
+    looked = imex.seen_down
     updater.update({0: "10.1.1.1", 1: "10.1.1.2"})
-    await _settle()
+    await _until(_has(hosts, "10.1.1.2"), "the change written while IMEX is down")
+    await _until(lambda: imex.seen_down > looked, "the reload dropped for want of a process")
     assert imex.reload_times == []
     imex.pid = 5000
     updater.update({0: "10.1.1.1", 1: "10.1.1.5"})
-    await _settle()
-    assert len(imex.reload_times) == 1
+    await _until(lambda: len(imex.reload_times) == 1, "a reload of the restarted IMEX")
+    assert "10.1.1.5" in imex.hosts_at_reload[0]
 
 
 async def test_unfilled_slots_get_the_configured_address(tmp_path: Path) -> None:
@@ -173,7 +210,7 @@ async def test_unfilled_slots_get_the_configured_address(tmp_path: Path) -> None
     task = asyncio.create_task(updater.run())
     try:
         updater.update({1: "10.1.1.1"})
-        await _settle()
+        await _until(_has(hosts, "10.1.1.1", "192.0.2.1"), "the block written")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -13,8 +13,6 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import readiness
 from compute_domains.daemon.config import CheckSettings
 
-pytestmark = pytest.mark.timeout(10)
-
 
 def _pod(phase: str | None, ready: str | None) -> Pod:
     conditions = [] if ready is None else [PodCondition(type="Ready", status=ready)]

@@ -17,8 +17,6 @@ import pytest
 from compute_domains.daemon import supervisor
 from compute_domains.infra import backoff, errors
 
-pytestmark = pytest.mark.timeout(30)
-
 ECHO = """
 import os, signal, sys, time
 signal.signal(signal.SIGUSR1, lambda *_: print(f"usr1 {os.getpid()}", flush=True))

@@ -10,10 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.timeout(20)
-
 PARENT = textwrap.dedent(
     """
     import asyncio, signal, sys

@@ -5,7 +5,6 @@ import datetime
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from lightkube import AsyncClient
 
 from compute_domains.api import names
@@ -13,8 +12,6 @@ from compute_domains.infra import errors
 from compute_domains.plugin import cdi, checkpoint, cleanup
 from compute_domains.plugin.config import CleanupSettings
 from tests.unit.plugin import fakes
-
-pytestmark = pytest.mark.timeout(10)
 
 CD_A = "aaaaaaaa-0000-4000-8000-00000000000a"
 NOW = datetime.datetime(2026, 5, 1, 12, tzinfo=datetime.UTC)

@@ -5,8 +5,6 @@ import pytest
 from compute_domains.infra import errors
 from compute_domains.plugin import config
 
-pytestmark = pytest.mark.timeout(2)
-
 
 def test_defaults_are_upstream_paths() -> None:
     s = config.PluginSettings(node_name="n", driver_namespace="ns")

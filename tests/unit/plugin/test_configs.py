@@ -8,8 +8,6 @@ from compute_domains.infra import errors
 from compute_domains.plugin import configs, devices
 from tests.unit.plugin import fakes
 
-pytestmark = pytest.mark.timeout(2)
-
 OFFERED = devices.allocatable(4)
 
 

@@ -3,8 +3,6 @@ import pytest
 from compute_domains.api import names
 from compute_domains.plugin import devices
 
-pytestmark = pytest.mark.timeout(2)
-
 
 def test_slots_and_daemon_are_offered_with_upstream_attributes() -> None:
     offered = devices.allocatable(3)

@@ -19,8 +19,6 @@ from compute_domains.plugin import driver, metrics
 from compute_domains.plugin.config import RetrySettings
 from tests.unit.plugin import fakes
 
-pytestmark = pytest.mark.timeout(10)
-
 CD = "aaaaaaaa-0000-4000-8000-00000000000a"
 
 

@@ -8,8 +8,6 @@ import pytest
 
 from compute_domains.plugin import driverversion
 
-pytestmark = pytest.mark.timeout(10)
-
 
 @pytest.mark.parametrize(
     ("version", "verdict"),

@@ -13,8 +13,6 @@ from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from compute_domains.plugin import checkpoint, driver, grpc_server, health, registration
 
-pytestmark = pytest.mark.timeout(10)
-
 
 class ScriptedDriver:
     """Answers claim ``bad`` with an error and every other claim with one device."""

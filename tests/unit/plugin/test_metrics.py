@@ -1,10 +1,7 @@
 import datetime
 
-import pytest
-
 from compute_domains.plugin import checkpoint, metrics
 
-pytestmark = pytest.mark.timeout(5)
 T0 = datetime.datetime(2026, 5, 1, tzinfo=datetime.UTC)
 
 

@@ -12,8 +12,6 @@ from compute_domains.plugin import checkpoint
 from compute_domains.plugin import nvidia_checkpoint as nv
 from tests.unit.plugin import nvidia_fixture as fx
 
-pytestmark = pytest.mark.timeout(10)
-
 Reason = checkpoint.CorruptionReason
 EMPTY = b'{"checksum":1083090442,"v1":{},"v2":{"checksum":4166374854}}'
 """What NVIDIA's v25.12.0 ``MarshalCheckpoint`` writes for a checkpoint without claims."""

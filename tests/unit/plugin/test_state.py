@@ -12,8 +12,6 @@ from compute_domains.plugin import cdi, checkpoint, computedomain, configs
 from compute_domains.plugin import state as st
 from tests.unit.plugin import fakes
 
-pytestmark = pytest.mark.timeout(10)
-
 CD_A, CD_B = "aaaaaaaa-0000-4000-8000-00000000000a", "bbbbbbbb-0000-4000-8000-00000000000b"
 State = checkpoint.ClaimState
 

@@ -22,8 +22,6 @@ from compute_domains.plugin.config import CleanupSettings, RetrySettings
 from tests.unit.plugin import fakes
 from tests.unit.plugin import nvidia_fixture as fx
 
-pytestmark = pytest.mark.timeout(10)
-
 State = checkpoint.ClaimState
 BOOT = "6f1f6f3e-8a3b-4c1e-9d7a-2b1c3d4e5f60"
 NOW = datetime.datetime(2026, 3, 2, 11, 0, tzinfo=datetime.UTC)

@@ -11,8 +11,6 @@ import pytest
 
 from compute_domains.sim import cdi, pods
 
-pytestmark = pytest.mark.timeout(5)
-
 KIND = "test.compute-domains.dev/base"
 
 

@@ -6,12 +6,9 @@ import json
 from pathlib import Path
 from typing import cast
 
-import pytest
 from lightkube import AsyncClient
 
 from compute_domains.sim import dra
-
-pytestmark = pytest.mark.timeout(5)
 
 KIND = "test.compute-domains.dev/claim"
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from compute_domains.sim import logfollow
-
-pytestmark = pytest.mark.timeout(10)
 
 
 async def test_follow_sends_writes_as_they_come_and_ends_after_the_last_one(

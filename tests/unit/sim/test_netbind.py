@@ -21,8 +21,6 @@ import pytest
 
 from compute_domains.sim import netbind
 
-pytestmark = pytest.mark.timeout(30)
-
 _X86_64, _I386 = 0xC000003E, 0x40000003
 _BIND, _LISTEN = 49, 50
 

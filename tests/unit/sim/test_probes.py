@@ -6,7 +6,6 @@ import logging
 from collections.abc import Sequence
 from typing import cast
 
-import pytest
 from lightkube.models.core_v1 import (
     Container,
     EnvVar,
@@ -17,8 +16,6 @@ from lightkube.models.core_v1 import (
 )
 
 from compute_domains.sim import podstatus, probes, runtime
-
-pytestmark = pytest.mark.timeout(5)
 
 
 class _Runtime:

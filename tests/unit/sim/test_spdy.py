@@ -14,8 +14,6 @@ import pytest
 
 from compute_domains.sim import execserver, spdy
 
-pytestmark = pytest.mark.timeout(10)
-
 
 def test_the_header_dictionary_is_the_protocols() -> None:
     """SPDY/3 §2.6.10.1: 1,423 bytes; a wrong byte breaks every header block from Go clients."""

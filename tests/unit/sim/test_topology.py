@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from compute_domains.sim import topology
-
-pytestmark = pytest.mark.timeout(5)
 
 
 def test_the_control_plane_node_comes_last_and_leaves_gpu_addresses_alone() -> None:

@@ -11,8 +11,6 @@ import pytest
 from compute_domains.sim import imex_report, workload
 from compute_domains.sim.imex_wire import Link
 
-pytestmark = pytest.mark.timeout(2)
-
 
 def _rows(states: list[str]) -> list[imex_report.NodeRow]:
     ids = range(len(states))
