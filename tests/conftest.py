@@ -48,6 +48,9 @@ LAYER_BUDGET_S = {"unit": 2.0, "integration": 300.0, "e2e": 1800.0}
 """Per-test timeout of each layer (folder under tests/); a module or test may only lower it."""
 UNIT_CEILING_S = 10.0
 """The most a ``slow_unit`` marker may grant one unit test."""
+PROPERTY_BUDGET_S = 8.0
+"""A unit property test (hypothesis) runs its body for 60-200 generated examples: 1-3 s alone,
+twice that with the cores busy, so it gets this instead of the 2 s of one example."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _budget(item: pytest.Item, layer: str) -> float:
     """The timeout this test runs under; a loosened limit without a stated reason is an error."""
     budget = LAYER_BUDGET_S[layer]
+    if layer == "unit" and getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        budget = PROPERTY_BUDGET_S
     slow: Mark | None = item.get_closest_marker("slow_unit")
     if slow is not None:
         seconds, reason = (*slow.args, *slow.kwargs.values())[:2]

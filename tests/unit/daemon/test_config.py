@@ -20,8 +20,26 @@ GOOD = Identity(
 )
 
 
-def test_a_complete_identity_is_accepted() -> None:
-    DaemonSettings(identity=GOOD).validate()
+@pytest.mark.parametrize(
+    ("change", "max_nodes", "clique"),
+    [
+        ({}, 18, "cd.cluster.1"),
+        ({}, 1, "cd.cluster.1"),
+        ({"pod_ip": "fd00::1"}, 18, "cd.cluster.1"),
+        # Without a clique no IMEX runs: neither the pod IP nor the slot count is needed.
+        ({"clique_id": "", "pod_ip": ""}, 0, ""),
+    ],
+    ids=["fabric", "one-slot", "ipv6", "no-clique"],
+)
+def test_a_complete_identity_is_accepted(
+    change: dict[str, str], max_nodes: int, clique: str
+) -> None:
+    ident = dataclasses.replace(GOOD, **change)
+    settings = DaemonSettings(identity=ident, max_nodes=max_nodes)
+    assert settings.validate() is None  # no ConfigError
+    assert ident.has_clique is bool(clique)
+    if clique:
+        assert ident.clique_name == clique, "the clique object the daemon will register in"
 
 
 @pytest.mark.parametrize(

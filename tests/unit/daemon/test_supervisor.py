@@ -194,16 +194,21 @@ async def test_stop_escalates_from_sigterm_to_sigkill(log: logging.Logger, lines
 
 async def test_stop_during_backoff_prevents_the_restart(log: logging.Logger) -> None:
     exited = asyncio.Event()
-    settings = _settings(backoff=backoff.Backoff(initial=5.0, maximum=5.0, jitter=0.0))
+    pause = 0.3
+    settings = _settings(backoff=backoff.Backoff(initial=pause, maximum=pause, jitter=0.0))
     sup = supervisor.Supervisor(
         ["sh", "-c", "exit 2"], settings=settings, log=log, on_restart=lambda _: exited.set()
     )
     async with supervising(sup) as task:
         await sup.start()
         await asyncio.wait_for(exited.wait(), 10)
+        loop = asyncio.get_running_loop()
+        restart_due = loop.time() + pause
         assert await sup.stop() == 2
-        await asyncio.sleep(0.2)
-        assert not task.done() and not sup.running and sup.restarts == 1
+        # An absence: watched past the moment the cancelled restart was due.
+        while loop.time() < restart_due + 0.2:
+            assert not task.done() and not sup.running and sup.restarts == 1
+            await asyncio.sleep(0.02)
 
 
 async def test_a_failing_restart_hook_does_not_stop_supervision(

@@ -53,13 +53,33 @@ def test_timeout_without_holder_note_says_unknown(tmp_path: Path) -> None:
         holder.release()
 
 
+async def _waiting_on(path: Path) -> None:
+    """Until a second descriptor of ours is open on ``path``: the waiter's thread opened the
+    file and is in its poll loop (the holder has the first)."""
+
+    def opened() -> int:
+        fds = Path("/proc/self/fd")
+        return sum(1 for fd in fds.iterdir() if _points_to(fd, path))
+
+    async with asyncio.timeout(1):
+        while opened() < 2:
+            await asyncio.sleep(0.005)
+
+
+def _points_to(link: Path, path: Path) -> bool:
+    try:
+        return link.readlink() == path
+    except OSError:  # an fd closed while we list them
+        return False
+
+
 async def test_async_waiter_gets_the_lock_when_the_holder_releases(tmp_path: Path) -> None:
     path = tmp_path / "l"
     holder = filelock.FileLock(path, timeout=1, poll_interval=0.01)
     await holder.acquire_async()
     waiter = filelock.FileLock(path, timeout=2, poll_interval=0.01, owner="waiter")
     task = asyncio.create_task(waiter.acquire_async())
-    await asyncio.sleep(0.05)
+    await _waiting_on(path)
     assert not task.done()
     holder.release()
     await asyncio.wait_for(task, 1)
@@ -82,7 +102,7 @@ async def test_cancelled_async_acquire_does_not_leak_the_lock(tmp_path: Path) ->
     holder.acquire()
     waiter = filelock.FileLock(path, timeout=5, poll_interval=0.01)
     task = asyncio.create_task(waiter.acquire_async())
-    await asyncio.sleep(0.05)
+    await _waiting_on(path)
     holder.release()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -95,6 +95,8 @@ class FakeDomains:
         self.node_label = ""
         self.ready: set[str] = set()
         self.became_ready = asyncio.Event()
+        self.waiting = asyncio.Event()
+        """Set once a prepare waits on readiness (what a test waits for, not a sleep)."""
         self.label_writes = 0
 
     async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
@@ -136,6 +138,7 @@ class FakeDomains:
         return self.node_label
 
     async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        self.waiting.set()
         try:
             async with asyncio.timeout(timeout):
                 while cd.uid not in self.ready:

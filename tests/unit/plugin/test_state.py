@@ -173,7 +173,7 @@ async def test_prepare_returns_as_soon_as_the_daemon_is_ready(
     domains.ready = set()
     s = fakes.device_state(tmp_path, domains)
     task = asyncio.create_task(s.prepare(_channel_claim("c1"), wait_s=5))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(domains.waiting.wait(), 1)
     assert not task.done()
     domains.make_ready(CD_A)
     devices = await asyncio.wait_for(task, 1)
@@ -184,7 +184,7 @@ async def test_unprepare_during_the_wait_wins(tmp_path: Path, domains: fakes.Fak
     domains.ready = set()
     s = fakes.device_state(tmp_path, domains)
     task = asyncio.create_task(s.prepare(_channel_claim("c1"), wait_s=5))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(domains.waiting.wait(), 1)
     await s.unprepare("c1")
     domains.make_ready(CD_A)
     with pytest.raises(errors.PermanentError, match="unprepared while"):

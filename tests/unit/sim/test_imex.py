@@ -175,6 +175,7 @@ def sim(sim_factory: Callable[..., Sim]) -> Sim:
     return sim_factory()
 
 
+@pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
 def test_three_nodes_are_ready_and_the_domain_comes_up(sim: Sim) -> None:
     sim.start_all()
     for i in range(3):
