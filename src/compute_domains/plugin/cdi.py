@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -198,13 +197,13 @@ class CdiWriter:
     def write_claim_spec(self, claim: ClaimSpec) -> Path:
         """Write (or replace) the claim's spec atomically; returns its path."""
         path = self.claim_spec_path(claim.claim_uid)
-        atomicfile.write_atomic(path, _render(claim.spec), mode=0o644)
+        atomicfile.write_atomic(path, cdispec.to_json(claim.spec), mode=0o644)
         return path
 
     def write_base_spec(self, spec: cdispec.Spec) -> Path:
         """Write (or replace) the base spec atomically; returns its path."""
         path = self._root / BASE_SPEC_FILE
-        atomicfile.write_atomic(path, _render(spec), mode=0o644)
+        atomicfile.write_atomic(path, cdispec.to_json(spec), mode=0o644)
         return path
 
     def remove_claim_spec(self, claim_uid: str) -> bool:
@@ -222,7 +221,3 @@ class CdiWriter:
             p.name[len(_CLAIM_FILE_PREFIX) : -len(_SUFFIX)]
             for p in self._root.glob(f"{_CLAIM_FILE_PREFIX}*{_SUFFIX}")
         )
-
-
-def _render(spec: cdispec.Spec) -> str:
-    return json.dumps(spec.to_json(), indent=2) + "\n"

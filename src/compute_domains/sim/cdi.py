@@ -1,120 +1,106 @@
-"""The runtime's CDI step on a simulated node: device names → container edits on the node's host.
+"""The runtime's CDI step on a simulated node: CDI device names → the container's edited config.
 
 A container runtime (containerd's CDI support over the CDI library) loads the specs of the
-host's ``/etc/cdi`` and ``/var/run/cdi``, merges the edits of the requested devices and applies
-them to the container. Applying a device node that names only a ``path`` (optionally a
-``hostPath``) completes it from the host device it points at, as the library's
-``fillMissingInfo`` does: unless a type and a non-zero major are given, it ``lstat``s
-``hostPath`` (else ``path``) and takes the type (``c``, ``b`` or ``p``) and, when the major is
-unset, major and minor from there. NVIDIA's base spec (nvcdi "management" mode) gives its
-``/dev/nvidia*`` nodes this way.
+host's ``/etc/cdi`` and ``/var/run/cdi``, resolves the requested devices and applies their
+edits to the container's config (its env and mounts from the pod included). Resolving and the
+merge rules are ``infra.cdispec``'s, the one implementation the plugin and ``validate`` share;
+this module says only where a simulated node's host paths lie and converts between the
+runtime's types and CDI's.
 
-The node root plays the host's filesystem: host path P is ``<node root>/P`` when that exists
-(the node's driver root and its ``/dev``), else this machine's P (``/dev/null`` and the other
-nodes every host has). Mount host paths always map into the node root. Every failure is the
-runtime's ``CDI device injection failed: ...`` and fails the container's creation.
+The node root plays the host's filesystem: a host device node P is ``<node root>/P`` when that
+exists (the node's driver root and its ``/dev``), else this machine's P (``/dev/null`` and the
+other nodes every host has); NVIDIA's base spec (nvcdi "management" mode) gives its
+``/dev/nvidia*`` nodes by path alone, completed from there. Mount host paths always map into the
+node root. Hooks are resolved but not run: the simulated runtime has no OCI hook stage (our base
+spec needs none, which is why it mounts libraries by both names). Every failure is the runtime's
+``CDI device injection failed: ...`` and fails the container's creation.
 """
 
 from __future__ import annotations
 
-import errno
+import dataclasses
 import os
-import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from compute_domains.infra import cdispec
 from compute_domains.sim import pods, runtime
 
 _DEFAULT_MODE = 0o666
-"""File mode of a device node the spec gives none for (the OCI runtime's default)."""
+"""File mode of a device node neither the spec nor the host node gives one (the OCI default)."""
 
 
-def host_path(node_root: Path, path: str) -> Path:
-    """Where host path ``path`` of the node lies on this machine."""
-    inside = node_root / path.lstrip("/")
-    return inside if os.path.lexists(inside) else Path(path)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NodeHost:
+    """A simulated node's host paths as they lie on this machine (``cdispec.Host``)."""
 
+    root: Path
+    """The node root."""
 
-def _go_error(err: OSError, path: str) -> str:
-    # Go's message for a failed lstat: "lstat <path>: no such file or directory".
-    reason = os.strerror(err.errno or errno.EIO)
-    return f"lstat {path}: {reason[:1].lower()}{reason[1:]}"
+    def device_path(self, path: str) -> Path:
+        """``<root>/<path>`` when it exists, else this machine's ``path``."""
+        inside = self.root / path.lstrip("/")
+        return inside if os.path.lexists(inside) else Path(path)
 
-
-def _host_device(node_root: Path, path: str) -> tuple[str, int, int]:
-    """(type, major, minor) of the node's host device at ``path``; ValueError with the
-    library's message when it is missing or no device node."""
-    try:
-        st = host_path(node_root, path).lstat()
-    except OSError as err:
-        raise ValueError(
-            f"failed to stat CDI host device {_quote(path)}: {_go_error(err, path)}"
-        ) from err
-    if stat.S_ISCHR(st.st_mode):
-        kind = "c"
-    elif stat.S_ISBLK(st.st_mode):
-        kind = "b"
-    elif stat.S_ISFIFO(st.st_mode):
-        kind = "p"
-    else:
-        raise ValueError(f"failed to stat CDI host device {_quote(path)}: not a device node")
-    return kind, os.major(st.st_rdev), os.minor(st.st_rdev)
-
-
-def _quote(text: str) -> str:
-    """Go's ``%q`` for the paths that appear in the library's messages."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def device_node(node_root: Path, node: cdispec.DeviceNode) -> runtime.DeviceNode:
-    """A CDI device node completed from the node's host device where the spec leaves gaps."""
-    host = node.host_path or node.path
-    kind = "c" if node.type == "u" else (node.type or "")
-    major, minor = node.major or 0, node.minor or 0
-    if not kind or (major == 0 and kind != "p"):
-        found, host_major, host_minor = _host_device(node_root, host)
-        if kind and kind != found:
-            raise ValueError(
-                f"CDI device ({_quote(node.path)}, {_quote(host)}), host type mismatch "
-                f"({node.type}, {found})"
-            )
-        kind = found
-        if major == 0 and kind != "p":
-            major, minor = host_major, host_minor
-    mode = node.file_mode if node.file_mode is not None else _DEFAULT_MODE
-    return runtime.DeviceNode(path=node.path, major=major, minor=minor, type=kind, mode=mode)
+    def mount_source(self, path: str) -> str:
+        """``<root>/<path>``: a node's files are its own, never this machine's."""
+        return str(self.root / path.lstrip("/"))
 
 
 def resolve(
-    node_root: Path, ids: list[str]
+    node_root: Path,
+    ids: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    mounts: Sequence[runtime.Mount] = (),
 ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
-    """Env, device nodes and mounts the CDI devices ``ids`` give a container on this node.
+    """The container's env, device nodes and mounts once the CDI devices ``ids`` are injected.
 
-    As the CDI library applies edits to an OCI spec, a later device node or mount replaces an
-    earlier one at the same container path. Raises ``pods.CreateError`` with the runtime's
-    message when a name resolves to no spec or a device node to no host device.
+    Args:
+        node_root: the node's root folder (its ``etc/cdi`` and ``var/run/cdi`` hold the specs).
+        ids: CDI device names in the kubelet's order (a name listed twice is injected once).
+        env: the container's env before CDI (an edit for the same name replaces the entry).
+        mounts: the container's mounts before CDI (one at a CDI mount's path is replaced).
+
+    Raises:
+        pods.CreateError: with the runtime's message, when a name resolves to no device or a
+            device node to no host device.
     """
     specs, _bad = cdispec.load_spec_dirs([node_root / "etc/cdi", node_root / "var/run/cdi"])
+    base = cdispec.OciConfig(
+        env=tuple(f"{name}={value}" for name, value in (env or {}).items()),
+        mounts=tuple(_cdi_mount(m) for m in mounts),
+    )
     try:
-        edits = cdispec.container_edits_for(ids, specs)
-    except cdispec.UnresolvableDevicesError as err:
-        raise pods.CreateError(
-            f"CDI device injection failed: unresolvable CDI devices {', '.join(ids)}"
-        ) from err
-    nodes: dict[str, runtime.DeviceNode] = {}
-    for n in edits.device_nodes:
-        try:
-            nodes[n.path] = device_node(node_root, n)
-        except ValueError as err:
-            raise pods.CreateError(
-                f"CDI device injection failed: failed to inject devices: {err}"
-            ) from err
-    mounts = {
-        m.container_path: runtime.Mount(
-            source=str(node_root / m.host_path.lstrip("/")),
-            target=m.container_path,
-            readonly="ro" in m.options,
-        )
-        for m in edits.mounts
-    }
-    return edits.env_map(), list(nodes.values()), list(mounts.values())
+        applied = cdispec.inject(ids, specs, base, host=NodeHost(root=node_root))
+    except (cdispec.UnresolvableDevicesError, cdispec.InjectionError) as err:
+        raise pods.CreateError(f"CDI device injection failed: {err}") from err
+    return (
+        applied.env_map(),
+        [_runtime_node(n) for n in applied.device_nodes],
+        [_runtime_mount(m) for m in applied.mounts],
+    )
+
+
+def _runtime_node(node: cdispec.DeviceNode) -> runtime.DeviceNode:
+    return runtime.DeviceNode(
+        path=node.path,
+        major=node.major or 0,
+        minor=node.minor or 0,
+        type=node.type or "c",
+        mode=node.file_mode if node.file_mode is not None else _DEFAULT_MODE,
+    )
+
+
+def _cdi_mount(mount: runtime.Mount) -> cdispec.Mount:
+    return cdispec.Mount(
+        host_path=mount.source,
+        container_path=mount.target,
+        options=("ro",) if mount.readonly else (),
+    )
+
+
+def _runtime_mount(mount: cdispec.Mount) -> runtime.Mount:
+    return runtime.Mount(
+        source=mount.host_path, target=mount.container_path, readonly="ro" in mount.options
+    )

@@ -475,12 +475,13 @@ class DraManager:
     # ---- CDI for the runtime ----
 
     def resolve_cdi(
-        self, ids: list[str]
+        self, ids: list[str], env: dict[str, str], mounts: list[runtime.Mount]
     ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
-        """Container edits of CDI devices from the node's spec folders (``sim.cdi``).
+        """A container's env, device nodes and mounts with CDI devices ``ids`` injected
+        from the node's spec folders (``sim.cdi``).
 
         The same device can come twice: after a reboot the kubelet re-prepares a claim whose
         checkpointed entry still lists the devices of the earlier boot, and appends the new
-        ones (1.34's ``ClaimInfo.addDevice``); the later edit replaces the earlier one.
+        ones (1.34's ``ClaimInfo.addDevice``); the runtime injects it once.
         """
-        return cdi.resolve(self._s.root, ids)
+        return cdi.resolve(self._s.root, ids, env=env, mounts=mounts)

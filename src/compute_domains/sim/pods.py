@@ -28,8 +28,10 @@ from compute_domains.sim import events, images, podstatus, probes, runtime, volu
 logger = logging.getLogger(__name__)
 
 CdiResolver = Callable[
-    [list[str]], tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]
+    [list[str], dict[str, str], list[runtime.Mount]],
+    tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]],
 ]
+"""The runtime's CDI step: (CDI ids, env, mounts) → the container's env, device nodes, mounts."""
 
 
 class PrepareError(Exception):
@@ -341,9 +343,9 @@ class PodWorker:
                     cdi_ids.extend(ids)
         devices: list[runtime.DeviceNode] = []
         if cdi_ids:
-            cdi_env, devices, cdi_mounts = self._svc.resolve_cdi(cdi_ids)
-            env.update(cdi_env)
-            mounts.extend(cdi_mounts)
+            # CDI edits apply to the whole config: an edit replaces the env entry or mount the
+            # pod gave at the same name or path, as containerd applies them to its OCI spec.
+            env, devices, mounts = self._svc.resolve_cdi(cdi_ids, env, mounts)
         argv = self._svc.images.command(c.image or "", command, args)
         env = self._svc.images.environment(env, c.image or "")
         hostname = "" if self.spec.hostNetwork else (self.spec.hostname or self.name)

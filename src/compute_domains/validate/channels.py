@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compute_domains.infra import errors
+from compute_domains.infra import cdispec, errors
 from compute_domains.plugin import cdi, discovery
 from compute_domains.sim import runtime
 from compute_domains.validate import cuda_probe, host, report, scenarios, workloads
@@ -205,7 +205,7 @@ def build_report(
     data = {
         "channel_major": node.channel_major,
         "channels": {"same": settings.same_channel, "other": settings.other_channel},
-        "claim_specs": {uid: c.spec.to_json() for uid, c in claims.items()},
+        "claim_specs": {uid: cdispec.spec_document(c.spec) for uid, c in claims.items()},
         "workloads": [
             {
                 "name": w.name,

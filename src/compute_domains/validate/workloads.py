@@ -8,14 +8,14 @@ A workload container gets two kinds of CDI devices, as a ComputeDomain pod does:
 - an IMEX channel, from **our** plugin's per-claim spec: ``plugin.cdi.channel_edits`` with the
   real char major from ``/proc/devices``, wrapped by ``plugin.cdi.build_claim_spec`` and written
   by ``plugin.cdi.CdiWriter``, exactly the calls the plugin's prepare makes.
-``resolve`` reads the spec folder back with ``infra.cdispec`` (as a runtime does) and maps the
-merged edits onto ``sim.runtime`` device nodes; nodes without numbers take the host node's.
+``resolve`` reads the spec folder back and injects the devices with ``infra.cdispec`` (the
+runtime's rules, shared with the simulated runtime) and maps the result onto ``sim.runtime``
+device nodes; nodes without numbers take the host node's (under ``host_root``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -102,8 +102,7 @@ def channel_claim(claim_uid: str, channel: int, *, major: int) -> cdi.ClaimSpec:
 def write_specs(cdi_dir: Path, gpus: cdispec.Spec, claims: Sequence[cdi.ClaimSpec]) -> None:
     """Write the GPU spec and each claim's spec (through the plugin's writer) into ``cdi_dir``."""
     cdi_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(gpus.to_json(), indent=2) + "\n"
-    atomicfile.write_atomic(cdi_dir / GPU_SPEC_FILE, text, mode=0o644)
+    atomicfile.write_atomic(cdi_dir / GPU_SPEC_FILE, cdispec.to_json(gpus), mode=0o644)
     writer = cdi.CdiWriter(cdi_dir)
     for claim in claims:
         writer.write_claim_spec(claim)
@@ -122,20 +121,18 @@ def resolve(cdi_dir: Path, device_ids: Sequence[str], *, host_root: Path = Path(
 
     Raises:
         WorkloadError: a spec file is invalid, a name is unknown, or a node without numbers
-            has no host node to copy them from.
+            has no host node to copy them from (under ``host_root``).
     """
     specs, bad = cdispec.load_spec_dirs([cdi_dir])
     if bad:
         path, err = next(iter(bad.items()))
         raise WorkloadError(f"invalid CDI spec {path}: {err}")
     try:
-        edits = cdispec.container_edits_for(device_ids, specs)
-    except cdispec.UnresolvableDevicesError as err:
+        applied = cdispec.inject(device_ids, specs, host=cdispec.RootedHost(root=host_root))
+    except (cdispec.UnresolvableDevicesError, cdispec.InjectionError) as err:
         raise WorkloadError(str(err)) from err
-    applied = cdispec.apply_edits(edits)
     return Resolved(
-        env=edits.env_map(),
-        devices=tuple(_runtime_node(n, host_root) for n in applied.device_nodes),
+        env=applied.env_map(), devices=tuple(_runtime_node(n) for n in applied.device_nodes)
     )
 
 
@@ -166,18 +163,12 @@ def _host_node(dev_root: Path, name: str) -> cdispec.DeviceNode:
     )
 
 
-def _runtime_node(node: cdispec.DeviceNode, host_root: Path) -> runtime.DeviceNode:
-    major, minor = node.major, node.minor
-    if major is None or minor is None:
-        host_path = host_root / (node.host_path or node.path).lstrip("/")
-        numbers = host.char_device(host_path)
-        if numbers is None:
-            raise WorkloadError(f"CDI node {node.path}: no numbers and no host node {host_path}")
-        major, minor = numbers
+def _runtime_node(node: cdispec.DeviceNode) -> runtime.DeviceNode:
+    # ``inject`` completed the node: type and numbers are set, the mode when spec or host had one.
     return runtime.DeviceNode(
         path=node.path,
-        major=major,
-        minor=minor,
+        major=node.major or 0,
+        minor=node.minor or 0,
         type=node.type or "c",
         mode=node.file_mode if node.file_mode is not None else 0o666,
     )

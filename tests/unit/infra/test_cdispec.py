@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ def test_parse_builds_the_model_and_serialises_back() -> None:
     b = spec.devices[1].edits
     assert b.device_nodes == (cdispec.DeviceNode(path="/dev/x", type="c", major=5, minor=1),)
     assert b.mounts == (cdispec.Mount(host_path="/h", container_path="/c", options=("ro",)),)
-    assert spec.to_json() == _doc()
+    assert cdispec.spec_document(spec) == _doc()
     assert spec.qualified_name("a") == "example.com/gpu=a"
 
 
@@ -133,7 +135,7 @@ def test_same_priority_duplicates_conflict_and_higher_priority_wins() -> None:
 
 
 def test_apply_edits_replaces_by_name_and_path_and_sorts_mounts() -> None:
-    base = cdispec.ContainerConfig(
+    base = cdispec.OciConfig(
         env=("PATH=/bin", "DEV=old"),
         device_nodes=(cdispec.DeviceNode(path="/dev/x", host_path="/dev/old"),),
         mounts=(cdispec.Mount(host_path="/a/b", container_path="/a/b"),),
@@ -142,7 +144,7 @@ def test_apply_edits_replaces_by_name_and_path_and_sorts_mounts() -> None:
         env=("DEV=new", "NEW=1"),
         device_nodes=(
             cdispec.DeviceNode(path="/dev/x", type="c", major=1, minor=2),
-            cdispec.DeviceNode(path="/dev/y"),
+            cdispec.DeviceNode(path="/dev/y", host_path="/dev/null"),
         ),
         mounts=(
             cdispec.Mount(host_path="/h", container_path="/a/b/c"),
@@ -152,12 +154,24 @@ def test_apply_edits_replaces_by_name_and_path_and_sorts_mounts() -> None:
         additional_gids=(0, 44),
     )
     out = cdispec.apply_edits(edits, base)
+    null = os.stat("/dev/null")
     assert out.env == ("PATH=/bin", "DEV=new", "NEW=1")
     assert out.device_nodes == (
-        cdispec.DeviceNode(path="/dev/x", host_path="/dev/x", type="c", major=1, minor=2),
-        cdispec.DeviceNode(path="/dev/y", host_path="/dev/y"),
+        cdispec.DeviceNode(
+            path="/dev/x", host_path="/dev/x", type="c", major=1, minor=2, permissions="rwm"
+        ),
+        cdispec.DeviceNode(
+            path="/dev/y",
+            host_path="/dev/null",
+            type="c",
+            major=os.major(null.st_rdev),
+            minor=os.minor(null.st_rdev),
+            file_mode=stat.S_IMODE(null.st_mode),
+            permissions="rwm",
+        ),
     )
     assert [m.container_path for m in out.mounts] == ["/a", "/a/b", "/a/b/c"]
+    assert out.hooks == edits.hooks
     assert out.additional_gids == (44,)
 
 

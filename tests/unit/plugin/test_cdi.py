@@ -16,7 +16,7 @@ def test_channel_claim_spec_matches_the_documented_shape() -> None:
     assert claim.device_ids == {
         "channel-0": f"k8s.compute-domain.nvidia.com/claim={UID_DIGIT}-channel-0"
     }
-    assert claim.spec.to_json() == {
+    assert cdispec.spec_document(claim.spec) == {
         "cdiVersion": "0.5.0",
         "kind": "k8s.compute-domain.nvidia.com/claim",
         "devices": [
@@ -116,7 +116,7 @@ def test_written_spec_is_what_a_runtime_resolves(tmp_path: Path) -> None:
     merged = cdispec.container_edits_for(list(claim.device_ids.values()), specs)
     assert merged.env == ("CLIQUE_ID=x.1",)
     assert [n.minor for n in merged.device_nodes] == [5]
-    assert json.loads(path.read_text()) == claim.spec.to_json()
+    assert json.loads(path.read_text()) == cdispec.spec_document(claim.spec)
     assert writer.claim_uids() == [UID_DIGIT]
 
 

@@ -37,10 +37,10 @@ def _manager(root: Path) -> dra.DraManager:
 
 def test_a_device_listed_twice_is_created_once(tmp_path: Path) -> None:
     """After a reboot the kubelet's claim cache lists a re-prepared claim's device twice (the
-    checkpointed one and the new one); the runtime must create its node once, as the CDI
-    library does (same path: replace), or the container fails on an existing device node."""
+    checkpointed one and the new one); the runtime injects it once, as containerd does, or the
+    container fails on an existing device node."""
     device = f"{KIND}=uid-1-dev"
-    env, nodes, mounts = _manager(tmp_path).resolve_cdi([device, device])
+    env, nodes, mounts = _manager(tmp_path).resolve_cdi([device, device], {}, [])
     assert env == {"TEST_DEVICE": "dev"}
     assert [(n.path, n.major, n.minor) for n in nodes] == [("/dev/test-dev", 1, 3)]
     assert [(m.source, m.target) for m in mounts] == [(str(tmp_path / "var/lib/x"), "/x")]

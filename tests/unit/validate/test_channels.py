@@ -118,7 +118,7 @@ def test_observed_lines() -> None:
 def test_channel_claim_is_the_plugins_cdi_spec() -> None:
     claim = workloads.channel_claim("uid-1", 7, major=242)
     assert claim.device_ids == {"channel-0": "k8s.compute-domain.nvidia.com/claim=uid-1-channel-0"}
-    doc = claim.spec.to_json()
+    doc = cdispec.spec_document(claim.spec)
     assert doc["kind"] == "k8s.compute-domain.nvidia.com/claim"
     node = doc["devices"][0]["containerEdits"]["deviceNodes"][0]
     assert node == {
@@ -164,7 +164,7 @@ def test_nodes_without_numbers_take_the_host_nodes(tmp_path: Path) -> None:
             ),
         ),
     )
-    (tmp_path / "x.json").write_text(json.dumps(spec.to_json()))
+    (tmp_path / "x.json").write_text(cdispec.to_json(spec))
     resolved = workloads.resolve(tmp_path, [f"{workloads.GPU_KIND}=null"])
     assert [(d.path, d.major, d.minor) for d in resolved.devices] == [(os.devnull, 1, 3)]
 
