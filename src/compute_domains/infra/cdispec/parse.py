@@ -5,7 +5,8 @@ Invariants (CDI library ``pkg/cdi/spec.go``, ``container-edits.go``, ``spec-dirs
   or one lower than the fields used need, a device without edits, an env entry without
   ``NAME=``, a device node type or permission outside the spec's sets, an unknown hook name or a
   relative hook path are all ``CdiSpecError``; nothing half-parsed is returned.
-- JSON and YAML documents parse to the same model (files ending ``.json`` / ``.yaml``).
+- JSON and YAML documents parse to the same model; files ending ``.json`` or ``.yaml`` are read,
+  either holding either format (the library parses every file as YAML).
 - ``load_spec_dirs`` skips a bad file and reports it, as a runtime's cache does; a missing
   folder is simply empty; sub-folders are not scanned. A spec's priority is its folder's index.
 """
@@ -73,10 +74,17 @@ def parse_spec(doc: Mapping[str, Any], *, priority: int = 0) -> model.Spec:
 
 
 def load_spec_file(path: Path, *, priority: int = 0) -> model.Spec:
-    """Read and parse a ``.json`` or ``.yaml`` spec file (``CdiSpecError`` names the file)."""
+    """Read and parse a ``.json`` or ``.yaml`` spec file (``CdiSpecError`` names the file).
+
+    The library reads every spec file as YAML (a superset of JSON) whatever its extension, so a
+    ``.json`` file holding YAML loads too; JSON is tried first only because it is faster.
+    """
     text = path.read_text()
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = yaml.safe_load(text)
         if not isinstance(doc, dict):
             raise model.CdiSpecError("not a mapping")
         return parse_spec(doc, priority=priority)

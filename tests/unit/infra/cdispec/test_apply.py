@@ -11,8 +11,6 @@ import pytest
 from compute_domains.infra import cdispec
 from compute_domains.infra.cdispec import apply
 
-pytestmark = pytest.mark.timeout(2)
-
 Node = cdispec.DeviceNode
 Mount = cdispec.Mount
 Edits = cdispec.ContainerEdits

@@ -9,8 +9,6 @@ import pytest
 from compute_domains.infra import cdispec
 from compute_domains.infra.cdispec import names
 
-pytestmark = pytest.mark.timeout(2)
-
 
 @pytest.mark.parametrize(
     ("kind", "ok"),

@@ -12,8 +12,6 @@ import yaml
 
 from compute_domains.infra import cdispec
 
-pytestmark = pytest.mark.timeout(2)
-
 NV = "nvidia.com/gpu"
 OURS = "k8s.compute-domain.nvidia.com/claim"
 
@@ -219,3 +217,11 @@ def test_rendered_specs_load_back_to_the_same_model(tmp_path: Path, render: Any)
     path.write_text(render(spec))
     assert cdispec.load_spec_file(path) == spec
     assert cdispec.parse_spec(cdispec.spec_document(spec)) == spec
+
+
+def test_a_json_named_file_holding_yaml_loads_as_the_library_reads_it(tmp_path: Path) -> None:
+    """The takeover renames NVIDIA's YAML claim spec to our ``.json`` name before rewriting it;
+    meanwhile a runtime still resolves its devices."""
+    path = tmp_path / "renamed.json"
+    path.write_text(cdispec.to_yaml(cdispec.parse_spec(_ours())))
+    assert cdispec.load_spec_file(path) == cdispec.parse_spec(_ours())
