@@ -19,6 +19,7 @@ from lightkube.models.core_v1 import (
     EnvVar,
     EnvVarSource,
     ExecAction,
+    HostPathVolumeSource,
     ObjectFieldSelector,
     PodSpec,
     Probe,
@@ -33,6 +34,8 @@ import compute_domains
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import Readiness
+from compute_domains.plugin import basespec
+from compute_domains.sim import driverroot
 from tests.integration.helpers import wait_for
 
 IMAGE = f"ghcr.io/compute-domains/compute-domains:{compute_domains.__version__}"
@@ -47,6 +50,19 @@ def _field(name: str, path: str) -> EnvVar:
 def _probe(failures: int) -> Probe:
     check = ExecAction(command=CHECK)
     return Probe(exec=check, periodSeconds=1, timeoutSeconds=10, failureThreshold=failures)
+
+
+def _imex_programs() -> list[Volume]:
+    """The node driver root's IMEX programs, as the plugin's base CDI spec mounts them (our
+    image has none; these pods are made by hand, without a claim of the base spec)."""
+    root = driverroot.DRIVER_ROOT
+    return [
+        Volume(
+            name=prog,
+            hostPath=HostPathVolumeSource(path=f"{root}/{driverroot.BIN_DIR}/{prog}", type="File"),
+        )
+        for prog in basespec.IMEX_BINARIES
+    ]
 
 
 def daemon_pod(
@@ -79,7 +95,13 @@ def daemon_pod(
         image=IMAGE,
         command=["cdctl", "daemon", "run"],
         env=env,
-        volumeMounts=[VolumeMount(name="imexd", mountPath="/imexd")],
+        volumeMounts=[
+            VolumeMount(name="imexd", mountPath="/imexd"),
+            *(
+                VolumeMount(name=prog, mountPath=f"/usr/bin/{prog}", readOnly=True)
+                for prog in basespec.IMEX_BINARIES
+            ),
+        ],
         startupProbe=_probe(1200),
         readinessProbe=_probe(1),
     )
@@ -98,7 +120,7 @@ def daemon_pod(
             terminationGracePeriodSeconds=30,
             initContainers=init,
             containers=[main, *(sidecars or [])],
-            volumes=[Volume(name="imexd", emptyDir=EmptyDirVolumeSource())],
+            volumes=[Volume(name="imexd", emptyDir=EmptyDirVolumeSource()), *_imex_programs()],
         ),
     )
 
