@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from compute_domains.infra import atomicfile, errors
+from compute_domains.infra import atomicfile, errors, jsonshape
 
 VERSION = 2
 """The checkpoint format version this module writes."""
@@ -205,9 +205,9 @@ def decode(data: bytes | str, *, path: Path | None = None) -> Checkpoint:
         _exact_keys(doc, {"version", "nodeBootID", "claims"}, "checkpoint")
         claims = {
             uid: _entry_from_json(uid, raw, version=int(version))
-            for uid, raw in _obj(doc["claims"]).items()
+            for uid, raw in jsonshape.obj(doc["claims"]).items()
         }
-        return Checkpoint(boot_id=_str(doc["nodeBootID"]), claims=claims)
+        return Checkpoint(boot_id=jsonshape.string(doc["nodeBootID"]), claims=claims)
     except (KeyError, TypeError, ValueError) as err:
         detail = f"{type(err).__name__}: {err}"
         raise CheckpointCorruptError(path, CorruptionReason.INVALID_LAYOUT, detail) from err
@@ -311,33 +311,33 @@ _DEVICE_KEYS = {"poolName", "deviceName", "requestNames", "cdiDeviceIDs", "kind"
 
 
 def _entry_from_json(uid: str, raw: object, *, version: int) -> ClaimEntry:
-    obj = _obj(raw)
+    obj = jsonshape.obj(raw)
     _exact_keys(obj, _ENTRY_KEYS if version >= 2 else _ENTRY_KEYS_V1, f"claim {uid}")
     if obj["uid"] != uid:
         raise ValueError(f"claim keyed {uid!r} has uid {obj['uid']!r}")
     return ClaimEntry(
         uid=uid,
-        namespace=_str(obj["namespace"]),
-        name=_str(obj["name"]),
+        namespace=jsonshape.string(obj["namespace"]),
+        name=jsonshape.string(obj["name"]),
         state=ClaimState(obj["state"]),
         started_at=_time_from_json(obj["startedAt"]),
         updated_at=_time_from_json(obj["updatedAt"]),
-        devices=tuple(_device_from_json(d) for d in _list(obj["devices"])),
-        status=_obj(obj["status"]),
-        resource_version=_str(obj.get("resourceVersion", "")),
+        devices=tuple(_device_from_json(d) for d in jsonshape.array(obj["devices"])),
+        status=jsonshape.obj(obj["status"]),
+        resource_version=jsonshape.string(obj.get("resourceVersion", "")),
     )
 
 
 def _device_from_json(raw: object) -> PreparedDevice:
-    obj = _obj(raw)
+    obj = jsonshape.obj(raw)
     _exact_keys(obj, _DEVICE_KEYS, "device")
     return PreparedDevice(
-        pool_name=_str(obj["poolName"]),
-        device_name=_str(obj["deviceName"]),
-        request_names=tuple(_str(s) for s in _list(obj["requestNames"])),
-        cdi_device_ids=tuple(_str(s) for s in _list(obj["cdiDeviceIDs"])),
-        kind=_str(obj["kind"]),
-        domain_id=_str(obj["domainID"]),
+        pool_name=jsonshape.string(obj["poolName"]),
+        device_name=jsonshape.string(obj["deviceName"]),
+        request_names=tuple(jsonshape.string(s) for s in jsonshape.array(obj["requestNames"])),
+        cdi_device_ids=tuple(jsonshape.string(s) for s in jsonshape.array(obj["cdiDeviceIDs"])),
+        kind=jsonshape.string(obj["kind"]),
+        domain_id=jsonshape.string(obj["domainID"]),
     )
 
 
@@ -348,7 +348,7 @@ def _time_to_json(t: datetime.datetime) -> str:
 
 
 def _time_from_json(raw: object) -> datetime.datetime:
-    t = datetime.datetime.fromisoformat(_str(raw))
+    t = datetime.datetime.fromisoformat(jsonshape.string(raw))
     if t.tzinfo is None:
         raise ValueError(f"timestamp {raw!r} has no timezone")
     return t
@@ -358,21 +358,3 @@ def _exact_keys(obj: Mapping[str, Any], keys: set[str], what: str) -> None:
     if set(obj) != keys:
         missing, extra = sorted(keys - set(obj)), sorted(set(obj) - keys)
         raise ValueError(f"{what}: missing keys {missing}, unknown keys {extra}")
-
-
-def _obj(raw: object) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-def _list(raw: object) -> list[Any]:
-    if not isinstance(raw, list):
-        raise TypeError(f"expected a JSON array, got {type(raw).__name__}")
-    return raw
-
-
-def _str(raw: object) -> str:
-    if not isinstance(raw, str):
-        raise TypeError(f"expected a string, got {type(raw).__name__}")
-    return raw

@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from compute_domains.infra import jsonshape
 from compute_domains.plugin import checkpoint
 
 FORMAT_NAME = "NVIDIA's v25.12 kubelet-plugin checkpoint (kubelet checkpointmanager format)"
@@ -117,7 +118,7 @@ def decode(data: bytes, *, path: Path | None = None) -> tuple[NvidiaClaim, ...] 
             return _claims(doc.get("v1") or {}, v2=False)
         claims = _present(_members(v2).get("preparedClaims"), empty="{}")
         marshalled = _go_object([("checksum", "0"), ("preparedClaims", claims)])
-        _verify(_obj(doc["v2"]).get("checksum"), marshalled, "v2")
+        _verify(jsonshape.obj(doc["v2"]).get("checksum"), marshalled, "v2")
         return _claims(doc["v2"], v2=True)
     except _Mismatch as err:
         raise checkpoint.CheckpointCorruptError(
@@ -179,11 +180,11 @@ def _go_object(fields: list[tuple[str, str | None]]) -> str:
 
 
 def _claims(raw: object, *, v2: bool) -> tuple[NvidiaClaim, ...]:
-    claims = _obj(_obj(raw).get("preparedClaims") or {})
+    claims = jsonshape.obj(jsonshape.obj(raw).get("preparedClaims") or {})
     if not v2 and any(isinstance(c, list) for c in claims.values()):
         # v25.3.0-rc.2 kept a claim as a bare list of device groups; v25.3.0 converted it
         raise ValueError("claims in the v25.3.0-rc.2 layout (lists of device groups)")
-    return tuple(_claim(uid, _obj(entry), v2=v2) for uid, entry in sorted(claims.items()))
+    return tuple(_claim(uid, jsonshape.obj(entry), v2=v2) for uid, entry in sorted(claims.items()))
 
 
 def _claim(uid: str, raw: dict[str, Any], *, v2: bool) -> NvidiaClaim:
@@ -196,54 +197,40 @@ def _claim(uid: str, raw: dict[str, Any], *, v2: bool) -> NvidiaClaim:
         state = _STATES[str(name)]
     devices = tuple(
         device
-        for group in _list(raw.get("preparedDevices") or [])
-        for device in _group(_obj(group))
+        for group in jsonshape.array(raw.get("preparedDevices") or [])
+        for device in _group(jsonshape.obj(group))
     )
     return NvidiaClaim(
         uid=uid,
         state=state,
-        namespace=_str(raw.get("namespace", "")),
-        name=_str(raw.get("name", "")),
-        status=_obj(raw.get("status") or {}),
+        namespace=jsonshape.string(raw.get("namespace", "")),
+        name=jsonshape.string(raw.get("name", "")),
+        status=jsonshape.obj(raw.get("status") or {}),
         devices=devices,
     )
 
 
 def _group(raw: dict[str, Any]) -> list[checkpoint.PreparedDevice]:
-    domain = _str(_obj(raw.get("configState") or {}).get("ComputeDomain", ""))
+    domain = jsonshape.string(jsonshape.obj(raw.get("configState") or {}).get("ComputeDomain", ""))
     out = []
-    for entry in _list(raw.get("devices") or []):
-        entry = _obj(entry)
+    for entry in jsonshape.array(raw.get("devices") or []):
+        entry = jsonshape.obj(entry)
         kinds = [k for k in _KINDS if entry.get(k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"a prepared device must be a channel or a daemon, got {entry!r}")
-        device = _obj(_obj(entry[kinds[0]]).get("device"))
+        device = jsonshape.obj(jsonshape.obj(entry[kinds[0]]).get("device"))
         out.append(
             checkpoint.PreparedDevice(
-                pool_name=_str(device["PoolName"]),
-                device_name=_str(device["DeviceName"]),
-                request_names=tuple(_str(r) for r in _list(device.get("Requests") or [])),
-                cdi_device_ids=tuple(_str(c) for c in _list(device.get("CDIDeviceIDs") or [])),
+                pool_name=jsonshape.string(device["PoolName"]),
+                device_name=jsonshape.string(device["DeviceName"]),
+                request_names=tuple(
+                    jsonshape.string(r) for r in jsonshape.array(device.get("Requests") or [])
+                ),
+                cdi_device_ids=tuple(
+                    jsonshape.string(c) for c in jsonshape.array(device.get("CDIDeviceIDs") or [])
+                ),
                 kind=kinds[0],
                 domain_id=domain,
             )
         )
     return out
-
-
-def _obj(raw: object) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-def _list(raw: object) -> list[Any]:
-    if not isinstance(raw, list):
-        raise TypeError(f"expected a JSON array, got {type(raw).__name__}")
-    return raw
-
-
-def _str(raw: object) -> str:
-    if not isinstance(raw, str):
-        raise TypeError(f"expected a string, got {type(raw).__name__}")
-    return raw
