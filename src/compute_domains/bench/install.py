@@ -23,6 +23,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.bench import drivers
 from compute_domains.infra import errors
+from compute_domains.sim import driver as sim_driver
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """Node capacity that marks a GPU node (the control-plane node has none)."""
@@ -30,24 +31,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 def helm_argv(helm: Path, kubeconfig: Path, spec: drivers.DriverSpec, timeout_s: int) -> list[str]:
     """The ``helm upgrade --install`` command line for ``spec``."""
-    argv = [
-        str(helm),
-        "--kubeconfig",
-        str(kubeconfig),
-        "upgrade",
-        "--install",
-        spec.release,
-        str(spec.chart),
-        "--namespace",
-        spec.namespace,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        f"{timeout_s}s",
-    ]
-    for value in spec.values:
-        argv += ["--set", value]
-    return argv
+    return sim_driver.helm_install_argv(
+        helm,
+        kubeconfig,
+        release=spec.release,
+        chart=spec.chart,
+        namespace=spec.namespace,
+        timeout_s=timeout_s,
+        values=tuple(spec.values),
+    )
 
 
 async def install(

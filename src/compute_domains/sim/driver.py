@@ -36,27 +36,48 @@ class DriverSettings:
     """Extra ``--set`` values."""
 
 
-async def install(settings: DriverSettings, helm: Path, kubeconfig: Path) -> None:
-    """``helm upgrade --install`` the chart and wait until its pods are ready."""
+def helm_install_argv(
+    helm: Path,
+    kubeconfig: Path,
+    *,
+    release: str,
+    chart: Path,
+    namespace: str,
+    timeout_s: int,
+    values: tuple[str, ...] = (),
+) -> list[str]:
+    """``helm upgrade --install --wait`` of ``chart`` as ``release`` with ``--set`` values."""
     argv = [
         str(helm),
         "--kubeconfig",
         str(kubeconfig),
         "upgrade",
         "--install",
-        RELEASE,
-        str(settings.chart),
+        release,
+        str(chart),
         "--namespace",
-        settings.namespace,
+        namespace,
         "--create-namespace",
         "--wait",
         "--timeout",
-        f"{settings.timeout_s}s",
-        "--set",
-        f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
+        f"{timeout_s}s",
     ]
-    for value in settings.values:
+    for value in values:
         argv += ["--set", value]
+    return argv
+
+
+async def install(settings: DriverSettings, helm: Path, kubeconfig: Path) -> None:
+    """``helm upgrade --install`` the chart and wait until its pods are ready."""
+    argv = helm_install_argv(
+        helm,
+        kubeconfig,
+        release=RELEASE,
+        chart=settings.chart,
+        namespace=settings.namespace,
+        timeout_s=settings.timeout_s,
+        values=(f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}", *settings.values),
+    )
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
