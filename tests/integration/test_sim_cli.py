@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import procs, toolchain
+from compute_domains.containers import procs
+from compute_domains.sim import toolchain
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
+from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, kube
 from compute_domains.sim import (
     driverroot,
@@ -29,7 +30,6 @@ from compute_domains.sim import (
     node,
     pki,
     pods,
-    runtime,
     topology,
 )
 from compute_domains.sim.nvml import config as nvml_config

@@ -2,9 +2,9 @@
 
 ``cdctl sim up`` starts it detached (``cdctl sim serve``); it runs the control plane and records
 its phase in ``state.json`` (``starting`` → ``ready``, or ``failed`` with the reason). SIGTERM or
-SIGINT stops everything in order. Every child it starts dies with it (see ``sim.procs``), so a
-killed supervisor leaves no process behind, only its folder, which the next ``up`` recognises
-as stale and removes.
+SIGINT stops everything in order. Every child it starts dies with it (see ``containers.procs``),
+so a killed supervisor leaves no process behind, only its folder, which the next ``up``
+recognises as stale and removes.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import httpx2 as httpx
 
+from compute_domains.containers import procs
 from compute_domains.infra import errors
-from compute_domains.sim import pki, procs
+from compute_domains.sim import pki
 
 logger = logging.getLogger(__name__)
 

@@ -35,8 +35,9 @@ from compute_domains._proto.dra.v1beta1 import api_pb2 as v1beta1
 from compute_domains._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile
-from compute_domains.sim import cdi, pods, runtime
+from compute_domains.sim import cdi, pods
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ installation puts the real programs, and nowhere else:
   driver root and in the node's own ``/dev`` (the driver container creates them on the host).
 
 The node's ``/proc/devices`` and ``/proc/driver/nvidia`` stand-ins are written here too; every
-container on the node sees them over its ``/proc`` (``sim.container_init``).
+container on the node sees them over its ``/proc`` (``containers.container_init``).
 Device nodes need root (``mknod``); without it they are left out and ``layout`` says so.
 """
 

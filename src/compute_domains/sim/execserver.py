@@ -24,7 +24,8 @@ import dataclasses
 import json
 from typing import Any
 
-from compute_domains.sim import procs, runtime, spdy
+from compute_domains.containers import procs, runtime
+from compute_domains.sim import spdy
 
 PROTOCOLS = ("v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io")
 """Stream protocols served, most preferred first (the kubelet also serves v1)."""

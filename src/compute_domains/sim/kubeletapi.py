@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from compute_domains.sim import execserver, logfollow, runtime
+from compute_domains.containers import runtime
+from compute_domains.sim import execserver, logfollow
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from compute_domains.containers import procs, runtime
 from compute_domains.infra import errors
-from compute_domains.sim import procs, runtime, state, topology
+from compute_domains.sim import state, topology
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

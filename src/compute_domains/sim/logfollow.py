@@ -1,6 +1,6 @@
 """``kubectl logs --follow`` of a simulated container: its log file as it grows, until it ends.
 
-A container's stdout and stderr are its log file itself (``sim.procs``), so what it writes is
+A container's stdout and stderr are its log file itself (``containers.procs``), so what it writes is
 in the file the moment it is written; nothing buffers it on the way. ``follow`` sends the file
 on as it grows, woken by inotify (the kubelet's log reader waits on fsnotify the same way), and
 returns after the container's last output once that container instance has ended (its command

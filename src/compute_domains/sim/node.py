@@ -30,7 +30,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.api import names
-from compute_domains.sim import dra, events, images, kubeletapi, pods, runtime, topology
+from compute_domains.containers import runtime
+from compute_domains.sim import dra, events, images, kubeletapi, pods, topology
 
 logger = logging.getLogger(__name__)
 

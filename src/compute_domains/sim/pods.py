@@ -23,7 +23,8 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.sim import events, images, podstatus, probes, runtime, volumes
+from compute_domains.containers import runtime
+from compute_domains.sim import events, images, podstatus, probes, volumes
 
 logger = logging.getLogger(__name__)
 

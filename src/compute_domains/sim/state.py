@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from compute_domains.sim import controlplane, procs
+from compute_domains.containers import procs
+from compute_domains.sim import controlplane
 
 Phase = Literal["starting", "ready", "failed", "stopping"]
 

@@ -21,8 +21,8 @@ from lightkube.models.authentication_v1 import BoundObjectReference, TokenReques
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, ServiceAccount
 
+from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile
-from compute_domains.sim import runtime
 
 
 class VolumeError(Exception):

@@ -1,7 +1,7 @@
 """``validate imex-channels``: a channel our plugin injects grants fabric memory, and only it does.
 
 The workloads of ``scenarios.plan`` (no channel, exporter, same-channel, other-channel and
-channel-less importers) each run ``cuda_probe`` in a container started by ``sim.runtime``
+channel-less importers) each run ``cuda_probe`` in a container started by ``containers.runtime``
 exactly as a simulated pod is (private mount namespace, private ``/dev`` holding only its CDI
 device nodes). Channels come from the plugin's CDI output (``workloads``) with the real char
 major. The exporter side starts first; the importers start once the export (or its failure)
@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compute_domains.containers import runtime
 from compute_domains.infra import cdispec, errors
 from compute_domains.plugin import cdi, discovery
-from compute_domains.sim import runtime
 from compute_domains.validate import cuda_probe, host, report, scenarios, workloads
 
 EXCHANGE_MOUNT = "/exchange"
@@ -40,9 +40,9 @@ class ChannelSettings:
     env: Mapping[str, str]
     """Base environment of every workload container (PATH, PYTHONPATH, LD_LIBRARY_PATH...)."""
     python: str
-    """Interpreter that runs ``sim.container_init``."""
+    """Interpreter that runs ``containers.container_init``."""
     extra_system_dirs: tuple[str, ...] = ()
-    """Host folders shown read-only in containers besides ``sim.runtime.SYSTEM_DIRS``."""
+    """Host folders shown read-only in containers besides ``containers.runtime.SYSTEM_DIRS``."""
     same_channel: int = 0
     """Channel N of the exporter and the same-channel importer (the plugin's Single mode: 0)."""
     other_channel: int = 1
@@ -185,7 +185,7 @@ def build_report(
         for w in work
     )
     table = report.Table(
-        title="workloads (containers via sim.runtime, devices from CDI)",
+        title="workloads (containers started by containers.runtime, devices from CDI)",
         columns=("workload", "gpu", "channel (claim)", "device nodes", "observed"),
         rows=rows,
     )

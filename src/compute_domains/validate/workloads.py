@@ -9,8 +9,9 @@ A workload container gets two kinds of CDI devices, as a ComputeDomain pod does:
   real char major from ``/proc/devices``, wrapped by ``plugin.cdi.build_claim_spec`` and written
   by ``plugin.cdi.CdiWriter``, exactly the calls the plugin's prepare makes.
 ``resolve`` reads the spec folder back and injects the devices with ``infra.cdispec`` (the
-runtime's rules, shared with the simulated runtime) and maps the result onto ``sim.runtime``
-device nodes; nodes without numbers take the host node's (under ``host_root``).
+runtime's rules, shared with the simulated runtime) and maps the result onto
+``containers.runtime`` device nodes; nodes without numbers take the host node's (under
+``host_root``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, cdispec, errors
 from compute_domains.plugin import cdi, discovery
-from compute_domains.sim import runtime
 from compute_domains.validate import host
 
 GPU_KIND = "validate.compute-domain.nvidia.com/gpu"

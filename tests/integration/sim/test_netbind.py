@@ -1,4 +1,4 @@
-"""Wildcard listeners of simulated containers behave as on separate hosts (``sim.netbind``).
+"""Wildcard listeners of simulated containers behave as on separate hosts (``containers.netbind``).
 
 NVIDIA's kubelet plugin listens on ``:51515`` on every node; in the simulator all nodes share
 one network namespace, so before the rewrite 17 of 18 plugins failed with ``bind: address

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 
+from compute_domains.containers import procs
 from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, procs, state, toolchain, topology
+from compute_domains.sim import lifecycle, state, toolchain, topology
 from tests.integration.helpers import wait_for
 from tests.integration.sim.test_nodes import (
     _plain_pod,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from compute_domains.sim import cdi, pods, runtime
+from compute_domains.containers import runtime
+from compute_domains.sim import cdi, pods
 
 KIND = "test.compute-domains.dev/base"
 

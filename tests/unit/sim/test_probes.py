@@ -15,7 +15,8 @@ from lightkube.models.core_v1 import (
     Probe,
 )
 
-from compute_domains.sim import podstatus, probes, runtime
+from compute_domains.containers import runtime
+from compute_domains.sim import podstatus, probes
 
 
 class _Runtime:

@@ -1,4 +1,4 @@
-"""The channel check end to end through sim.runtime, with a driver stand-in instead of CUDA.
+"""The channel check end to end through containers.runtime, with a driver stand-in instead of CUDA.
 
 Needs root (private mount namespaces and mknod), as the real check does; skipped otherwise.
 """

@@ -1,4 +1,4 @@
-"""Wildcard binds of a confined process land on its own address (``sim.netbind``).
+"""Wildcard binds of a confined process land on its own address (``containers.netbind``).
 
 The pure parts are table-driven: the BPF program run by a small classic-BPF interpreter, the
 parsing of raw sockaddrs as the kernel reads them, and where a wildcard is bound instead. The
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import netbind
+from compute_domains.containers import netbind
 
 _X86_64, _I386 = 0xC000003E, 0x40000003
 _BIND, _LISTEN = 49, 50
@@ -119,7 +119,7 @@ def test_a_wildcard_is_bound_to_the_containers_own_address(
 
 _CONFINED = r"""
 import asyncio, errno, os, socket, sys, threading
-from compute_domains.sim import netbind
+from compute_domains.containers import netbind
 
 address, pipe_w = sys.argv[1], int(sys.argv[2])
 netbind.confine(address)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import procs, runtime
+from compute_domains.containers import procs, runtime
 
 
 async def _forked(tmp_path: Path, script: str) -> tuple[procs.Child, int]:

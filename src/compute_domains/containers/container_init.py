@@ -1,7 +1,7 @@
 """The first process of a simulated container: builds its private filesystem view, then execs.
 
-Run as ``python -m compute_domains.sim.container_init run SPEC`` by ``sim.runtime``. As root it
-unshares a mount namespace, assembles a root from the host's system folders (``/usr``, ``/etc``
+Run as ``python -m compute_domains.containers.container_init run SPEC`` by ``runtime``. As root
+it unshares a mount namespace, assembles a root from the host's system folders (``/usr``, ``/etc``
 and ``/opt`` as overlays: a mapped image's files on top, a private writable layer like a real
 container's, so CDI mounts can add files there; the rest as read-only binds), the node's
 ``/proc/devices`` and ``/proc/driver`` over the host's, a private ``/dev`` (tmpfs with the usual
@@ -9,7 +9,7 @@ nodes plus the CDI device nodes), the pod's own ``/etc/hosts`` and every volume 
 chroots there and execs the container command, so
 the command keeps this process's pid. Nothing of it is visible outside the namespace: the
 machine's own ``/dev``, ``/etc/hosts`` and ``/var`` are never touched. With an ``address`` in
-SPEC, the command's wildcard binds land on that address (``sim.netbind``).
+SPEC, the command's wildcard binds land on that address (``netbind``).
 ``run SPEC EXEC_FD`` tells the runtime that the command was exec'd by closing EXEC_FD (it is
 close-on-exec), so a container counts as running only once its command runs, as with runc's
 exec FIFO. ``enter SPEC PID -- CMD...`` runs CMD inside a running container's view (exec
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compute_domains.sim import netbind
+from compute_domains.containers import netbind
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000

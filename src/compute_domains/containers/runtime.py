@@ -1,8 +1,8 @@
-"""The container runtime of simulated nodes: containers are local processes with their own view.
+"""The container runtime of simulated nodes and of ``cdctl validate``: local processes, own view.
 
-A container is started through ``sim.container_init``, which (as root) gives it a private mount
+A container is started through ``container_init``, which (as root) gives it a private mount
 namespace with CDI device nodes, volume mounts and the pod's ``/etc/hosts``; its output goes to
-a log file that ``kubectl logs`` reads back. The image decides what runs (see ``images``):
+a log file that ``kubectl logs`` reads back. The image decides what runs (see ``sim.images``):
 the project's own image runs the project's entry points, ``pause`` sleeps, anything else runs
 the container's command with the host's tools. A command that does not exist fails the
 container with exit code 127, as a real runtime reports a start error.
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import compute_domains
-from compute_domains.sim import procs
+from compute_domains.containers import procs
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class ContainerConfig:
     devices: tuple[DeviceNode, ...] = ()
     address: str = ""
     """The container's IPv4 address (its pod IP, the node's for ``hostNetwork``): wildcard
-    binds land there (``sim.netbind``), as in a network namespace of its own; "" for none."""
+    binds land there (``containers.netbind``), as in a network namespace of its own; "" for none."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -181,7 +181,7 @@ class Runtime:
             child = await procs.start(
                 cid,
                 [
-                    *(self._s.python, "-m", "compute_domains.sim.container_init"),
+                    *(self._s.python, "-m", "compute_domains.containers.container_init"),
                     *("run", str(spec_path), str(exec_w)),
                 ],
                 log_path=log_path,
@@ -226,7 +226,7 @@ class Runtime:
         return [
             self._s.python,
             "-m",
-            "compute_domains.sim.container_init",
+            "compute_domains.containers.container_init",
             "enter",
             str(running.spec_path),
             str(running.child.pid),

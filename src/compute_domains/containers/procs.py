@@ -1,4 +1,4 @@
-"""Child processes of the simulator: started with their log in a file, never orphaned.
+"""Child processes of the simulator and its containers: logged to a file, never orphaned.
 
 Every child gets ``PR_SET_PDEATHSIG=SIGKILL``, so when the process that started it dies for any
 reason (even SIGKILL) the kernel kills the child too: no orphan etcd or kube-apiserver keeps a
