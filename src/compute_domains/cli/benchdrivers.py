@@ -21,9 +21,8 @@ import click
 
 from compute_domains.bench import drivers, rounds
 from compute_domains.cli import options
-from compute_domains.infra import errors
 from compute_domains.sim import driver as driver_mod
-from compute_domains.sim import driverroot, lifecycle, state, topology
+from compute_domains.sim import driverroot, errors, lifecycle, state, topology
 
 _OPTIONS = (
     click.option(

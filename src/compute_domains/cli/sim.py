@@ -15,8 +15,7 @@ from rich.console import Console
 
 from compute_domains.cli import options, tools
 from compute_domains.containers import procs
-from compute_domains.infra import errors
-from compute_domains.sim import cluster, control, lifecycle, state, topology
+from compute_domains.sim import cluster, control, errors, lifecycle, state, topology
 from compute_domains.sim import driver as driver_mod
 
 _NAME = click.option(

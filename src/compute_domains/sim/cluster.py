@@ -31,6 +31,7 @@ from compute_domains.sim import (
     topology,
 )
 from compute_domains.sim import driver as driver_mod
+from compute_domains.sim import errors as sim_errors
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class SimCluster:
             done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
             if task in done:
                 task.result()  # raises the start-up failure
-                raise errors.SimError("control plane stopped before it was ready")
+                raise sim_errors.SimError("control plane stopped before it was ready")
             if self._s.shape.total_nodes:
                 nodes = asyncio.create_task(self._run_nodes(cp), name="nodes")
                 nodes_ready = asyncio.create_task(self._nodes_ready.wait())
@@ -123,7 +124,7 @@ class SimCluster:
                 for t in (task, nodes):
                     if t in done:
                         t.result()
-                        raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                        raise sim_errors.SimError(f"{t.get_name()} stopped during start-up")
                 if self._s.shape.control_plane:
                     await self._mark_control_plane()
                 if self._s.driver is not None:
@@ -139,7 +140,7 @@ class SimCluster:
                     for t in (task, nodes):
                         if t in done:
                             t.result()
-                            raise errors.SimError(f"{t.get_name()} stopped during start-up")
+                            raise sim_errors.SimError(f"{t.get_name()} stopped during start-up")
                     inst.result()
                 self._record("ready")
                 # Not gather: cancelling a gather cancels both at once; the teardown below

@@ -15,8 +15,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from compute_domains.infra import errors
 from compute_domains.sim import agent as agent_mod
+from compute_domains.sim import errors
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from compute_domains.containers import procs
-from compute_domains.infra import errors
-from compute_domains.sim import pki
+from compute_domains.sim import errors, pki
 
 logger = logging.getLogger(__name__)
 

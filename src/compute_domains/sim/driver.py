@@ -14,8 +14,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from compute_domains.infra import errors
-from compute_domains.sim import driverroot
+from compute_domains.sim import driverroot, errors
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compute_domains.containers import procs, runtime
-from compute_domains.infra import errors
-from compute_domains.sim import state, topology
+from compute_domains.sim import errors, state, topology
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

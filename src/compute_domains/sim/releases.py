@@ -34,7 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from compute_domains.infra import errors, filelock
+from compute_domains.infra import filelock
+from compute_domains.sim import errors
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from compute_domains.infra import errors
-from compute_domains.sim import topology
+from compute_domains.sim import errors, topology
 
 _DIR = Path("/tmp/cd-sim-slots")
 

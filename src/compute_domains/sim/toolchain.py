@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from compute_domains.infra import errors
+from compute_domains.sim import errors as sim_errors
 
 KUBERNETES_VERSION = "v1.34.4"
 HELM_VERSION = "v3.19.0"
@@ -192,7 +193,7 @@ async def _run(
     rc = await proc.wait()
     if rc != 0:
         tail = "\n".join(lines[-15:])
-        raise errors.ToolBuildError(tool=tool, step=step, detail=tail or f"exit code {rc}")
+        raise sim_errors.ToolBuildError(tool=tool, step=step, detail=tail or f"exit code {rc}")
     return "\n".join(lines)
 
 
@@ -201,7 +202,7 @@ async def _build_tool(
 ) -> None:
     src = settings.tools_src / spec.name
     if not (src / "go.mod").is_file():
-        raise errors.ToolBuildError(
+        raise sim_errors.ToolBuildError(
             tool=spec.name, step="source", detail=f"{src / 'go.mod'} is missing"
         )
     progress(Progress(spec.name, "download", 0, 1))

@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.infra import errors
-from compute_domains.sim import releases
+from compute_domains.sim import errors, releases
 
 
 def test_installed_lists_offered_releases_by_image_tag(tmp_path: Path) -> None:

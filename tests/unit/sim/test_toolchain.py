@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from compute_domains.infra import errors
+from compute_domains.sim import errors as sim_errors
 from compute_domains.sim import toolchain
 
 FAKE = toolchain.ToolSpec(name="fake", packages=("example.com/fake",), outputs=("fake",))
@@ -88,7 +89,7 @@ def test_unfetchable_module_names_tool_and_step(
     )
     monkeypatch.setenv("GOPROXY", "off")
     monkeypatch.setenv("GOFLAGS", "-mod=mod")
-    with pytest.raises(errors.ToolBuildError) as info:
+    with pytest.raises(sim_errors.ToolBuildError) as info:
         asyncio.run(toolchain.ensure_built(s))
     assert info.value.tool == "fake"
     assert info.value.step == "download"
@@ -100,5 +101,5 @@ def test_unfetchable_module_names_tool_and_step(
 def test_missing_module_source(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     (s.tools_src / "fake" / "go.mod").unlink()
-    with pytest.raises(errors.ToolBuildError, match="step 'source'"):
+    with pytest.raises(sim_errors.ToolBuildError, match="step 'source'"):
         asyncio.run(toolchain.ensure_built(s))

@@ -20,7 +20,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from compute_domains.infra import errors
+from compute_domains.sim import errors
 from compute_domains.sim.nvml import config
 
 SOURCE_NAME = "mocknvml.c"

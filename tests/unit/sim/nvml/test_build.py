@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.infra import errors
+from compute_domains.sim import errors
 from compute_domains.sim.nvml import build, config
 
 
