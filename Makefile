@@ -25,6 +25,7 @@ tools: $(STAMP)
 test: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS) tests/unit tests/integration $(E2E_FAST)
 
 ## test-e2e: the whole acceptance suite on simulated GB200 racks
@@ -57,8 +58,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 check: lint test-unit
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
