@@ -168,8 +168,10 @@ def kill_session(sid: int) -> int:
 
     Scanned again after each round: a member may fork while the previous round is killed. The
     session id stays allocated while any member lives, so no unrelated process can take it.
+    A killed process may still look alive in the next scan (on a busy machine it has not run to
+    its end yet), so processes are counted once each, not once per signal.
     """
-    killed = 0
+    killed: set[int] = set()
     for _ in range(50):
         members = [pid for pid in session_members(sid) if pid != os.getpid()]
         if not members:
@@ -177,8 +179,8 @@ def kill_session(sid: int) -> int:
         for pid in members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
-    return killed
+                killed.add(pid)
+    return len(killed)
 
 
 def pid_alive(pid: int) -> bool:
