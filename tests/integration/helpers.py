@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+
+from compute_domains.sim import state, toolchain
 
 T = TypeVar("T")
 
@@ -41,3 +46,27 @@ async def wait_for(
                     return obj  # type: ignore[no-any-return]
 
     return await asyncio.wait_for(follow(), timeout)
+
+
+_REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<n>[0-9.e+]+)$", re.M)
+
+
+async def api_requests(
+    toolset: toolchain.Toolset, sim: state.SimPaths, resource: str
+) -> Counter[str]:
+    """Requests the API server has served for ``resource``, by verb (its own counters).
+
+    Shows how a component reads an object (one GET then a WATCH, or a GET every period)
+    without instrumenting the component.
+    """
+    argv = [str(toolset.path("kubectl")), "--kubeconfig", str(sim.kubeconfig)]
+    done = await asyncio.to_thread(
+        subprocess.run, [*argv, "get", "--raw", "/metrics"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    counts: Counter[str] = Counter()
+    for m in _REQUEST.finditer(done.stdout):
+        labels = dict(kv.split("=", 1) for kv in m["labels"].split(","))
+        if labels.get("resource") == f'"{resource}"':
+            counts[labels["verb"].strip('"')] += int(float(m["n"]))
+    return counts

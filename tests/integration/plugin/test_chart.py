@@ -49,7 +49,9 @@ async def test_the_chart_runs_a_plugin_per_node_with_enough_rights(
     assert done.returncode == 0, done.stdout + done.stderr
     try:
         ds = await admin.get(DaemonSet, "cd-kubelet-plugin", namespace=ns)
-        assert ds.status is not None and ds.status.numberReady >= len(NODES)
+        # One Ready plugin per GPU node of the sim: the rack's nodes and the plain GPU node.
+        assert ds.status is not None
+        assert ds.status.numberReady == ds.status.desiredNumberScheduled == len(NODES) + 1
         for node in NODES:
             await wait_for(admin, ResourceSlice, devices.slice_name(node), lambda _s: True)
         user = f"cdp-chart-user-{uuid.uuid4().hex[:4]}"
