@@ -2,15 +2,16 @@
 ready CD after reboot"), on one simulated rack of two nodes.
 
 A ComputeDomain with one workload pod per node is Ready; ``cdctl sim node reboot`` power-cycles
-one node with a new boot id. Its daemon and workload containers start again; the node's plugin
-drops its checkpoint (upstream's ``Invalidating checkpoint``), the kubelet prepares the pods'
-claims again, and the domain is Ready again with both nodes, each keeping its index, every
-workload Running with its channel, and nothing of the earlier boot left on the node.
+one node with a new boot id. Its entry in the CD status turns NotReady and then Ready again;
+its daemon and workload containers start again; the node's plugin drops its checkpoint
+(upstream's ``Invalidating checkpoint``), the kubelet prepares the pods' claims again, and the
+domain is Ready again with both nodes, each keeping its index, every workload Running with its
+channel, and nothing of the earlier boot left on the node.
 
-Not asserted: that the node's entry shows NotReady during the reboot. A simulated reboot takes
-less than the node-lifecycle grace period, and the new daemon can read its pod's Ready condition
-from before the reboot, so the entry may stay Ready throughout (seen in a full-suite run; the
-entry states are printed when the test fails). That is an open status-truthfulness gap.
+The NotReady is the daemon's own doing: a simulated reboot is shorter than the node-lifecycle
+grace period, so the pod's Ready condition from before the reboot is still there when the new
+daemon starts, and before ``daemon.readiness.OwnCheckGate`` (2e963db) the new daemon trusted it
+and re-registered as Ready before its IMEX was up (the entry stayed Ready throughout).
 """
 
 from __future__ import annotations
@@ -164,6 +165,17 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
             f"{err}\nentry states: {seen}\n{status}\n{pods}\n{events[-6000:]}\n"
             + "\n".join(f"== {k}\n{v[-4000:]}" for k, v in logs.items())
         ) from None
+
+    # The entry told the truth while the node's IMEX was down: NotReady (or gone), then Ready.
+    # (Waited for: the watch may deliver the last write a moment after the GETs above saw it.)
+    async def down_then_ready() -> bool:
+        down = next((i for i, st in enumerate(seen) if st != "Ready"), None)
+        return down is not None and "Ready" in seen[down:]
+
+    try:
+        await helpers.within(30, down_then_ready, f"{VICTIM}'s entry NotReady, then Ready")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; entry states: {seen}") from None
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
     # The rebooted node's IMEX daemon really went down and started again.
