@@ -186,9 +186,13 @@ async def test_deletion_order_and_nothing_left_behind(
 
         # Revisions at which each step happened, from watches started before the delete.
         marks: dict[str, int] = {}
+        # Each watch first lists its object (an ADDED event): once all five did, none can miss
+        # the delete's effects.
+        listed = {k: asyncio.Event() for k in ("workload", "daemon-rct", "ds", "label", "cd")}
 
         async def watch(key: str, res: Any, ns: str | None, name: str, done: Any) -> None:
             async for op, obj in client.watch(res, namespace=ns, fields={"metadata.name": name}):
+                listed[key].set()
                 if done(op, obj):
                     marks[key] = int(obj.metadata.resourceVersion)
                     return
@@ -208,7 +212,7 @@ async def test_deletion_order_and_nothing_left_behind(
                 watch("cd", ComputeDomainResource, user_ns, "cd-d", lambda op, o: op == "DELETED")
             ),
         ]
-        await asyncio.sleep(0.5)  # let the watches establish (ordering only, not an assert)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in listed.values())), 30)
         await client.delete(ComputeDomainResource, "cd-d", namespace=user_ns)
         await asyncio.wait_for(asyncio.gather(*watchers), 60)
 

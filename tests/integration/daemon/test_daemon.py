@@ -162,8 +162,13 @@ async def test_a_full_clique_is_reported_and_the_node_joins_when_a_slot_frees(
     (event,) = await asyncio.wait_for(reported(), 60)
     assert event.type == "Warning" and "is full" in (event.message or "")
     assert "is full" in await pods.log_of(admin, waiting, ns, "compute-domain-daemon")
-    await asyncio.sleep(3)  # probes run every second: it would have turned Ready by now
-    assert not pods.is_ready(await admin.get(Pod, waiting, namespace=ns))
+    # An absence, watched for three probe periods (probes run every second): a daemon that
+    # let IMEX start or passed its probe would have turned Ready within them.
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 3.0
+    while loop.time() < end:
+        assert not pods.is_ready(await admin.get(Pod, waiting, namespace=ns))
+        await asyncio.sleep(0.25)
     assert pods.imex_pids(waiting) == []
 
     (freed,) = [i for i in range(3) if i != left_out][:1]

@@ -131,7 +131,15 @@ async def test_dead_plugin_socket_and_malformed_cdi_spec(
     dead.listen(1)
     (root / "var/run/cdi/garbage.json").write_text("{not json")
     try:
-        await asyncio.sleep(3)  # a few kubelet plugin-reconcile passes over both
+        # The kubelet's plugin reconcile found the dead socket and gave up on it (GetInfo timed
+        # out): only then can the pod below show that a dead plugin blocks nothing.
+        refused = f"plugin socket {dead_path} did not answer registration"
+
+        async def logged() -> None:
+            while refused not in nodes_sim.supervisor_log.read_text(errors="replace"):
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(logged(), 30)
         await admin.create(_pod("after"), namespace=ns)
         await wait_for(admin, Pod, "after", _ready, namespace=ns, timeout=60)
     finally:
