@@ -15,8 +15,6 @@ and one created after the takeover is reconciled by the new leader. The election
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
@@ -72,7 +70,13 @@ async def test_e1_exactly_one_leader_among_two_replicas(
         return len(pods) == 2 and all(helpers.ready(p) for p in pods)
 
     await helpers.within(20, two_ready, "both controller replicas Ready")
-    await asyncio.sleep(4)  # upstream's settle time
+
+    async def a_current_pod_leads() -> bool:
+        # Upstream sleeps 4 s here; the condition it waits for is that the Lease names one
+        # of the two pods of this rollout (the one before the upgrade may still hold it).
+        return _pod_of(await _holder(admin), await _controllers(admin)) is not None
+
+    await helpers.within(60, a_current_pod_leads, "a controller pod of the rollout holds the Lease")
     holder = await _holder(admin)
     assert holder, "the Lease has no holder"
     pods = await _controllers(admin)

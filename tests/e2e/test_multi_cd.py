@@ -75,9 +75,12 @@ async def test_b3_a_job_without_a_cd_adds_no_driver_pods(admin: AsyncClient) -> 
     pod["spec"]["containers"][0]["resources"].pop("claims")
     await admin.create(cast(Pod, Pod.from_dict(pod)))
     await helpers.within(100, lambda: helpers.pod_ready(admin, "no-cd"), "pod Ready")
-    await asyncio.sleep(5)  # give a wrongly triggered daemon time to show up
-    after = {str(p.metadata.name) async for p in admin.list(Pod, namespace=DRIVER_NS)}  # type: ignore[union-attr]
-    assert after == before
+    # An absence, watched for 5 s: a wrongly triggered daemon would show up within them.
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        after = {str(p.metadata.name) async for p in admin.list(Pod, namespace=DRIVER_NS)}  # type: ignore[union-attr]
+        assert after == before
+        await asyncio.sleep(0.5)
     assert set((await _labels(admin)).values()) == {None}
     await admin.delete(Pod, "no-cd", namespace="default")
     await helpers.within(10, lambda: helpers.gone(admin, Pod, "no-cd"), "pod gone")
