@@ -8,7 +8,7 @@ pod of another CD kept off a node the first CD holds (the slots advertise their 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from lightkube import AsyncClient
@@ -208,7 +208,7 @@ async def test_prepare_waits_for_the_daemon_and_returns_as_soon_as_it_is_ready(
     await objects.workload_template(admin, spaces.user, "waiting", uid)
     await objects.pod(admin, spaces.user, "w", LS, template="waiting", node=NODE_A)
     await objects.wait_label(admin, NODE_A, uid)  # the label pulls the daemon onto the node
-    await _until(lambda: _claim_states(plugin_sim) == {"PrepareStarted"})
+    await _until(lambda: _claim_states(plugin_sim, spaces.user) == {"PrepareStarted"})
     # A deliberate hold, part of what is tested (not a settle time): long enough that a
     # retrying prepare would be at its 3 s cap (after 0.25+0.5+1+2 s).
     await asyncio.sleep(4.0)
@@ -217,23 +217,40 @@ async def test_prepare_waits_for_the_daemon_and_returns_as_soon_as_it_is_ready(
     loop = asyncio.get_running_loop()
     await objects.set_ready(admin, spaces.driver, uid, clique, NODE_A)
     ready_at = loop.time()
-    await _until(lambda: _claim_states(plugin_sim) == {"PrepareCompleted"}, timeout=10)
+    await _until(lambda: _claim_states(plugin_sim, spaces.user) == {"PrepareCompleted"}, timeout=10)
     reaction = loop.time() - ready_at
     assert reaction < 1.0, f"prepare completed {reaction:.2f}s after the clique turned Ready"
-    after = await helpers.api_requests(toolset, plugin_sim, "computedomaincliques")
+    # A watch is counted when it ends (the plugin closes it once the entry is Ready).
+    after = before
+
+    async def watch_counted() -> bool:
+        nonlocal after
+        after = await helpers.api_requests(toolset, plugin_sim, "computedomaincliques")
+        return after["WATCH"] > before["WATCH"]
+
+    try:
+        await asyncio.wait_for(_until_async(watch_counted), 30)
+    except TimeoutError:
+        raise AssertionError(f"no watch of the clique ended: {before} -> {after}") from None
     # The plugin read the clique once and watched it; the other GET is set_ready's own.
     assert after["GET"] - before["GET"] == 2, (before, after)
     assert after["WATCH"] - before["WATCH"] == 1, (before, after)
     await objects.running(admin, spaces.user, "w", timeout=60)
 
 
-def _claim_states(sim: state.SimPaths) -> set[str]:
-    """States of the claims in NODE_A's plugin checkpoint (none before it is written)."""
+async def _until_async(check: Callable[[], Awaitable[bool]]) -> None:
+    while not await check():
+        await asyncio.sleep(0.2)
+
+
+def _claim_states(sim: state.SimPaths, namespace: str) -> set[str]:
+    """States of ``namespace``'s claims in NODE_A's plugin checkpoint (the node's checkpoint
+    also keeps earlier tests' claims; none before it is written)."""
     try:
         found = objects.read_checkpoint(sim, NODE_A)
     except (AssertionError, OSError, ValueError):
         return set()
-    return {e.state.value for e in found.claims.values()}
+    return {e.state.value for e in found.claims.values() if e.namespace == namespace}
 
 
 async def test_a_node_labelled_for_another_domain_refuses_with_a_clear_error(
