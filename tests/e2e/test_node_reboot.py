@@ -11,7 +11,11 @@ channel, and nothing of the earlier boot left on the node.
 The NotReady is the daemon's own doing: a simulated reboot is shorter than the node-lifecycle
 grace period, so the pod's Ready condition from before the reboot is still there when the new
 daemon starts, and before ``daemon.readiness.OwnCheckGate`` (2e963db) the new daemon trusted it
-and re-registered as Ready before its IMEX was up (the entry stayed Ready throughout).
+and re-registered as Ready before its IMEX was up (the entry stayed Ready throughout, seen once
+in a full-suite run). This test guards the documented behaviour, not the gate: with the gate
+taken out it passed once too (2026-12-01; the new daemon registered NotReady before it read its
+pod). The gate has its own test against the API server,
+``tests/integration/daemon/test_readiness_gate.py``.
 """
 
 from __future__ import annotations

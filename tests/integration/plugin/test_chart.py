@@ -48,10 +48,19 @@ async def test_the_chart_runs_a_plugin_per_node_with_enough_rights(
     done = await asyncio.to_thread(subprocess.run, install, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     try:
-        ds = await admin.get(DaemonSet, "cd-kubelet-plugin", namespace=ns)
         # One Ready plugin per GPU node of the sim: the rack's nodes and the plain GPU node.
+        # Waited for: helm's --wait accepts a DaemonSet with maxUnavailable (1) pods not Ready
+        # yet, which the earlier `numberReady >= len(NODES)` let through unnoticed.
+        ds = await wait_for(
+            admin,
+            DaemonSet,
+            "cd-kubelet-plugin",
+            lambda d: bool(d.status and d.status.numberReady == len(NODES) + 1),
+            namespace=ns,
+            timeout=120,
+        )
         assert ds.status is not None
-        assert ds.status.numberReady == ds.status.desiredNumberScheduled == len(NODES) + 1
+        assert ds.status.desiredNumberScheduled == ds.status.numberReady == len(NODES) + 1
         for node in NODES:
             await wait_for(admin, ResourceSlice, devices.slice_name(node), lambda _s: True)
         user = f"cdp-chart-user-{uuid.uuid4().hex[:4]}"
