@@ -18,6 +18,10 @@ import pytest
 from compute_domains.sim import imex_report
 from compute_domains.sim.imex_wire import Link
 
+# Every test runs real simulated IMEX processes, and each ctl query is a Python start-up: 0.4-3 s
+# alone, several times that on a loaded 2-core machine.
+pytestmark = pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
+
 IPS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
 NO_MATCH = "No matching network interface found for any IP addresses in the node configuration file"
 
@@ -175,7 +179,6 @@ def sim(sim_factory: Callable[..., Sim]) -> Sim:
     return sim_factory()
 
 
-@pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
 def test_three_nodes_are_ready_and_the_domain_comes_up(sim: Sim) -> None:
     sim.start_all()
     for i in range(3):
@@ -192,7 +195,6 @@ def test_three_nodes_are_ready_and_the_domain_comes_up(sim: Sim) -> None:
     assert "Connection established to node 1 with ip address 127.0.0.12." in sim.log_text(0)
 
 
-@pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
 def test_a_stopped_peer_degrades_the_domain_and_its_return_restores_it(sim: Sim) -> None:
     sim.start_all()
     wait_for("domain UP", lambda: sim.domain_is(0, "UP"))
@@ -243,7 +245,6 @@ def test_sigusr1_reconnects_at_most_once_per_five_seconds(sim_factory: Callable[
     assert proc.poll() is None and sim.query(0) == "READY\n"
 
 
-@pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
 def test_host_names_resolve_through_the_hosts_file_and_sigusr1_re_resolves(
     sim_factory: Callable[..., Sim],
 ) -> None:
@@ -290,7 +291,6 @@ def test_an_imex_session_held_elsewhere_refuses_start(sim: Sim) -> None:
     assert "NV_ERR_IN_USE" in sim.log_text(1)
 
 
-@pytest.mark.slow_unit(8, "real IMEX processes; each ctl query is a Python start-up")
 def test_fault_flags_drop_a_link_and_hang_the_daemon(sim_factory: Callable[..., Sim]) -> None:
     sim = sim_factory(ips=IPS[:2])
     faults = sim.tmp / "faults"
