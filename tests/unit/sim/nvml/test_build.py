@@ -10,6 +10,9 @@ import pytest
 from compute_domains.sim import errors
 from compute_domains.sim.nvml import build, config
 
+# Each test runs the C compiler on the mock library (about 0.8 s alone).
+pytestmark = pytest.mark.slow_unit(8, "runs the C compiler")
+
 
 def test_build_produces_the_soname_and_is_reused(tmp_path: Path) -> None:
     lib = build.build_library(tmp_path / "out")
