@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
@@ -92,14 +93,23 @@ async def _watch_entry(admin: AsyncClient, seen: list[str]) -> None:
     """Record every state of the victim's entry in the CD status ("absent" when it has none).
 
     A watch, not a poll: the entry is NotReady for a few seconds only, and every status write
-    shows up here.
+    shows up here. A watch the loaded machine breaks (a read error) is followed again from a
+    fresh list, which shows the state then; the break is recorded, since a state that came and
+    went during it is not seen.
     """
-    async for _, obj in admin.watch(
-        computedomain.ComputeDomainResource, namespace="default", fields={"metadata.name": CD}
-    ):
-        st = obj.to_dict().get("status") or {}  # type: ignore[no-untyped-call]
-        entry = next((n for n in st.get("nodes") or [] if n["name"] == VICTIM), None)
-        seen.append(str(entry["status"]) if entry else "absent")
+    while True:
+        try:
+            async for _, obj in admin.watch(
+                computedomain.ComputeDomainResource,
+                namespace="default",
+                fields={"metadata.name": CD},
+            ):
+                st = obj.to_dict().get("status") or {}  # type: ignore[no-untyped-call]
+                entry = next((n for n in st.get("nodes") or [] if n["name"] == VICTIM), None)
+                seen.append(str(entry["status"]) if entry else "absent")
+        except httpx.HTTPError as err:
+            seen.append(f"(watch broke: {type(err).__name__})")
+            await asyncio.sleep(0.2)  # reconnect back-off, not a wait on the cluster
 
 
 async def _driver_pods_ready(admin: AsyncClient, node: str) -> bool:
@@ -173,8 +183,9 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     # The entry told the truth while the node's IMEX was down: NotReady (or gone), then Ready.
     # (Waited for: the watch may deliver the last write a moment after the GETs above saw it.)
     async def down_then_ready() -> bool:
-        down = next((i for i, st in enumerate(seen) if st != "Ready"), None)
-        return down is not None and "Ready" in seen[down:]
+        states = [st for st in seen if not st.startswith("(")]
+        down = next((i for i, st in enumerate(states) if st != "Ready"), None)
+        return down is not None and "Ready" in states[down:]
 
     try:
         await helpers.within(30, down_then_ready, f"{VICTIM}'s entry NotReady, then Ready")
