@@ -2,20 +2,19 @@
 ready CD after reboot"), on one simulated rack of two nodes.
 
 A ComputeDomain with one workload pod per node is Ready; ``cdctl sim node reboot`` power-cycles
-one node with a new boot id. Its entry in the CD status turns NotReady and then Ready again;
-its daemon and workload containers start again; the node's plugin drops its checkpoint
-(upstream's ``Invalidating checkpoint``), the kubelet prepares the pods' claims again, and the
-domain is Ready again with both nodes, each keeping its index, every workload Running with its
-channel, and nothing of the earlier boot left on the node.
+one node with a new boot id. Its daemon and workload containers start again; the node's plugin
+drops its checkpoint (upstream's ``Invalidating checkpoint``), the kubelet prepares the pods'
+claims again, and the domain is Ready again with both nodes, each keeping its index, every
+workload Running with its channel, and nothing of the earlier boot left on the node.
 
-The NotReady is the daemon's own doing: a simulated reboot is shorter than the node-lifecycle
-grace period, so the pod's Ready condition from before the reboot is still there when the new
-daemon starts, and before ``daemon.readiness.OwnCheckGate`` (2e963db) the new daemon trusted it
-and re-registered as Ready before its IMEX was up (the entry stayed Ready throughout, seen once
-in a full-suite run). This test guards the documented behaviour, not the gate: with the gate
-taken out it passed once too (2026-12-01; the new daemon registered NotReady before it read its
-pod). The gate has its own test against the API server,
-``tests/integration/daemon/test_readiness_gate.py``.
+Not asserted: that the node's entry in the CD status shows NotReady during the reboot. Restoring
+that assertion (issue 14) showed it does not hold either way: on 2026-12-01 it passed once with
+``daemon.readiness.OwnCheckGate`` taken out and failed once with it in (entry states ``['Ready',
+'Ready']``). The gate keeps the daemon's clique entry from saying Ready before its own IMEX is
+up (tested against the API server in ``tests/integration/daemon/test_readiness_gate.py``); the
+CD status is what the controller finds when it reconciles, and a NotReady that lasts only until
+the new IMEX answers can come and go between two reconciles. The entry states are printed when
+the test fails.
 """
 
 from __future__ import annotations
@@ -180,17 +179,6 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
             + "\n".join(f"== {k}\n{v[-4000:]}" for k, v in logs.items())
         ) from None
 
-    # The entry told the truth while the node's IMEX was down: NotReady (or gone), then Ready.
-    # (Waited for: the watch may deliver the last write a moment after the GETs above saw it.)
-    async def down_then_ready() -> bool:
-        states = [st for st in seen if not st.startswith("(")]
-        down = next((i for i, st in enumerate(states) if st != "Ready"), None)
-        return down is not None and "Ready" in states[down:]
-
-    try:
-        await helpers.within(30, down_then_ready, f"{VICTIM}'s entry NotReady, then Ready")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; entry states: {seen}") from None
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
     # The rebooted node's IMEX daemon really went down and started again.
