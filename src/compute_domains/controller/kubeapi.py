@@ -1,14 +1,12 @@
-"""The controller's door to the API server: counted requests and one error classification.
+"""The controller's door to the API server: counted requests, translated failures.
 
-Every request the controller makes (except watches, which ``informer`` runs on the raw client)
-goes through ``Api``, which counts it in metrics and turns failures into the project's error
-vocabulary, once:
-- 404 → ``NotFound`` (callers that expect absence get None/False instead);
-- 409 AlreadyExists → ``AlreadyExists``; 409 Conflict (stale resourceVersion) → ``Conflict``,
-  a ``TemporaryError`` (re-read and retry);
-- 422 Invalid, 400 BadRequest → ``PermanentError`` (the object we sent cannot be accepted);
-- 403, 429, 5xx, transport errors → ``TemporaryError`` (RBAC may be fixed, the server may
-  come back).
+Every request the controller makes (except watches, which its informers run through
+``infra.kube.cache``) goes through ``Api``, which counts it in metrics and turns failures into
+the project's error vocabulary with ``infra.kube``'s one classifier. The controller's policy on
+top of that classifier, chosen here: it keeps the default table, so 403 (missing RBAC), 401,
+409, 429, 5xx and transport errors are retried with backoff by the work queue (an administrator
+may fix the role while the controller waits), and 400/422/404/other 4xx fail the reconcile
+permanently. Callers that expect absence get None/False for a 404 instead.
 
 Also here: the finalizer helpers, shared by reconcile and teardown.
 """
@@ -19,47 +17,20 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import Resource
 from lightkube.types import CascadeType, PatchType
 
 from compute_domains.controller import metrics
-from compute_domains.infra import errors
+from compute_domains.infra import kube
 
 R = TypeVar("R")
 ALL_NAMESPACES: Final = "*"
 
 
-class NotFound(errors.ComputeDomainsError):
-    """The object does not exist (404)."""
-
-
-class AlreadyExists(errors.ComputeDomainsError):
-    """An object of that name already exists (409 AlreadyExists)."""
-
-
-class Conflict(errors.TemporaryError):
-    """The object changed since it was read (409 Conflict); re-read and retry."""
-
-
-def classify(err: Exception, what: str) -> errors.ComputeDomainsError:
-    """The project error for a failed request; ``what`` describes the request."""
-    if isinstance(err, ApiError):
-        code = err.status.code or 0
-        reason = err.status.reason or ""
-        message = f"{what}: {code} {reason}: {err.status.message}"
-        if code == 404:
-            return NotFound(message)
-        if code == 409 and reason == "AlreadyExists":
-            return AlreadyExists(message)
-        if code == 409:
-            return Conflict(message, delay=0.01)
-        if code in (400, 422):
-            return errors.PermanentError(message)
-        return errors.TemporaryError(message)
-    return errors.TemporaryError(f"{what}: {type(err).__name__}: {err}")
+NotFound = kube.NotFound
+AlreadyExists = kube.AlreadyExists
+Conflict = kube.Conflict
 
 
 def _resource_name(res: type[Resource] | Resource) -> str:
@@ -67,8 +38,8 @@ def _resource_name(res: type[Resource] | Resource) -> str:
     return f"{info.plural}/{info.action}" if info.action else str(info.plural)
 
 
-def _code(err: Exception) -> int | str:
-    return (err.status.code or "error") if isinstance(err, ApiError) else "error"
+def _code(err: BaseException) -> int | str:
+    return kube.code_of(err) or "error"
 
 
 def now() -> datetime.datetime:
@@ -88,9 +59,9 @@ class Api:
         resource = _resource_name(res)
         try:
             result = await coro
-        except (ApiError, httpx.HTTPError, OSError) as err:
+        except kube.RAW_FAILURES as err:
             self._metrics.api_call(verb, resource, _code(err))
-            raise classify(err, f"{verb} {resource} {what}") from err
+            raise kube.translate(err, f"{verb} {resource} {what}") from err
         self._metrics.api_call(verb, resource, 200)
         return result
 

@@ -1,0 +1,58 @@
+"""The Kubernetes access layer every component uses (controller, plugin, daemon, simulator).
+
+One package, one module per job:
+
+- ``client``: build the lightkube client from explicit ``KubeSettings`` (the only constructor);
+- ``errors``: the one classifier of API failures (typed, temporary or permanent);
+- ``watch``: one resumable list+watch stream (resourceVersion resume, 410 → re-list);
+- ``cache``: an indexed, read-your-writes cache over that stream, shared by subscribers;
+- ``events``: a bounded Event recorder that aggregates repeats as the kubelet's does.
+
+This ``__init__`` re-exports the names callers use (``kube.client(...)``, ``kube.NotFound``,
+``kube.translated(...)``), so a call site reads as ``kube.<thing>`` whichever module holds it;
+no lightkube exception type leaves this package.
+"""
+
+from compute_domains.infra.kube.client import KubeSettings, client, load_config
+from compute_domains.infra.kube.errors import (
+    RAW_FAILURES,
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    NotFound,
+    Rejected,
+    Unauthorized,
+    Unavailable,
+    Unreachable,
+    code_of,
+    forbidden_is_permanent,
+    is_not_found,
+    translate,
+    translated,
+)
+
+__all__ = [
+    "RAW_FAILURES",
+    "AlreadyExists",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeError",
+    "KubeSettings",
+    "NotFound",
+    "Rejected",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "client",
+    "code_of",
+    "forbidden_is_permanent",
+    "is_not_found",
+    "load_config",
+    "translate",
+    "translated",
+]
