@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
 from typing import Any
 
 from compute_domains.api import featuregates
@@ -38,23 +37,10 @@ from compute_domains.controller import (
     metrics,
     reconcile,
 )
-from compute_domains.infra import errors, kube, workqueue
+from compute_domains.infra import errors, kube, tasks, workqueue
 from compute_domains.infra import metrics as infra_metrics
 
 logger = logging.getLogger(__name__)
-
-
-async def _guard(name: str, work: Awaitable[None]) -> None:
-    """Run one named long-lived task; log how it ended (cancellation is normal)."""
-    try:
-        await work
-    except asyncio.CancelledError:
-        logger.debug("task %s stopped", name)
-        raise
-    except BaseException:
-        logger.exception("task %s failed", name)
-        raise
-    logger.error("task %s ended unexpectedly", name)
 
 
 class Controller:
@@ -98,10 +84,8 @@ class Controller:
                             "/readyz": infra_metrics.always_ok,
                         },
                     )
-                    tg.create_task(
-                        _guard("metrics-http", self.metrics_server.run()), name="metrics-http"
-                    )
-                tg.create_task(_guard("leader", self._campaign(api)), name="leader")
+                    tasks.spawn(tg, "metrics-http", self.metrics_server.run(), log=logger)
+                tasks.spawn(tg, "leader", self._campaign(api), log=logger)
         finally:
             await client.close()
             logger.info("controller stopped")
@@ -154,7 +138,7 @@ class _Term:
         try:
             async with asyncio.TaskGroup() as tg:
                 for inf in self.cache.all:
-                    tg.create_task(_guard(f"informer-{inf.name}", inf.run()), name=inf.name)
+                    tasks.spawn(tg, f"informer-{inf.name}", inf.run(), log=logger)
                 await self.cache.wait_synced()
                 self._metrics.bind_cd_status(
                     lambda: metrics.count_statuses(self.cache.status_counts())
@@ -162,8 +146,8 @@ class _Term:
                 self._metrics.queue_depth.set_function(lambda: len(self.queue))
                 logger.info("caches filled; reconciling")
                 for i in range(self._settings.workers):
-                    tg.create_task(_guard(f"worker-{i}", self._work()), name=f"worker-{i}")
-                tg.create_task(_guard("sweep", self._sweep()), name="sweep")
+                    tasks.spawn(tg, f"worker-{i}", self._work(), log=logger)
+                tasks.spawn(tg, "sweep", self._sweep(), log=logger)
                 self._leading.set()
         finally:
             self._leading.clear()

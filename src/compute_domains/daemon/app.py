@@ -36,22 +36,9 @@ from compute_domains.daemon import (
     supervisor,
 )
 from compute_domains.daemon.config import DaemonSettings
-from compute_domains.infra import errors
+from compute_domains.infra import tasks
 
 logger = logging.getLogger(__name__)
-
-
-async def _guarded(name: str, coro: Coroutine[Any, Any, None]) -> None:
-    """Run one essential task: log its failure, and treat a normal return as one."""
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        logger.error("task %s failed", name, exc_info=True)
-        raise
-    logger.error("task %s ended unexpectedly", name)
-    raise errors.TemporaryError(f"daemon task {name} ended unexpectedly")
 
 
 class Daemon:
@@ -167,7 +154,7 @@ class Daemon:
             own_check=lambda: probe.check(own),
         )
         self.imex, self.membership = imex, member
-        tasks: dict[str, Coroutine[Any, Any, None]] = {
+        work: dict[str, Coroutine[Any, Any, None]] = {
             "imex-supervisor": imex.run(),
             "peer-updater": updater.run(),
             "clique-membership": member.run(),
@@ -175,5 +162,5 @@ class Daemon:
             "events": recorder.run(),
         }
         async with asyncio.TaskGroup() as tg:
-            for name, coro in tasks.items():
-                tg.create_task(_guarded(name, coro), name=name)
+            for name, coro in work.items():
+                tasks.spawn(tg, name, coro, log=logger)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from compute_domains.infra import bootid, errors, kube
+from compute_domains.infra import bootid, errors, kube, tasks
 from compute_domains.infra import metrics as infra_metrics
 from compute_domains.plugin import (
     basespec,
@@ -176,9 +176,9 @@ class Plugin:
             reg_inode = await grpc_server.listen_unix(reg, reg_path)
             try:
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(_guard(publisher.run, "slices"), name="slices")
-                    tg.create_task(
-                        _guard(_after(s.cleanup.interval_s, sweeper.run), "cleanup"), name="cleanup"
+                    tasks.spawn(tg, "slices", publisher.run, log=logger)
+                    tasks.spawn(
+                        tg, "cleanup", _after(s.cleanup.interval_s, sweeper.run), log=logger
                     )
                     self._optional_tasks(tg, dra_path, reg_path)
                     self.ready.set()
@@ -201,7 +201,7 @@ class Plugin:
                 render=self.metrics.render,
                 checks={"/healthz": healthy},
             )
-            tg.create_task(_guard(self.http.run, "metrics"), name="metrics")
+            tasks.spawn(tg, "metrics", self.http.run, log=logger)
         if s.health_port is not None:
             port = s.health_port
 
@@ -214,7 +214,7 @@ class Plugin:
                 finally:
                     await server.stop(1.0)
 
-            tg.create_task(_guard(serve_health, "grpc-health"), name="grpc-health")
+            tasks.spawn(tg, "grpc-health", serve_health, log=logger)
 
     async def _open_checkpoint(self, device_state: state.DeviceState, boot_id: str) -> None:
         path = device_state.checkpoint_path
@@ -244,14 +244,3 @@ class Plugin:
 async def _after(delay: float, run: Callable[[], Awaitable[None]]) -> None:
     await asyncio.sleep(delay)
     await run()
-
-
-async def _guard(run: Callable[[], Awaitable[None]] | Awaitable[None], name: str) -> None:
-    """Run a background task; log how it ended unless cancelled, then let it propagate."""
-    try:
-        await (run() if callable(run) else run)
-    except asyncio.CancelledError:
-        raise
-    except BaseException:
-        logger.exception("plugin task %s failed", name)
-        raise
