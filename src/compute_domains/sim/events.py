@@ -1,26 +1,26 @@
-"""Kubernetes Events from a simulated kubelet (reason, message, involved object, source)."""
+"""Kubernetes Events from a simulated kubelet (reason, message, involved object, source).
+
+Writing goes through ``infra.kube.events.Recorder`` (the one recorder of the project) with
+aggregation off: the simulator records every occurrence as its own Event, as it always has,
+so what tests and people count on the simulated cluster stays as it was.
+"""
 
 from __future__ import annotations
 
-import datetime
-import logging
-import uuid
-
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.models.core_v1 import ObjectReference
+from lightkube.resources.core_v1 import Pod
 
-logger = logging.getLogger(__name__)
+from compute_domains.infra.kube import events as kube_events
 
 
 class EventRecorder:
     """Writes ``core/v1`` Events as the kubelet of one node."""
 
     def __init__(self, client: AsyncClient, node: str) -> None:
-        self._client = client
-        self._node = node
+        self._recorder = kube_events.Recorder(
+            client, component="kubelet", instance=node, host=node, remember=0
+        )
 
     async def pod(
         self, pod: Pod, kind: str, reason: str, message: str, field_path: str | None = None
@@ -36,33 +36,4 @@ class EventRecorder:
             uid=meta.uid,
             fieldPath=field_path,
         )
-        await self._emit(meta.namespace, ref, kind, reason, message)
-
-    async def _emit(
-        self, namespace: str, ref: ObjectReference, kind: str, reason: str, message: str
-    ) -> None:
-        stamp = datetime.datetime.now(datetime.UTC)
-        event = Event(
-            metadata=ObjectMeta(name=f"{ref.name}.{uuid.uuid4().hex[:12]}", namespace=namespace),
-            involvedObject=ref,
-            reason=reason,
-            message=message,
-            type=kind,
-            source=EventSource(component="kubelet", host=self._node),
-            firstTimestamp=stamp,
-            lastTimestamp=stamp,
-            count=1,
-            reportingComponent="kubelet",
-            reportingInstance=self._node,
-        )
-        try:
-            await self._client.create(event)
-        except ApiError as err:
-            # Events are advice to people; losing one must never stop a pod.
-            logger.warning(
-                "could not record event %s on %s: %s",
-                reason,
-                ref.name,
-                err.status.message,
-                extra={"node": self._node},
-            )
+        await self._recorder.emit(ref, kind, reason, message)
