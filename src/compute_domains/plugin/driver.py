@@ -7,8 +7,12 @@ so one slow or failing claim never delays or fails another, and every claim gets
   the call's budget (below the kubelet's 45 s) is spent; the last error is then returned, so
   the kubelet's event says what the claim is waiting for;
 - permanent errors are returned at once (the kubelet retries the pod later anyway).
+API failures are translated by ``infra.kube``'s classifier (the plugin keeps its default policy:
+a 403 or a lost connection is temporary and retried within the budget, a 404 permanent).
 Unexpected exceptions are bugs or host trouble: they are logged with their traceback and
-treated as temporary. ``asyncio.CancelledError`` always propagates.
+treated as temporary. Whatever one claim raises, even past these rules, ends as that claim's
+error (the per-claim boundary in ``_isolated``): a batch never fails as a whole.
+``asyncio.CancelledError`` always propagates.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import MappingProxyType
 from typing import Final, TypeVar
 
+import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import names
-from compute_domains.infra import backoff, errors, filelock
+from compute_domains.infra import backoff, errors, filelock, kube
 from compute_domains.plugin import checkpoint, configs, metrics, state
 from compute_domains.plugin.config import RetrySettings
 
@@ -76,13 +80,26 @@ class Driver:
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Result]:
         """Prepare every claim; claim UID → result."""
-        results = await asyncio.gather(*(self._prepare_one(r) for r in refs))
+        results = await asyncio.gather(*(self._isolated_prepare(r) for r in refs))
         return {r.uid: res for r, res in zip(refs, results, strict=True)}
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; claim UID → error text ("" on success)."""
-        results = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
+        results = await asyncio.gather(*(self._isolated_unprepare(r) for r in refs))
         return {r.uid: res for r, res in zip(refs, results, strict=True)}
+
+    async def _isolated_prepare(self, ref: ClaimRef) -> Result:
+        failure = await _isolated(self._prepare_one(ref), self._log(ref), "preparing")
+        if isinstance(failure, Result):
+            return failure
+        where = f"{ref.namespace}/{ref.name} ({ref.uid})"
+        return Result(error=f"error preparing devices for claim {where}: {failure}")
+
+    async def _isolated_unprepare(self, ref: ClaimRef) -> str:
+        outcome = await _isolated(self._unprepare_one(ref), self._log(ref), "unpreparing")
+        if isinstance(outcome, _Failure):
+            return f"unprepare claim {ref.namespace}/{ref.name} ({ref.uid}): {outcome}"
+        return outcome
 
     def _log(self, ref: ClaimRef) -> logging.LoggerAdapter[logging.Logger]:
         bound = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid, "node": self._node}
@@ -155,9 +172,14 @@ class Driver:
             except errors.TemporaryError as err:
                 self._metrics.error(operation, retry_type)
                 last = str(err)
-            except ApiError as err:  # an API call not classified where it was made
+            except httpx.HTTPError as err:  # an API call not translated where it was made
+                failure = kube.translate(err, "API call")
+                if isinstance(failure, errors.PermanentError):
+                    self._metrics.error(operation, "permanent")
+                    log.error("Permanent error %s devices: %s", _VERB[operation], failure)
+                    return f"permanent error: {failure}"
                 self._metrics.error(operation, retry_type)
-                last = f"API error: {err.status.message}"
+                last = f"API error: {failure}"
             except (OSError, ValueError, KeyError, TypeError) as err:  # host trouble or a bug
                 self._metrics.error(operation, retry_type)
                 log.exception("unexpected error %s devices", _VERB[operation])
@@ -178,11 +200,10 @@ class Driver:
 
     async def _fetch(self, ref: ClaimRef) -> configs.Claim:
         try:
-            obj = await self._client.get(ResourceClaim, ref.name, namespace=ref.namespace)
-        except ApiError as err:
-            if err.status.code == 404:
-                raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not found") from err
-            raise errors.TemporaryError(f"reading claim: {err.status.message}") from err
+            with kube.translated(f"reading claim {ref.namespace}/{ref.name}"):
+                obj = await self._client.get(ResourceClaim, ref.name, namespace=ref.namespace)
+        except kube.NotFound as err:
+            raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not found") from err
         meta = obj.metadata
         if meta is None or meta.uid != ref.uid:
             found = meta.uid if meta else None
@@ -199,3 +220,24 @@ class Driver:
             resource_version=meta.resourceVersion or "",
             status=status,
         )
+
+
+class _Failure(str):
+    """The text of a claim's failure that escaped every rule above (see ``_isolated``)."""
+
+    __slots__ = ()
+
+
+async def _isolated(
+    work: Awaitable[T], log: logging.LoggerAdapter[logging.Logger], verb: str
+) -> T | _Failure:
+    """The per-claim error boundary: ``work``'s value, or its failure as this claim's text.
+
+    ``_retrying`` already classifies what it knows; this catches the rest (a bug, an error type
+    nobody expected) so that one claim's failure never becomes the whole batch's.
+    """
+    try:
+        return await work
+    except Exception as err:
+        log.exception("unexpected error %s devices", verb)
+        return _Failure(f"internal error: {type(err).__name__}: {err}")

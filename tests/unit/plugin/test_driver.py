@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
@@ -74,3 +75,67 @@ async def test_a_bad_opaque_config_fails_with_nvidias_words_in_event_and_log(
     assert strict in result.error
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert any("Permanent error" in line and strict in line for line in logged), logged
+
+
+class _Claims:
+    """Answers ``get`` with each claim's ResourceClaim; one name fails as ``failure`` says."""
+
+    def __init__(self, claims: list[Any], failing: str, failure: Exception) -> None:
+        self._objs = {
+            c.name: ResourceClaim.from_dict(
+                {
+                    "metadata": {
+                        "name": c.name,
+                        "namespace": c.namespace,
+                        "uid": c.uid,
+                        "resourceVersion": "7",
+                    },
+                    "spec": {},
+                    "status": dict(c.status),
+                }
+            )
+            for c in claims
+        }
+        self._failing = failing
+        self._failure = failure
+
+    async def get(self, _kind: object, name: str, *, namespace: str) -> ResourceClaim:
+        if name == self._failing:
+            raise self._failure
+        return self._objs[name]
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (httpx.ConnectError("connection refused"), "connection refused"),
+        (RuntimeError("a bug in one claim's path"), "a bug in one claim's path"),
+    ],
+)
+async def test_one_claims_failing_api_call_fails_only_that_claim(
+    tmp_path: Path, failure: Exception, expected: str
+) -> None:
+    claims = [
+        fakes.claim(
+            uid, [fakes.result(f"channel-{i}")], [fakes.config_entry(fakes.channel_config(CD))]
+        )
+        for i, uid in enumerate(["u1", "u2", "u3"])
+    ]
+    domains = fakes.FakeDomains(fakes.compute_domain(CD))
+    domains.make_ready(CD)
+    plugin = driver.Driver(
+        client=cast(AsyncClient, _Claims(claims, "claim-u2", failure)),
+        device_state=fakes.device_state(tmp_path, domains),
+        node=fakes.NODE,
+        retry=RetrySettings(budget_s=0.6, initial_backoff_s=0.05, max_backoff_s=0.1),
+        metrics=metrics.PluginMetrics(fakes.NODE),
+    )
+    refs = [driver.ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+    results = await plugin.prepare(refs)
+    assert sorted(results) == ["u1", "u2", "u3"]
+    assert [d.device_name for d in results["u1"].devices] == ["channel-0"]
+    assert [d.device_name for d in results["u3"].devices] == ["channel-2"]
+    assert (results["u1"].error, results["u3"].error) == ("", "")
+    assert results["u2"].devices == ()
+    assert results["u2"].error.startswith("error preparing devices for claim ns/claim-u2 (u2): ")
+    assert expected in results["u2"].error
