@@ -27,16 +27,15 @@ from collections.abc import Awaitable, Callable
 
 import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from compute_domains.infra import errors
+from compute_domains.infra import errors, kube
 from compute_domains.plugin import checkpoint, computedomain, state
 from compute_domains.plugin.config import CleanupSettings
 
 logger = logging.getLogger(__name__)
 
-_FAILURES = (errors.ComputeDomainsError, ApiError, httpx.HTTPError, OSError)
+_FAILURES = (errors.ComputeDomainsError, httpx.HTTPError, OSError)
 
 
 def _utcnow() -> datetime.datetime:
@@ -96,16 +95,17 @@ class Cleanup:
             ref = f"{entry.namespace}/{entry.name}"
             try:
                 async with asyncio.timeout(self._s.claim_get_timeout_s):
-                    found = await self._client.get(
-                        ResourceClaim, entry.name, namespace=entry.namespace
-                    )
+                    with kube.translated(f"checking claim {ref}"):
+                        found = await self._client.get(
+                            ResourceClaim, entry.name, namespace=entry.namespace
+                        )
                 current_uid = found.metadata.uid if found.metadata else None
-            except ApiError as err:
-                if err.status.code != 404:
-                    logger.warning("checking claim %s: %s", ref, err.status.message)
-                    continue
+            except kube.NotFound:
                 current_uid = None
-            except (TimeoutError, httpx.HTTPError) as err:
+            except kube.KubeError as err:
+                logger.warning("%s", err, extra=self._extra)
+                continue
+            except TimeoutError as err:
                 logger.warning("checking claim %s: %s", ref, err, extra=self._extra)
                 continue
             if current_uid == uid:

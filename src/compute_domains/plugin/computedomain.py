@@ -24,14 +24,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
-from compute_domains.infra import errors
+from compute_domains.infra import errors, kube
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +81,14 @@ class Domains:
 
     async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
         """The CD with ``uid`` in ``namespace`` (all namespaces by default), or None."""
+        # The plugin's policy: any failure to read is temporary (the kubelet retries the claim).
         try:
-            async for item in self._client.list(ComputeDomainResource, namespace=namespace):
-                if (item.metadata and item.metadata.uid) == uid:
-                    return ComputeDomain.from_resource(item)
-        except ApiError as err:
-            raise errors.TemporaryError(f"listing ComputeDomains: {err.status.message}") from err
+            with kube.translated("listing ComputeDomains"):
+                async for item in self._client.list(ComputeDomainResource, namespace=namespace):
+                    if (item.metadata and item.metadata.uid) == uid:
+                        return ComputeDomain.from_resource(item)
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
         return None
 
     async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
@@ -161,9 +162,10 @@ class Domains:
 
     async def _get_node(self) -> Node:
         try:
-            return await self._client.get(Node, self._node)
-        except ApiError as err:
-            raise errors.TemporaryError(f"reading node {self._node}: {err.status.message}") from err
+            with kube.translated(f"reading node {self._node}"):
+                return await self._client.get(Node, self._node)
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
 
     async def _patch_label(self, node: Node, value: str | None) -> None:
         version = node.metadata.resourceVersion if node.metadata else None
@@ -172,11 +174,10 @@ class Domains:
             "metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: value}, "resourceVersion": version}
         }
         try:
-            await self._client.patch(Node, self._node, patch, patch_type=PatchType.MERGE)
-        except ApiError as err:
-            raise errors.TemporaryError(
-                f"updating node {self._node} label: {err.status.message}"
-            ) from err
+            with kube.translated(f"updating node {self._node} label"):
+                await self._client.patch(Node, self._node, patch, patch_type=PatchType.MERGE)
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
 
     async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
         """Return once this node's entry for ``cd`` is Ready.
@@ -207,14 +208,15 @@ class Domains:
             waiting = _follow(self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready)
         try:
             async with asyncio.timeout(timeout):
-                await waiting
+                with kube.translated(f"watching {where}"):
+                    await waiting
         except TimeoutError as err:
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
                 f"{timeout:g}s (waiting for {where}: IMEX daemon not Ready yet)"
             ) from err
-        except ApiError as err:
-            raise errors.TemporaryError(f"watching {where}: {err.status.message}") from err
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
 
 
 async def _follow(
@@ -223,13 +225,13 @@ async def _follow(
     """Read ``name`` once, then follow a watch from that read until ``ready`` holds."""
     version: str | None = None
     try:
-        obj = await client.get(res, name, namespace=namespace)
+        with kube.translated(f"reading {name}"):
+            obj = await client.get(res, name, namespace=namespace)
         if ready(obj):
             return
         version = obj.metadata.resourceVersion if obj.metadata else None
-    except ApiError as err:
-        if err.status.code != 404:
-            raise
+    except kube.NotFound:
+        pass  # not created yet: the watch below sees it appear
     async for op, obj in client.watch(
         res, namespace=namespace, fields={"metadata.name": name}, resource_version=version
     ):

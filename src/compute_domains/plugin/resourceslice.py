@@ -18,14 +18,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.api import names
-from compute_domains.infra import backoff
+from compute_domains.infra import backoff, kube
+from compute_domains.infra.kube import watch as kube_watch
 from compute_domains.plugin import devices
 
 logger = logging.getLogger(__name__)
@@ -69,13 +68,14 @@ class SlicePublisher:
             await self._dirty.wait()
             self._dirty.clear()
             try:
-                await self._reconcile()
-            except (ApiError, httpx.HTTPError) as err:
+                with kube.translated("publishing the ResourceSlice"):
+                    await self._reconcile()
+            except kube.KubeError as err:
                 delay = _RETRY.delay(failures)
                 failures += 1
                 logger.warning(
-                    "publishing the ResourceSlice failed (%s); retrying in %.1fs",
-                    getattr(getattr(err, "status", None), "message", None) or err,
+                    "%s; retrying in %.1fs",
+                    err,
                     delay,
                     extra={"node": self._node},
                 )
@@ -94,10 +94,10 @@ class SlicePublisher:
             elif name:
                 logger.info("deleting obsolete ResourceSlice %s", name, extra={"node": self._node})
                 try:
-                    await self._client.delete(ResourceSlice, name)
-                except ApiError as err:
-                    if err.status.code != 404:
-                        raise
+                    with kube.translated(f"deleting ResourceSlice {name}"):
+                        await self._client.delete(ResourceSlice, name)
+                except kube.NotFound:
+                    pass  # gone already: that is what we wanted
         wanted = self._wanted()
         if ours is not None and self._matches(ours, wanted):
             return
@@ -151,30 +151,26 @@ class SlicePublisher:
         }
 
     async def _watch_loop(self) -> None:
-        failures = 0
-        while True:
-            try:
-                async for op, obj in self._client.watch(ResourceSlice, fields=self._fields):
-                    failures = 0
-                    name = obj.metadata.name if obj.metadata else None
-                    if op == "DELETED" and name != self._name:
-                        continue
-                    if (
-                        op == "DELETED"
-                        or name != self._name
-                        or not self._matches(obj, self._wanted())
-                    ):
-                        self._dirty.set()
-            except (ApiError, httpx.HTTPError) as err:
-                delay = _RETRY.delay(failures)
-                failures += 1
-                logger.warning(
-                    "ResourceSlice watch ended (%s); restarting in %.1fs",
-                    err,
-                    delay,
-                    extra={"node": self._node},
-                )
-                await asyncio.sleep(delay)
+        # infra.kube.watch.stream lists, watches, resumes and re-lists; we only judge states.
+        async for item in kube_watch.stream(
+            self._client, ResourceSlice, name=f"resourceslices:{self._node}", fields=self._fields
+        ):
+            if isinstance(item, kube_watch.Listed):
+                seen = [(o.metadata.name if o.metadata else None) for o in item.objects]
+                if self._name not in seen:
+                    self._dirty.set()
+                for obj in item.objects:
+                    self._judge("ADDED", obj)
+            else:
+                self._judge(item.type, item.obj)
+
+    def _judge(self, op: str, obj: ResourceSlice) -> None:
+        """Mark the slice dirty when a change leaves ours missing, stale, or not alone."""
+        name = obj.metadata.name if obj.metadata else None
+        if op == "DELETED" and name != self._name:
+            return
+        if op == "DELETED" or name != self._name or not self._matches(obj, self._wanted()):
+            self._dirty.set()
 
 
 def _slice(body: dict[str, Any]) -> ResourceSlice:
