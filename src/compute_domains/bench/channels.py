@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import re
 
+import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
+
+from compute_domains.infra import kube
 
 _CHANNELS = re.compile(r"IMEX channels: (none|\d+)\b")
 
@@ -43,8 +45,10 @@ async def _one(client: AsyncClient, pod: str, ns: str) -> str | None:
     while True:
         try:
             count = await _first_count(client, pod, ns)
-        except ApiError as err:
-            return f"pod {pod}: log not readable ({err.status.message})"
+        except httpx.HTTPError as err:
+            if not kube.code_of(err):
+                raise  # no answer at all: not this pod's problem
+            return f"pod {pod}: log not readable ({kube.server_message(err)})"
         if count is not None:
             return None if count > 0 else f"pod {pod}: started without an IMEX channel"
         # The log ended before the line was written (a kubelet that serves a follow request

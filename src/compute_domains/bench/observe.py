@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import clique, computedomain, names
+from compute_domains.infra import kube
 
 
 def ready(pod: Any) -> bool:
@@ -250,10 +250,12 @@ async def leftovers(
         if c.startswith(f"{name}-")
     ]
     try:
-        await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
+        with kube.translated(f"get ComputeDomain {name}"):
+            await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
         left.append(f"ComputeDomain {name}")
-    except ApiError:
-        pass
+    except kube.KubeError as err:
+        if not err.code:
+            raise  # no answer: the caller's transport trouble, as before
     return left
 
 

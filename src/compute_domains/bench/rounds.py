@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
@@ -114,8 +113,11 @@ async def _namespace(client: AsyncClient) -> str:
 
     async def has_account() -> bool:
         try:
-            await client.get(ServiceAccount, "default", namespace=ns)
-        except ApiError:
+            with kube.translated("get ServiceAccount default"):
+                await client.get(ServiceAccount, "default", namespace=ns)
+        except kube.KubeError as err:
+            if not err.code:
+                raise  # no answer: transport trouble propagates, as before
             return False
         return True
 

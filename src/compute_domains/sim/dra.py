@@ -25,7 +25,6 @@ from typing import Any, cast
 
 import grpc
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
@@ -36,7 +35,7 @@ from compute_domains._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from compute_domains.containers import runtime
-from compute_domains.infra import atomicfile
+from compute_domains.infra import atomicfile, kube
 from compute_domains.sim import cdi, pods
 
 logger = logging.getLogger(__name__)
@@ -271,10 +270,11 @@ class DraManager:
         meta = pod.metadata
         assert meta is not None
         try:
-            claim = await self._client.get(ResourceClaim, claim_name, namespace=meta.namespace)
-        except ApiError as err:
+            with kube.translated(f"fetch ResourceClaim {claim_name}"):
+                claim = await self._client.get(ResourceClaim, claim_name, namespace=meta.namespace)
+        except kube.KubeError as err:
             raise pods.PrepareError(
-                f"fetch ResourceClaim {claim_name}: {err.status.message}"
+                f"fetch ResourceClaim {claim_name}: {kube.server_message(err)}"
             ) from err
         cm = claim.metadata
         assert cm is not None

@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.core_v1 import NodeSpec, Taint
 from lightkube.models.meta_v1 import ObjectMeta
@@ -31,6 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.api import names
 from compute_domains.containers import runtime
+from compute_domains.infra import kube
 from compute_domains.sim import dra, events, images, kubeletapi, pods, topology
 
 logger = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class SimNode:
             try:
                 await self._register_once()
                 return
-            except (ApiError, OSError, httpx.HTTPError) as err:
+            except (OSError, httpx.HTTPError) as err:
                 self._log.warning("registration failed (%s); retrying in %.1fs", err, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
@@ -204,10 +204,9 @@ class SimNode:
             spec=NodeSpec(taints=taints),
         )
         try:
-            await self._client.create(node)
-        except ApiError as err:
-            if err.status.code != 409:
-                raise
+            with kube.translated(f"create node {self.name}"):
+                await self._client.create(node)
+        except kube.AlreadyExists:
             await self._client.patch(Node, self.name, {"metadata": {"labels": self.labels()}})
         await self._client.patch(Node.Status, self.name, {"status": self._status()})
         self.registered.set()
@@ -223,7 +222,7 @@ class SimNode:
                 renewTime=datetime.datetime.now(datetime.UTC),
             ),
         )
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(kube.KubeError), kube.translated("create lease"):
             await self._client.create(lease)
         last_status = asyncio.get_running_loop().time()
         while True:
@@ -242,8 +241,8 @@ class SimNode:
                         Node.Status, self.name, {"status": {"conditions": conditions}}
                     )
                     last_status = now
-            except ApiError as err:
-                self._log.warning("heartbeat failed: %s", err.status.message)
+            except httpx.HTTPError as err:
+                self._log.warning("heartbeat failed: %s", kube.server_message(err))
 
     def _allocate_ip(self, pod: Pod) -> str:
         if pod.spec is not None and pod.spec.hostNetwork:
@@ -295,13 +294,15 @@ class SimNode:
         meta = pod.metadata
         assert meta is not None and meta.uid and meta.name
         try:
-            await self.dra.unprepare(pod)
-            await self._client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
-        except ApiError as err:
-            if err.status.code != 404:
-                self._log.warning(
-                    "could not finish deleting pod %s: %s", meta.name, err.status.message
-                )
+            with kube.translated(f"finish deleting pod {meta.name}"):
+                await self.dra.unprepare(pod)
+                await self._client.delete(Pod, meta.name, namespace=meta.namespace, grace_period=0)
+        except kube.NotFound:
+            pass  # already gone
+        except kube.KubeError as err:
+            self._log.warning(
+                "could not finish deleting pod %s: %s", meta.name, kube.server_message(err)
+            )
         finally:
             self._tasks.pop(meta.uid, None)
 
@@ -320,8 +321,8 @@ class SimNode:
             try:
                 async for op, pod in self._client.watch(Pod, namespace="*", fields=fields):
                     self._on_pod(op, pod)
-            except ApiError as err:
-                self._log.warning("pod watch ended: %s; restarting", err.status.message)
+            except httpx.HTTPError as err:
+                self._log.warning("pod watch ended: %s; restarting", kube.server_message(err))
                 await asyncio.sleep(1)
 
     def worker(self, namespace: str, name: str) -> pods.PodWorker | None:

@@ -19,11 +19,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
+from compute_domains.infra import kube
 from compute_domains.sim import events, images, podstatus, probes, volumes
 
 logger = logging.getLogger(__name__)
@@ -206,9 +207,9 @@ class PodWorker:
     async def _delete_object(self) -> None:
         try:
             await self._svc.client.delete(Pod, self.name, namespace=self.namespace, grace_period=0)
-        except ApiError as err:
-            if err.status.code != 404:
-                self._log.warning("final delete failed: %s", err.status.message)
+        except httpx.HTTPError as err:
+            if not kube.is_not_found(err):
+                self._log.warning("final delete failed: %s", kube.server_message(err))
 
     def _changed(self) -> None:
         self._dirty.set()
@@ -233,10 +234,10 @@ class PodWorker:
                 await self._svc.client.patch(
                     Pod.Status, self.name, {"status": status}, namespace=self.namespace
                 )
-            except ApiError as err:
-                if err.status.code == 404:
+            except httpx.HTTPError as err:
+                if kube.is_not_found(err):
                     return
-                self._log.warning("status update failed: %s", err.status.message)
+                self._log.warning("status update failed: %s", kube.server_message(err))
                 self._dirty.set()
                 await asyncio.sleep(0.5)
 
@@ -246,10 +247,10 @@ class PodWorker:
         while True:
             try:
                 return await what()
-            except (volumes.VolumeError, PrepareError, volumes.EnvError, ApiError) as err:
+            except (volumes.VolumeError, PrepareError, volumes.EnvError, httpx.HTTPError) as err:
                 # An API refusal here is usually transient (e.g. the Node authorizer has not
                 # seen the pod yet when its ServiceAccount token is requested): retry it too.
-                msg = str(err.status.message) if isinstance(err, ApiError) else str(err)
+                msg = kube.server_message(err)
                 if msg != last:
                     self._log.warning("%s: %s", reason, msg)
                     await self._svc.recorder.pod(self.pod, "Warning", reason, msg)

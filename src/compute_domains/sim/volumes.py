@@ -15,14 +15,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, ServiceAccount
 
 from compute_domains.containers import runtime
-from compute_domains.infra import atomicfile
+from compute_domains.infra import atomicfile, kube
 
 
 class VolumeError(Exception):
@@ -49,8 +49,8 @@ class PodContext:
 async def _get(client: AsyncClient, res: type[Any], name: str, ns: str) -> Any | None:
     try:
         return await client.get(res, name, namespace=ns)
-    except ApiError as err:
-        if err.status.code == 404:
+    except httpx.HTTPError as err:
+        if kube.is_not_found(err):
             return None
         raise
 

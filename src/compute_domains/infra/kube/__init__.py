@@ -30,6 +30,7 @@ from compute_domains.infra.kube.errors import (
     code_of,
     forbidden_is_permanent,
     is_not_found,
+    server_message,
     translate,
     translated,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "forbidden_is_permanent",
     "is_not_found",
     "load_config",
+    "server_message",
     "translate",
     "translated",
 ]

@@ -154,6 +154,15 @@ def code_of(err: BaseException) -> int:
     return 0
 
 
+def server_message(err: BaseException) -> str:
+    """The server's own words for a failure (its Status message), else the error's text."""
+    if isinstance(err, ApiError):
+        return str(err.status.message or err)
+    if isinstance(err, KubeError) and isinstance(err.__cause__, ApiError):
+        return server_message(err.__cause__)
+    return str(err)
+
+
 def is_not_found(err: BaseException) -> bool:
     """Whether the failure is a 404 (translated or raw)."""
     return code_of(err) == 404
