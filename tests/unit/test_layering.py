@@ -1,4 +1,7 @@
-"""Only ``infra/kube.py`` constructs a lightkube client (STYLE.md §2.1), checked on the source.
+"""Only ``infra/kube/client.py`` builds a lightkube client (STYLE.md §2.1), checked on the source.
+
+Also: only ``infra/kube`` knows lightkube's exception types (issue 14: failures are translated
+once, at that boundary).
 
 import-linter (``lint-imports``, contracts in pyproject.toml) checks which package imports
 which, but it cannot tell a call from an import, and components must import ``AsyncClient`` for
@@ -17,7 +20,7 @@ import pytest
 import compute_domains
 
 SRC = Path(compute_domains.__file__).parent
-ALLOWED = {"infra/kube.py"}
+ALLOWED = {"infra/kube/client.py"}
 """Modules that may construct a client: the one Kubernetes access point."""
 _CLIENTS = {"AsyncClient", "Client"}
 _CONFIGS = {"KubeConfig"}
@@ -106,3 +109,40 @@ def test_the_kube_module_is_where_clients_are_built() -> None:
     # silently allow a module that no longer builds anything.
     for allowed in ALLOWED:
         assert constructions((SRC / allowed).read_text()), allowed
+
+
+def lightkube_exception_imports(source: str) -> list[int]:
+    """Line numbers importing ``lightkube.core.exceptions`` (or a name from it) in ``source``."""
+    lines: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "lightkube.core.exceptions"
+        ):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(
+            a.name.startswith("lightkube.core.exceptions") for a in node.names
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("from lightkube.core.exceptions import ApiError\n", [1]),
+        ("import lightkube.core.exceptions as e\n", [1]),
+        ("from lightkube import AsyncClient\n", []),
+    ],
+)
+def test_the_exception_checker_finds_imports(source: str, lines: list[int]) -> None:
+    assert lightkube_exception_imports(source) == lines
+
+
+def test_only_infra_kube_knows_lightkubes_exceptions() -> None:
+    offenders = {
+        f"{path.relative_to(SRC).as_posix()}:{line}"
+        for path in sorted(SRC.rglob("*.py"))
+        if not path.relative_to(SRC).as_posix().startswith("infra/kube/")
+        for line in lightkube_exception_imports(path.read_text())
+    }
+    assert offenders == set()
