@@ -10,6 +10,7 @@ how much and why with ``@pytest.mark.slow_unit(seconds, reason)``, up to a hard 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import tempfile
@@ -94,3 +95,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if layer in LAYER_BUDGET_S:
             item.add_marker(pytest.mark.timeout(_budget(item, layer)), append=False)
+
+
+@pytest.fixture
+def root_restored() -> Iterator[None]:
+    """Commands configure the root logger; put the test runner's back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

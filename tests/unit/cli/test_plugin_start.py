@@ -6,24 +6,12 @@ machine, the missing kubeconfig stops it), after the start lines are written.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from compute_domains.cli import plugin as cli_plugin
-
-
-@pytest.fixture
-def root_restored() -> Iterator[None]:
-    """The command configures the root logger; put the test runner's back afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.usefixtures("root_restored")

@@ -8,7 +8,6 @@ level names, and refuses anything else before it starts (not in a crash loop lat
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import click
 import pytest
@@ -23,16 +22,6 @@ from compute_domains.cli import serving
 @serving.log_options
 def _echo(log_level: str, log_format: str) -> None:
     click.echo(f"level={log_level} format={log_format}")
-
-
-@pytest.fixture
-def root_restored() -> Iterator[None]:
-    """Commands configure the root logger; put the test runner's back afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize(

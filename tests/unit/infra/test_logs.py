@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
 
 from compute_domains.infra import logs
-
-
-@pytest.fixture
-def root_restored() -> Iterator[None]:
-    """``logs.setup`` configures the root logger; put the test runner's back afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize(
