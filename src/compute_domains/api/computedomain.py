@@ -114,7 +114,7 @@ class ComputeDomainSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object], path: str = "spec") -> Self:
-        """Decode from wire form (validation of values is ``validation.validate_spec``)."""
+        """Decode from wire form (value rules such as the name pattern are the CRD schema's)."""
         channel = _wire.req_object(data, "channel", path)
         num_nodes = _wire.opt_int(data, "numNodes", path)
         return cls(

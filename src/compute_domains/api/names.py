@@ -70,6 +70,15 @@ DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
 NON_FABRIC_INDEX: Final = -1
 """Index of a ``status.nodes`` entry for a node that has no clique (no IMEX daemon)."""
 
+DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
+"""Longest allowed object name (RFC 1123 subdomain), e.g. of the CD's ResourceClaimTemplate."""
+_DNS_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN_REGEX: Final = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+"""Unanchored RFC 1123 subdomain expression (match it whole); the CRD's ``pattern`` is built
+from it, so the schema and the tests that generate names cannot disagree."""
+DNS_SUBDOMAIN_PATTERN: Final = f"^{DNS_SUBDOMAIN_REGEX}$"
+"""The anchored form, for an OpenAPI ``pattern``."""
+
 _DAEMON_PREFIX: Final = "computedomain-daemon-"
 _IMEX_DNS_PREFIX: Final = "compute-domain-daemon-"
 

@@ -23,14 +23,13 @@ Invariants of :func:`render_hosts` / :func:`update_hosts_file`:
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from compute_domains.api import names
-from compute_domains.infra import atomicfile, errors
+from compute_domains.infra import atomicfile
 
 logger = logging.getLogger(__name__)
 
@@ -69,27 +68,6 @@ def static_node_names(max_nodes: int) -> list[str]:
     if max_nodes < 0:
         raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
     return [dns_name(i) for i in range(max_nodes)]
-
-
-def build_mapping(entries: Iterable[tuple[int, str]], max_nodes: int) -> dict[int, str]:
-    """Index → IP mapping from ``(index, ip)`` pairs of our clique's daemons.
-
-    Raises:
-        PermanentError: An index outside ``0..max_nodes-1`` (upstream treats this as fatal for
-            the update loop) or an address that is not an IP address.
-    """
-    mapping: dict[int, str] = {}
-    for index, ip in entries:
-        if not 0 <= index < max_nodes:
-            raise errors.PermanentError(
-                f"daemon index {index} is outside 0..{max_nodes - 1} (max nodes per IMEX domain)"
-            )
-        try:
-            ipaddress.ip_address(ip)
-        except ValueError as err:
-            raise errors.PermanentError(f"daemon index {index} has invalid IP {ip!r}") from err
-        mapping[index] = ip
-    return mapping
 
 
 def with_sentinels(mapping: Mapping[int, str], max_nodes: int, sentinel: str) -> dict[int, str]:

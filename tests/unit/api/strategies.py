@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from lightkube.models.meta_v1 import ObjectMeta
 
-from compute_domains.api import validation
+from compute_domains.api import names
 from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import (
     AllocationMode,
@@ -18,8 +18,8 @@ from compute_domains.api.computedomain import (
     ResourceClaimTemplateRef,
 )
 
-dns_names = st.from_regex(validation.DNS_SUBDOMAIN_REGEX, fullmatch=True).filter(
-    lambda s: len(s) <= validation.DNS_SUBDOMAIN_MAX_LENGTH
+dns_names = st.from_regex(names.DNS_SUBDOMAIN_REGEX, fullmatch=True).filter(
+    lambda s: len(s) <= names.DNS_SUBDOMAIN_MAX_LENGTH
 )
 texts = st.text(max_size=40)
 clique_ids = st.one_of(

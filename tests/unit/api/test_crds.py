@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from compute_domains.api import crds, names, validation
+from compute_domains.api import crds, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomain
 
@@ -133,12 +133,12 @@ def test_upstream_defaults_and_enums_are_kept() -> None:
     assert status["properties"]["nodes"]["x-kubernetes-list-map-keys"] == ["name"]
 
 
-def test_template_name_pattern_is_the_validation_rule() -> None:
+def test_template_name_pattern_is_the_dns_subdomain_rule() -> None:
     spec = _schema(crds.computedomain_crd())["properties"]["spec"]
     name = spec["properties"]["channel"]["properties"]["resourceClaimTemplate"]["properties"][
         "name"
     ]
-    assert name["pattern"] == f"^{validation.DNS_SUBDOMAIN_REGEX}$"
+    assert name["pattern"] == f"^{names.DNS_SUBDOMAIN_REGEX}$"
     assert name["maxLength"] == 253
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compute_domains.api import names
@@ -46,3 +48,34 @@ def test_clique_object_name_is_uid_dot_clique_id() -> None:
 
 def test_default_max_nodes_per_imex_domain_is_18() -> None:
     assert names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN == 18
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        ("a", True),
+        ("channel-0", True),
+        ("a.b-c.d0", True),
+        ("Channel", False),
+        ("chan_0", False),
+        ("chan-", False),
+        ("a..b", False),
+        ("abc\n", False),
+        ("", False),
+    ],
+    ids=[
+        "one-char",
+        "simple",
+        "dotted",
+        "uppercase",
+        "underscore",
+        "trailing-dash",
+        "empty-label",
+        "trailing-newline",
+        "empty",
+    ],
+)
+def test_dns_subdomain_pattern_accepts_exactly_rfc1123_names(name: str, valid: bool) -> None:
+    # The CRD's `pattern` is this expression anchored; Python's `$` would also match before a
+    # final newline, Go's (the API server's) does not, so match it whole here.
+    assert (re.fullmatch(names.DNS_SUBDOMAIN_REGEX, name) is not None) is valid

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from compute_domains.daemon import dnsnames
 from compute_domains.daemon.dnsnames import BEGIN_MARKER, END_MARKER
-from compute_domains.infra import errors
 
 KUBELET_HOSTS = (
     "# Kubernetes-managed hosts file.\n"
@@ -59,22 +58,6 @@ def test_other_names_have_no_index(name: str) -> None:
 def test_static_names_cover_every_slot() -> None:
     names = dnsnames.static_node_names(18)
     assert len(names) == 18 and names[0].endswith("0000") and names[-1].endswith("0017")
-
-
-@pytest.mark.parametrize(
-    ("entries", "message"),
-    [
-        ([(4, "10.0.0.1")], "outside 0..3"),
-        ([(-1, "10.0.0.1")], "outside 0..3"),
-        ([(0, "not-an-ip")], "invalid IP"),
-    ],
-    ids=["too-high", "negative", "bad-ip"],
-)
-def test_bad_mapping_entries_are_permanent_errors(
-    entries: list[tuple[int, str]], message: str
-) -> None:
-    with pytest.raises(errors.PermanentError, match=message):
-        dnsnames.build_mapping(entries, max_nodes=4)
 
 
 def test_sentinels_fill_only_unfilled_slots() -> None:
