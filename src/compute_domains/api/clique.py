@@ -219,10 +219,6 @@ class ComputeDomainClique:
         updated = dataclasses.replace(existing, status=status)
         return self._with_daemons(updated if d is existing else d for d in self.daemons)
 
-    def without_ip(self, ip_address: str) -> Self:
-        """Drop every entry with this IP (a daemon deregistering on graceful shutdown)."""
-        return self._with_daemons(d for d in self.daemons if d.ip_address != ip_address)
-
     def retaining_nodes(self, node_names: Collection[str]) -> Self:
         """Keep only entries whose node is in ``node_names`` (pruning daemons that vanished)."""
         return self._with_daemons(d for d in self.daemons if d.node_name in node_names)

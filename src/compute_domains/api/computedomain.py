@@ -283,7 +283,3 @@ class ComputeDomain:
     def to_resource(self) -> GenericNamespacedResource:
         """The object as a lightkube resource, ready for ``create``/``replace``."""
         return ComputeDomainResource(**self.to_dict())
-
-    def to_status_resource(self) -> GenericNamespacedStatus:
-        """The object for a ``replace`` of the ``/status`` subresource."""
-        return ComputeDomainStatusResource(**self.to_dict())

@@ -19,7 +19,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Self, TypeVar
+from typing import Any, ClassVar, Final, Self
 
 from compute_domains.api import _wire, names
 from compute_domains.api.computedomain import AllocationMode
@@ -96,8 +96,6 @@ _DECODERS: Final[Mapping[tuple[str, str], Callable[[Mapping[str, object]], Opaqu
 )
 """The dispatch table: (apiVersion, kind) → strict decoder. Read-only."""
 
-C = TypeVar("C", ComputeDomainChannelConfig, ComputeDomainDaemonConfig)
-
 
 def decode(raw: bytes | str | Mapping[str, object]) -> OpaqueConfig:
     """Strictly decode an opaque config from JSON text or an already-parsed object.
@@ -127,20 +125,6 @@ def decode(raw: bytes | str | Mapping[str, object]) -> OpaqueConfig:
         return decoder(obj)
     except DecodeError as err:
         raise DecodeError(f"invalid {kind}: {err}") from err
-
-
-def decode_as(raw: bytes | str | Mapping[str, object], kind: type[C]) -> C:
-    """``decode``, then insist on one config class (a daemon claim must carry a daemon config).
-
-    Raises:
-        DecodeError: the config is malformed or of another kind.
-    """
-    config = decode(raw)
-    if not isinstance(config, kind):
-        raise DecodeError(
-            f'invalid opaque config: expected kind "{kind.KIND}", got "{config.KIND}"'
-        )
-    return config
 
 
 def encode(config: OpaqueConfig) -> bytes:

@@ -1,6 +1,7 @@
-"""``cdctl daemon run|check``: the per-ComputeDomain daemon (flags and environment → settings).
+"""``cdctl daemon run``: the per-ComputeDomain daemon (flags and environment → settings).
 
-The controller's DaemonSet runs ``cdctl daemon run`` and probes with ``cdctl daemon check``. The
+The controller's DaemonSet runs ``cdctl daemon run`` and probes with ``cdctl daemon check``, which
+``cli/entry`` answers before click is imported (its flags are the ``run`` ones it shares). The
 environment is exactly what that DaemonSet sets (``NODE_NAME``, ``POD_IP``, ``POD_UID``,
 ``POD_NAME``, ``POD_NAMESPACE``, ``MAX_NODES_PER_IMEX_DOMAIN``, ``LOG_VERBOSITY``) plus what the
 kubelet plugin injects through the daemon claim's CDI edits (``CLIQUE_ID``,
@@ -15,71 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from compute_domains.cli import serving
-from compute_domains.daemon import imexconfig, readiness, supervisor
-from compute_domains.daemon.config import (
-    CheckSettings,
-    DaemonSettings,
-    Identity,
-    PeerSettings,
-)
+from compute_domains.daemon import app, imexconfig, supervisor
+from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import errors, kube, logs
 
 logger = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 _PATH = click.Path(dir_okay=False, path_type=Path)
-
-
-def _common(fn: F) -> F:
-    """Options shared by ``run`` and ``check``."""
-    for option in reversed(
-        [
-            click.option(
-                "--cliqueid",
-                "clique_id",
-                envvar="CLIQUE_ID",
-                default="",
-                help="Clique ID <clusterUUID>.<clique> of the node; empty without MNNVL. "
-                "Env CLIQUE_ID (CDI).",
-            ),
-            click.option(
-                "--imex-config",
-                type=_PATH,
-                default=Path("/imexd/imexd.cfg"),
-                show_default=True,
-                help="IMEX daemon config written by `run`, read by IMEX and its ctl tool.",
-            ),
-            click.option(
-                "--log-verbosity",
-                "--log-level",
-                "log_verbosity",
-                envvar="LOG_VERBOSITY",
-                callback=serving.check_level,
-                default="info",
-                show_default=True,
-                help=f"Log level: {serving.LEVEL_HELP}. Env LOG_VERBOSITY.",
-            ),
-            click.option(
-                "--log-format",
-                envvar=["LOG_FORMAT", "CD_LOG_FORMAT"],
-                type=click.Choice(["text", "json"], case_sensitive=False),
-                default="text",
-                show_default=True,
-                help="Log line format. Env LOG_FORMAT or CD_LOG_FORMAT.",
-            ),
-        ]
-    ):
-        fn = option(fn)
-    return fn
 
 
 @click.group("daemon")
@@ -88,7 +37,38 @@ def group() -> None:
 
 
 @group.command("run")
-@_common
+@click.option(
+    "--cliqueid",
+    "clique_id",
+    envvar="CLIQUE_ID",
+    default="",
+    help="Clique ID <clusterUUID>.<clique> of the node; empty without MNNVL. Env CLIQUE_ID (CDI).",
+)
+@click.option(
+    "--imex-config",
+    type=_PATH,
+    default=Path("/imexd/imexd.cfg"),
+    show_default=True,
+    help="IMEX daemon config written by `run`, read by IMEX and its ctl tool.",
+)
+@click.option(
+    "--log-verbosity",
+    "--log-level",
+    "log_verbosity",
+    envvar="LOG_VERBOSITY",
+    callback=serving.check_level,
+    default="info",
+    show_default=True,
+    help=f"Log level: {serving.LEVEL_HELP}. Env LOG_VERBOSITY.",
+)
+@click.option(
+    "--log-format",
+    envvar=["LOG_FORMAT", "CD_LOG_FORMAT"],
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="Log line format. Env LOG_FORMAT or CD_LOG_FORMAT.",
+)
 @click.option("--node-name", envvar="NODE_NAME", default="", help="Env NODE_NAME.")
 @click.option("--pod-ip", envvar="POD_IP", default="", help="Env POD_IP.")
 @click.option("--pod-uid", envvar="POD_UID", default="", help="Env POD_UID.")
@@ -192,33 +172,6 @@ def run(**opts: Any) -> None:
     asyncio.run(_serve(settings, opts["shutdown_timeout"]))
 
 
-@group.command("check")
-@_common
-@click.option(
-    "--imex-ctl", default="nvidia-imex-ctl", show_default=True, help="IMEX ctl tool (on PATH)."
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=8.0,
-    show_default=True,
-    help="Seconds to wait for the ctl tool (the probes allow 10).",
-)
-def check(**opts: Any) -> None:
-    """Probe: pass when the local IMEX daemon answers READY (always without a clique ID)."""
-    _setup_logs(opts)
-    settings = CheckSettings(
-        clique_id=opts["clique_id"],
-        config_path=opts["imex_config"],
-        ctl_command=opts["imex_ctl"],
-        timeout=opts["timeout"],
-    )
-    result = asyncio.run(readiness.check(settings))
-    click.echo(result.message, err=not result.ok)
-    if not result.ok:
-        sys.exit(1)
-
-
 def _setup_logs(opts: dict[str, Any]) -> None:
     fmt: logs.LogFormat = "json" if opts["log_format"].lower() == "json" else "text"
     logs.setup(opts["log_verbosity"], fmt)
@@ -229,9 +182,6 @@ def _setup_logs(opts: dict[str, Any]) -> None:
 
 async def _serve(settings: DaemonSettings, shutdown_timeout: float) -> None:
     """Run the daemon; the first SIGTERM/SIGINT cancels it; exit is forced after a bound."""
-    # Imported here: `check` runs as an exec probe and must not load the Kubernetes client.
-    from compute_domains.daemon import app
-
     client = kube.client(settings.kube)
     try:
         await serving.serve(app.Daemon(settings, client).run(), "daemon", shutdown_timeout)

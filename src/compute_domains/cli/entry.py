@@ -3,7 +3,9 @@
 ``cdctl daemon check`` runs as an exec probe every second on every node of a domain. Going
 through click and the rest of the CLI costs about a quarter of a CPU-second per run; this entry
 looks at ``argv`` before importing anything beyond the standard library and runs
-:mod:`compute_domains.daemon.probe` with the same flags (and ``CLIQUE_ID``) as the full command.
+:mod:`compute_domains.daemon.probe`. It takes the flags (and ``CLIQUE_ID``) that ``daemon run``
+shares with it and ignores the others, so both commands can be given the same arguments. This is
+the only implementation of the command, ``--help`` included; click never sees it.
 """
 
 from __future__ import annotations
@@ -19,14 +21,34 @@ def daemon_check(argv: Sequence[str]) -> int:
     """``cdctl daemon check [flags]`` without click; the exit status."""
     from compute_domains.daemon import probe
 
-    parser = argparse.ArgumentParser(prog="cdctl daemon check")
-    parser.add_argument(
-        "--cliqueid", "--clique-id", dest="clique_id", default=os.environ.get("CLIQUE_ID", "")
+    parser = argparse.ArgumentParser(
+        prog="cdctl daemon check",
+        description="Probe: pass when the local IMEX daemon answers READY (always without a "
+        "clique ID). Flags it does not know (those of `daemon run`) are ignored.",
     )
-    parser.add_argument("--imex-config", type=Path, default=Path("/imexd/imexd.cfg"))
-    parser.add_argument("--imex-ctl", default="nvidia-imex-ctl")
-    parser.add_argument("--timeout", type=float, default=8.0)
-    args, _ = parser.parse_known_args(list(argv))  # logging flags of the full command pass
+    parser.add_argument(
+        "--cliqueid",
+        "--clique-id",
+        dest="clique_id",
+        default=os.environ.get("CLIQUE_ID", ""),
+        help="Clique ID <clusterUUID>.<clique> of the node; empty without MNNVL. Env CLIQUE_ID.",
+    )
+    parser.add_argument(
+        "--imex-config",
+        type=Path,
+        default=Path("/imexd/imexd.cfg"),
+        help="IMEX daemon config the ctl tool reads (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--imex-ctl", default="nvidia-imex-ctl", help="IMEX ctl tool (default: %(default)s)."
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=8.0,
+        help="Seconds to wait for the ctl tool; the probes allow 10 (default: %(default)s).",
+    )
+    args, _ = parser.parse_known_args(list(argv))  # the logging flags of `daemon run` pass
     result = probe.run(
         probe.CheckSettings(
             clique_id=args.clique_id,
@@ -42,7 +64,7 @@ def daemon_check(argv: Sequence[str]) -> int:
 def main() -> None:
     """Console-script entry of ``cdctl``."""
     args = sys.argv[1:]
-    if args[:2] == ["daemon", "check"] and not {"-h", "--help"} & set(args):
+    if args[:2] == ["daemon", "check"]:
         sys.exit(daemon_check(args[2:]))
     from compute_domains.cli import main as full
 

@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 
 from compute_domains.api import names
-from compute_domains.daemon import imexconfig, probe, supervisor
+from compute_domains.daemon import imexconfig, supervisor
 from compute_domains.infra import backoff, errors, kube
 
 CDI_HINT = "CDI container edits did not apply -- is CDI enabled in your container runtime?"
@@ -76,9 +76,6 @@ class PeerSettings:
     unfilled_address: str | None = None
     """Address for names of unfilled slots (upstream maps them to a dead address so lookups
     never reach DNS); None leaves them unresolvable. Must not be any pod's address."""
-
-
-CheckSettings = probe.CheckSettings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

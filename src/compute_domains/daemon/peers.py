@@ -101,8 +101,6 @@ class PeerUpdater:
         self._reload = asyncio.Event()
         self._lock = asyncio.Lock()
         self._started = False
-        self.reloads = 0
-        """SIGUSR1 signals sent."""
 
     def update(self, mapping: Mapping[int, str]) -> None:
         """A new peer mapping (the latest wins); never blocks."""
@@ -164,4 +162,3 @@ class PeerUpdater:
                 pid = self._process.pid
                 if pid is not None and self._process.reload():
                     self._pacer.sent(self._now(), pid)
-                    self.reloads += 1

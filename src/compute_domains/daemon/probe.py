@@ -3,9 +3,11 @@
 The kubelet runs it as an exec probe every second on every node of a domain, so it imports
 only the light parts of the standard library (no asyncio, no click, no Kubernetes client: each
 costs tens of milliseconds of CPU per probe, per node, per second): it asks the local IMEX
-service ``nvidia-imex-ctl -c <cfg> -q`` and passes only on exactly ``READY``; a node without a
-clique ID has no IMEX service and passes. ``compute_domains.cli.entry`` runs it before importing
-anything else.
+service ``nvidia-imex-ctl -c <cfg> -q`` once and passes only when the combined output is exactly
+``READY\\n``; a node without a clique ID has no IMEX service and passes. A ctl that hangs (a wedged
+daemon) fails after ``timeout`` and is killed. It never looks at the rest of the domain: a workload
+is released as soon as its local daemon is up. ``compute_domains.cli.entry`` runs it before
+importing anything else.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""Readiness: the ``check`` probe (IMEX says READY), our pod's label, and our pod's Ready condition.
+"""Readiness: our pod's label and our pod's Ready condition (the probe itself is ``probe``).
 
-* :func:`check` is what every probe of the daemon container runs. With no clique ID it passes at
-  once (no IMEX on this node). Otherwise it runs ``nvidia-imex-ctl -c <cfg> -q``, which asks the
-  *local* IMEX daemon once, and passes only when the combined output is exactly ``READY\\n``. A
-  ctl that hangs (a wedged daemon) fails after ``timeout`` and is killed. It never looks at the
-  rest of the domain: a workload is released as soon as its local daemon is up.
 * :func:`label_pod` sets ``resource.nvidia.com/computeDomain.cliqueID=<cliqueID>`` on our pod (a
   merge patch; the value may be empty), which tells the controller fabric and non-fabric daemon
   pods apart.
 * :class:`PodReadiness` follows our own pod by watch and reports Ready when the pod is
-  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``check`` passed, and this
-  daemon's own ``check`` passed once too (a condition can predate our container); the
+  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``probe.check`` passed, and
+  this daemon's own ``probe.check`` passed once too (a condition can predate our container); the
   membership writes that into our clique entry, where the kubelet plugin's channel prepare
   waits for it.
 """
@@ -36,11 +31,6 @@ from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
 
 logger = logging.getLogger(__name__)
-
-# The probe itself lives in a light module (it runs every second); re-exported here.
-READY_OUTPUT = probe.READY_OUTPUT
-CheckResult = probe.CheckResult
-check = probe.check
 
 
 def is_pod_ready(pod: Any) -> bool:
@@ -144,7 +134,7 @@ class PodReadiness:
         *,
         on_change: Callable[[Readiness], None],
         retry: backoff.Backoff,
-        own_check: Callable[[], Awaitable[CheckResult]] | None = None,
+        own_check: Callable[[], Awaitable[probe.CheckResult]] | None = None,
         check_interval: float = 1.0,
     ) -> None:
         self._client = client

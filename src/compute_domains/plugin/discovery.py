@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 PROC_DEVICES = Path("/proc/devices")
 """Default path of the kernel's device-major table."""
-FABRIC_IMEX_MGMT_CAPABILITY = Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt")
-"""Default path of the fabric-imex-mgmt capability description."""
 IMEX_CHANNELS_DEVICE = "nvidia-caps-imex-channels"
 """``/proc/devices`` name of the IMEX channel char devices."""
 CAPS_DEVICE = "nvidia-caps"
@@ -233,11 +231,6 @@ def find_char_major(text: str, name: str) -> int | None:
     if majors and majors[0] > 0xFFFF_FFFF:
         raise DiscoveryError(f"char device {name!r} has an out-of-range major {majors[0]}")
     return majors[0] if majors else None
-
-
-def read_char_major(name: str, path: Path = PROC_DEVICES) -> int | None:
-    """``find_char_major`` on the file at ``path`` (blocking)."""
-    return find_char_major(path.read_text(), name)
 
 
 def parse_capability(text: str) -> CapabilityDevice:

@@ -37,8 +37,6 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         self._node = node
         self.registered = asyncio.Event()
         """Set once the kubelet reported a successful registration."""
-        self.last_error = ""
-        """The kubelet's last registration error ("" when none)."""
 
     async def GetInfo(self, request: reg.InfoRequest, context: Any) -> reg.PluginInfo:
         """Who we are and where our DRA service listens."""
@@ -55,11 +53,9 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         """Record the kubelet's verdict; a refusal is logged as an error."""
         extra = {"node": self._node}
         if request.plugin_registered:
-            self.last_error = ""
             self.registered.set()
             logger.info("registered with the kubelet", extra=extra)
         else:
-            self.last_error = request.error
             self.registered.clear()
             logger.error("the kubelet refused the registration: %s", request.error, extra=extra)
         return reg.RegistrationStatusResponse()

@@ -63,7 +63,7 @@ def test_reregistering_keeps_the_index_and_refreshes_the_ip() -> None:
 
 
 def test_freed_indices_are_refilled_and_remaining_peers_keep_theirs() -> None:
-    clique = _clique("a", "b", "c").without_ip("10.0.0.1").with_registered("d", "10.0.0.4")
+    clique = _clique("a", "b", "c").retaining_nodes(["a", "c"]).with_registered("d", "10.0.0.4")
     assert _indices(clique) == {"a": 0, "c": 2, "d": 1}
 
 
@@ -78,7 +78,7 @@ def test_daemons_replaced_all_at_once_rejoin_on_their_own_indices() -> None:
 
 
 def test_a_remembered_index_taken_meanwhile_falls_back_to_the_lowest_free() -> None:
-    clique = _clique("a", "b").without_ip("10.0.0.1").with_registered("d", "10.0.0.4")
+    clique = _clique("a", "b").retaining_nodes(["a"]).with_registered("d", "10.0.0.4")
     assert _indices(clique) == {"a": 0, "d": 1}
     clique = clique.with_registered("b", "10.0.0.9")
     assert _indices(clique) == {"a": 0, "d": 1, "b": 2}

@@ -159,13 +159,6 @@ def test_unknown_field_message_names_the_kind() -> None:
         configs.decode(_channel('"domainID":"u","x":1'))
 
 
-def test_decode_as_insists_on_the_expected_kind() -> None:
-    raw = _channel('"domainID":"u"')
-    assert configs.decode_as(raw, ComputeDomainChannelConfig).domain_id == "u"
-    with pytest.raises(DecodeError, match='expected kind "ComputeDomainDaemonConfig"'):
-        configs.decode_as(raw, ComputeDomainDaemonConfig)
-
-
 def test_wire_form_matches_what_the_controller_embeds() -> None:
     assert ComputeDomainChannelConfig(domain_id="u").to_dict() == {
         "apiVersion": V,

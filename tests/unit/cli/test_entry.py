@@ -80,7 +80,10 @@ def test_missing_ctl_is_not_ready(tmp_path: Path) -> None:
     assert "cannot run" in res.stderr
 
 
-def test_help_goes_to_the_full_command() -> None:
+def test_help_lists_the_probe_flags_without_heavy_imports() -> None:
     res = _run(["daemon", "check", "--help"])
-    assert res.returncode == 0
-    assert "Usage:" in res.stdout
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: cdctl daemon check")
+    for flag in ("--cliqueid", "--imex-config", "--imex-ctl", "--timeout"):
+        assert flag in res.stdout
+    assert _report(res)["heavy"] == []

@@ -73,15 +73,18 @@ def test_controller_accepts_a_numeric_daemon_level() -> None:
 
 
 @pytest.mark.usefixtures("root_restored")
-def test_daemon_commands_take_the_numbers_the_controller_passes_on() -> None:
+def test_daemon_command_takes_the_numbers_the_controller_passes_on() -> None:
     # The controller puts its daemon level into both LOG_VERBOSITY and CD_LOG_LEVEL (the
-    # latter read by cdctl's root group); a node without clique ID passes its check at once.
+    # latter read by cdctl's root group). A bad value declared after the level, also from the
+    # environment, stops `daemon run` before it starts: the level itself must have passed.
     result = CliRunner().invoke(
         cli_main.cli,
-        ["daemon", "check"],
-        env={"CD_LOG_LEVEL": "6", "LOG_VERBOSITY": "6", "CLIQUE_ID": ""},
+        ["daemon", "run"],
+        env={"CD_LOG_LEVEL": "6", "LOG_VERBOSITY": "6", "MAX_NODES_PER_IMEX_DOMAIN": "0"},
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
+    assert "--max-nodes-per-imex-domain" in result.output
+    assert "--log-verbosity" not in result.output
     assert logging.getLogger().level == logging.DEBUG
 
 

@@ -233,11 +233,6 @@ def test_find_char_major_rejects_bad_tables(text: str, message: str) -> None:
         discovery.find_char_major(text, "a")
 
 
-def test_read_char_major_reads_the_file(tmp_path: Path) -> None:
-    (tmp_path / "devices").write_text(PROC_DEVICES)
-    assert discovery.read_char_major("nvidia-caps", tmp_path / "devices") == 235
-
-
 def test_parse_capability_file() -> None:
     text = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
     assert discovery.parse_capability(text) == discovery.CapabilityDevice(
