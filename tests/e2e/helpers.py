@@ -232,12 +232,12 @@ def workload_deployment(
     )
 
 
-async def daemon_pods(admin: AsyncClient, cd_uid: str | None) -> list[Pod]:
-    """The CD's daemon pods (every CD's when ``cd_uid`` is None), terminating ones included."""
+async def daemon_pods(admin: AsyncClient, domain_uid: str | None) -> list[Pod]:
+    """The CD's daemon pods (every CD's when ``domain_uid`` is None), terminating ones included."""
     return [
         p
         async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: cd_uid}
+            Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: domain_uid}
         )
     ]
 

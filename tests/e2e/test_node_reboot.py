@@ -138,7 +138,7 @@ async def _channel_in_latest_start(admin: AsyncClient, pod: str) -> None:
 async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
-    cd_uid = await helpers.create_cd(admin, CD)
+    domain_uid = await helpers.create_cd(admin, CD)
     await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2, command=COMMAND))
     before: dict[str, int] = {}
 
@@ -201,7 +201,7 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     # Nothing of the earlier boot is left: the node's checkpoint, claim CDI specs and label
     # are those of the claims prepared in this boot (its daemon's and its workload's).
     node = await admin.get(Node, VICTIM)
-    assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == cd_uid  # type: ignore[union-attr]
+    assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == domain_uid  # type: ignore[union-attr]
     cp = read_checkpoint(rack_sim, VICTIM)
     live = {uid for uid, e in cp.claims.items() if e.state is not checkpoint.ClaimState.UNPREPARED}
     assert len(live) == 2, cp.claims
@@ -212,7 +212,7 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     assert specs == {cdi.claim_spec_file_name(uid) for uid in live}
 
     async def one_daemon_per_node() -> bool:
-        pods = await helpers.daemon_pods(admin, cd_uid)
+        pods = await helpers.daemon_pods(admin, domain_uid)
         return len(pods) == 2 and not any(p.metadata and p.metadata.deletionTimestamp for p in pods)
 
     await helpers.within(60, one_daemon_per_node, "one daemon pod per node, none terminating")

@@ -97,15 +97,15 @@ class ComputeDomainClique:
     daemons: tuple[CliqueDaemon, ...] = ()
 
     @classmethod
-    def new(cls, *, cd_uid: str, clique_id: str, namespace: str) -> Self:
+    def new(cls, *, domain_uid: str, clique_id: str, namespace: str) -> Self:
         """An empty clique for one CD and one clique, named and labelled as upstream does."""
         meta = _wire.object_meta(
             {
                 "metadata": {
-                    "name": names.clique_object_name(cd_uid, clique_id),
+                    "name": names.clique_object_name(domain_uid, clique_id),
                     "namespace": namespace,
                     "labels": {
-                        names.COMPUTE_DOMAIN_LABEL: cd_uid,
+                        names.COMPUTE_DOMAIN_LABEL: domain_uid,
                         names.CLIQUE_ID_LABEL: clique_id,
                     },
                 }
@@ -124,7 +124,7 @@ class ComputeDomainClique:
         return self.metadata.namespace or ""
 
     @property
-    def cd_uid(self) -> str:
+    def domain_uid(self) -> str:
         """UID of the owning CD, from the ``resource.nvidia.com/computeDomain`` label."""
         return self._label(names.COMPUTE_DOMAIN_LABEL)
 

@@ -28,11 +28,11 @@ DecodeError = _wire.DecodeError
 """Raised for every malformed config; a ``PermanentError``."""
 
 
-def _domain_id(data: Mapping[str, object]) -> str:
-    domain_id = _wire.req_str(data, "domainID", "")
-    if not domain_id:
+def _domain_uid(data: Mapping[str, object]) -> str:
+    domain_uid = _wire.req_str(data, "domainID", "")
+    if not domain_uid:
         raise DecodeError("domainID: must not be empty")
-    return domain_id
+    return domain_uid
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,7 +41,7 @@ class ComputeDomainChannelConfig:
 
     KIND: ClassVar[str] = names.CHANNEL_CONFIG_KIND
 
-    domain_id: str
+    domain_uid: str
     """UID of the ComputeDomain the claim belongs to."""
     allocation_mode: AllocationMode = AllocationMode.SINGLE
     """``Single``: channel 0 only; ``All``: every channel of the node."""
@@ -51,14 +51,14 @@ class ComputeDomainChannelConfig:
         """Strictly decode the fields (apiVersion/kind are checked by ``decode``)."""
         _wire.reject_unknown(data, ("apiVersion", "kind", "domainID", "allocationMode"), "")
         mode = _wire.opt_enum(data, "allocationMode", "", AllocationMode)
-        return cls(domain_id=_domain_id(data), allocation_mode=mode or AllocationMode.SINGLE)
+        return cls(domain_uid=_domain_uid(data), allocation_mode=mode or AllocationMode.SINGLE)
 
     def to_dict(self) -> dict[str, Any]:
         """Encode to wire form, as the controller embeds it in the workload template."""
         return {
             "apiVersion": names.API_VERSION,
             "kind": self.KIND,
-            "domainID": self.domain_id,
+            "domainID": self.domain_uid,
             "allocationMode": self.allocation_mode.value,
         }
 
@@ -69,18 +69,18 @@ class ComputeDomainDaemonConfig:
 
     KIND: ClassVar[str] = names.DAEMON_CONFIG_KIND
 
-    domain_id: str
+    domain_uid: str
     """UID of the ComputeDomain the daemon serves."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Self:
         """Strictly decode the fields (apiVersion/kind are checked by ``decode``)."""
         _wire.reject_unknown(data, ("apiVersion", "kind", "domainID"), "")
-        return cls(domain_id=_domain_id(data))
+        return cls(domain_uid=_domain_uid(data))
 
     def to_dict(self) -> dict[str, Any]:
         """Encode to wire form, as the controller embeds it in the daemon template."""
-        return {"apiVersion": names.API_VERSION, "kind": self.KIND, "domainID": self.domain_id}
+        return {"apiVersion": names.API_VERSION, "kind": self.KIND, "domainID": self.domain_uid}
 
 
 OpaqueConfig = ComputeDomainChannelConfig | ComputeDomainDaemonConfig

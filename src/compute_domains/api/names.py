@@ -83,9 +83,9 @@ _DAEMON_PREFIX: Final = "computedomain-daemon-"
 _IMEX_DNS_PREFIX: Final = "compute-domain-daemon-"
 
 
-def daemon_object_name(cd_uid: str) -> str:
+def daemon_object_name(domain_uid: str) -> str:
     """Name of a CD's daemon DaemonSet and daemon ResourceClaimTemplate (driver namespace)."""
-    return f"{_DAEMON_PREFIX}{cd_uid}"
+    return f"{_DAEMON_PREFIX}{domain_uid}"
 
 
 def clique_id(cluster_uuid: str, clique_number: int | str) -> str:
@@ -97,9 +97,9 @@ LAST_INDICES_ANNOTATION = f"{GROUP}/lastIndices"
 """On a clique: JSON node → the index that node last held, so a replaced daemon rejoins on it."""
 
 
-def clique_object_name(cd_uid: str, clique_id: str) -> str:
+def clique_object_name(domain_uid: str, clique_id: str) -> str:
     """Name of the ComputeDomainClique of one CD and one clique: ``<cdUID>.<cliqueID>``."""
-    return f"{cd_uid}.{clique_id}"
+    return f"{domain_uid}.{clique_id}"
 
 
 def imex_dns_name(index: int) -> str:
@@ -113,16 +113,16 @@ def imex_dns_name(index: int) -> str:
     return f"{_IMEX_DNS_PREFIX}{index:04d}"
 
 
-CHANNEL_DOMAIN_ATTRIBUTE: Final = "domain"
-"""Attribute (in the driver's domain) of a channel slot bound to a CD: the CD's UID. The plugin
-publishes it, the controller's workload claim template selects on it."""
+CHANNEL_HOLDER_ATTRIBUTE: Final = "domain"
+"""Attribute (in the driver's domain) of every channel slot of a node held by a CD: the holder's
+UID. The plugin publishes it, the controller's workload claim template selects on it."""
 
 
-def channel_selector(cd_uid: str) -> str:
-    """CEL of a workload claim of CD ``cd_uid``: a free channel slot (no ``domain`` attribute)
-    or one bound to this CD already."""
+def channel_selector(domain_uid: str) -> str:
+    """CEL of a workload claim of CD ``domain_uid``: a channel slot of a free node (no ``domain``
+    attribute) or of a node this CD holds already."""
     attr = f'device.attributes["{DRIVER_NAME}"]'
     return (
-        f"!has({attr}.{CHANNEL_DOMAIN_ATTRIBUTE}) || "
-        f'{attr}.{CHANNEL_DOMAIN_ATTRIBUTE} == "{cd_uid}"'
+        f"!has({attr}.{CHANNEL_HOLDER_ATTRIBUTE}) || "
+        f'{attr}.{CHANNEL_HOLDER_ATTRIBUTE} == "{domain_uid}"'
     )

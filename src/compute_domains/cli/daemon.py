@@ -146,9 +146,9 @@ def run(**opts: Any) -> None:
             pod_uid=opts["pod_uid"],
             pod_ip=opts["pod_ip"],
             clique_id=opts["clique_id"],
-            cd_uid=opts["compute_domain_uuid"],
-            cd_name=opts["compute_domain_name"],
-            cd_namespace=opts["compute_domain_namespace"],
+            domain_uid=opts["compute_domain_uuid"],
+            domain_name=opts["compute_domain_name"],
+            domain_namespace=opts["compute_domain_namespace"],
         ),
         max_nodes=opts["max_nodes_per_imex_domain"],
         imex=imexconfig.ImexFilesSettings(

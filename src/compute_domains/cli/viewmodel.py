@@ -141,7 +141,7 @@ def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
         gpus = int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0)
         if not (gpus or labels.get(names.GPU_PRESENT_LABEL) == "true"):
             continue  # no GPU node (a control-plane node): not part of any NVLink domain
-        held_uid = labels.get(names.COMPUTE_DOMAIN_LABEL)
+        holder = labels.get(names.COMPUTE_DOMAIN_LABEL)
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
@@ -151,7 +151,7 @@ def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
                 "name": _meta(node).get("name"),
                 "gpus": gpus,
                 "ready": ready,
-                "heldBy": cd_by_uid.get(held_uid, f"<deleted CD {held_uid}>") if held_uid else None,
+                "heldBy": cd_by_uid.get(holder, f"<deleted CD {holder}>") if holder else None,
             }
         )
     domains = []

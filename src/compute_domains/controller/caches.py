@@ -42,8 +42,8 @@ NODE_INDEX = "node"
 
 
 def _uid(obj: Any) -> Iterable[str]:
-    uid = obj.metadata.uid
-    return (uid,) if uid else ()
+    domain_uid = obj.metadata.uid
+    return (domain_uid,) if domain_uid else ()
 
 
 def _pod_node(obj: Any) -> Iterable[str]:
@@ -136,30 +136,30 @@ class Caches:
 
     # ---- lookups -------------------------------------------------------------------------
 
-    def cd(self, uid: str) -> Any | None:
+    def cd(self, domain_uid: str) -> Any | None:
         """The cached ComputeDomain with this UID."""
-        found = self.cds.by_index(UID_INDEX, uid)
+        found = self.cds.by_index(UID_INDEX, domain_uid)
         return found[0] if found else None
 
-    def templates_of(self, uid: str, target: str) -> list[ResourceClaimTemplate]:
-        """Cached templates of CD ``uid`` with target label ``target``."""
+    def templates_of(self, domain_uid: str, target: str) -> list[ResourceClaimTemplate]:
+        """Cached templates of CD ``domain_uid`` with target label ``target``."""
         return [
             t
-            for t in self.templates.by_index(CD_INDEX, uid)
+            for t in self.templates.by_index(CD_INDEX, domain_uid)
             if (t.metadata.labels or {}).get(names.TARGET_LABEL) == target  # type: ignore[union-attr]
         ]
 
-    def referenced_uids(self) -> set[str]:
+    def referenced_domain_uids(self) -> set[str]:
         """CD UIDs named by any cached object other than a CD (candidates for orphans)."""
         found: set[str] = set()
         for inf in (self.daemonsets, self.templates, self.cliques, self.nodes):
             found |= inf.index_values(CD_INDEX)
         return found
 
-    def has_leftovers(self, uid: str) -> bool:
-        """Whether any object the controller cleans up still names CD ``uid``."""
+    def has_leftovers(self, domain_uid: str) -> bool:
+        """Whether any object the controller cleans up still names CD ``domain_uid``."""
         return any(
-            inf.by_index(CD_INDEX, uid)
+            inf.by_index(CD_INDEX, domain_uid)
             for inf in (self.daemonsets, self.templates, self.cliques, self.nodes)
         )
 
@@ -175,7 +175,7 @@ class Caches:
 
     def _cd_changed(self, old: Any, new: Any) -> None:
         obj = new if new is not None else old
-        uid = obj.metadata.uid
+        domain_uid = obj.metadata.uid
         if new is not None:  # NVIDIA's words for this moment (at its verbosity 2)
             meta = new.metadata
             logger.log(
@@ -183,14 +183,14 @@ class Caches:
                 "Processing added or updated ComputeDomain: %s/%s/%s",
                 meta.namespace,
                 meta.name,
-                uid,
+                domain_uid,
             )
-        if uid:
-            self._enqueue(uid, 0.0)
+        if domain_uid:
+            self._enqueue(domain_uid, 0.0)
 
     def _now(self, old: Any, new: Any) -> None:
-        for uid in {_label(old), _label(new)} - {None}:
-            self._enqueue(str(uid), 0.0)
+        for domain_uid in {_label(old), _label(new)} - {None}:
+            self._enqueue(str(domain_uid), 0.0)
 
     def _template_changed(self, old: Any, new: Any) -> None:
         self._now(old, new)
@@ -206,8 +206,8 @@ class Caches:
                     self._enqueue(cd.metadata.uid, 0.0)
 
     def _later(self, old: Any, new: Any) -> None:
-        for uid in {_label(old), _label(new)} - {None}:
-            self._enqueue(str(uid), self._coalesce)
+        for domain_uid in {_label(old), _label(new)} - {None}:
+            self._enqueue(str(domain_uid), self._coalesce)
 
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
         labels = {_label(old), _label(new)} - {None}
@@ -218,5 +218,5 @@ class Caches:
         name = (new or old).metadata.name  # type: ignore[union-attr]
         for pod in self.pods.by_index(NODE_INDEX, name or ""):
             labels.add(_label(pod))
-        for uid in labels - {None}:
-            self._enqueue(str(uid), self._coalesce)
+        for domain_uid in labels - {None}:
+            self._enqueue(str(domain_uid), self._coalesce)

@@ -35,11 +35,11 @@ from compute_domains.api import configs, names
 from compute_domains.api.computedomain import ComputeDomain
 
 
-def _metadata(*, name: str, namespace: str, cd_uid: str, target: str) -> ObjectMeta:
+def _metadata(*, name: str, namespace: str, domain_uid: str, target: str) -> ObjectMeta:
     return ObjectMeta(
         name=name,
         namespace=namespace,
-        labels={names.COMPUTE_DOMAIN_LABEL: cd_uid, names.TARGET_LABEL: target},
+        labels={names.COMPUTE_DOMAIN_LABEL: domain_uid, names.TARGET_LABEL: target},
         finalizers=[names.FINALIZER],
     )
 
@@ -57,19 +57,19 @@ def _template(
     return ResourceClaimTemplate(metadata=meta, spec=ResourceClaimTemplateSpec(spec=claim))
 
 
-def daemon_template(*, cd_uid: str, namespace: str) -> ResourceClaimTemplate:
-    """The daemon ResourceClaimTemplate of CD ``cd_uid`` in the driver ``namespace``."""
+def daemon_template(*, domain_uid: str, namespace: str) -> ResourceClaimTemplate:
+    """The daemon ResourceClaimTemplate of CD ``domain_uid`` in the driver ``namespace``."""
     meta = _metadata(
-        name=names.daemon_object_name(cd_uid),
+        name=names.daemon_object_name(domain_uid),
         namespace=namespace,
-        cd_uid=cd_uid,
+        domain_uid=domain_uid,
         target=names.TARGET_DAEMON,
     )
     request = DeviceRequest(
         name=names.DAEMON_REQUEST,
         exactly=ExactDeviceRequest(deviceClassName=names.DAEMON_DEVICE_CLASS),
     )
-    return _template(meta, request, configs.ComputeDomainDaemonConfig(domain_id=cd_uid))
+    return _template(meta, request, configs.ComputeDomainDaemonConfig(domain_uid=domain_uid))
 
 
 def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
@@ -77,7 +77,7 @@ def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
     meta = _metadata(
         name=cd.spec.channel.resource_claim_template.name,
         namespace=cd.namespace,
-        cd_uid=cd.uid,
+        domain_uid=cd.uid,
         target=names.TARGET_WORKLOAD,
     )
     request = DeviceRequest(
@@ -90,6 +90,6 @@ def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
         ),
     )
     config = configs.ComputeDomainChannelConfig(
-        domain_id=cd.uid, allocation_mode=cd.spec.channel.allocation_mode
+        domain_uid=cd.uid, allocation_mode=cd.spec.channel.allocation_mode
     )
     return _template(meta, request, config)

@@ -131,8 +131,8 @@ class _Term:
             api=api, cache=self.cache, settings=settings, recorder=recorder, meter=meter
         )
 
-    def _enqueue(self, uid: str, delay: float) -> None:
-        self.queue.add(uid, delay)
+    def _enqueue(self, domain_uid: str, delay: float) -> None:
+        self.queue.add(domain_uid, delay)
 
     async def run(self) -> None:
         try:
@@ -155,8 +155,8 @@ class _Term:
 
     async def _sweep(self) -> None:
         while True:
-            cds = {uid for cd in self.cache.cds.objects() if (uid := cd.metadata.uid)}
-            orphans = self.cache.referenced_uids() - cds
+            cds = {domain_uid for cd in self.cache.cds.objects() if (domain_uid := cd.metadata.uid)}
+            orphans = self.cache.referenced_domain_uids() - cds
             logger.debug(
                 "sweep: Cleanup: perform for the objects of %d ComputeDomains and %d UIDs",
                 len(cds),
@@ -164,52 +164,52 @@ class _Term:
             )
             if orphans:
                 logger.info("sweep: %d UIDs name no cached ComputeDomain", len(orphans))
-            for uid in sorted(cds | orphans):
-                self.queue.add(uid)
+            for domain_uid in sorted(cds | orphans):
+                self.queue.add(domain_uid)
             await asyncio.sleep(self._settings.sweep_interval_s)
 
-    def _who(self, uid: str) -> dict[str, str]:
+    def _who(self, domain_uid: str) -> dict[str, str]:
         """Log binding for a CD UID: ``ns/name`` when the CD is cached, else the UID."""
-        raw = self.cache.cd(uid)
-        name = f"{raw.metadata.namespace}/{raw.metadata.name}" if raw is not None else uid
+        raw = self.cache.cd(domain_uid)
+        name = f"{raw.metadata.namespace}/{raw.metadata.name}" if raw is not None else domain_uid
         return {"cd": name}
 
     async def _work(self) -> None:
         while True:
-            uid = await self.queue.get()
+            domain_uid = await self.queue.get()
             started = time.perf_counter()
             outcome = "success"
-            logger.debug("reconciling %s", uid, extra=self._who(uid))
+            logger.debug("reconciling %s", domain_uid, extra=self._who(domain_uid))
             try:
-                await self.reconciler.reconcile(uid)
-                self.queue.forget(uid)
+                await self.reconciler.reconcile(domain_uid)
+                self.queue.forget(domain_uid)
             except errors.TemporaryError as err:
                 outcome = "retry"
-                delay = self.queue.retry(uid, err.delay)
+                delay = self.queue.retry(domain_uid, err.delay)
                 self._metrics.reconcile_errors.labels(kind="temporary").inc()
                 logger.warning(
                     "reconcile failed (retry %d in %.2fs): %s",
-                    self.queue.failures(uid),
+                    self.queue.failures(domain_uid),
                     delay,
                     err,
-                    extra=self._who(uid),
+                    extra=self._who(domain_uid),
                 )
             except errors.ComputeDomainsError as err:
                 outcome = "error"
-                self.queue.forget(uid)
+                self.queue.forget(domain_uid)
                 self._metrics.reconcile_errors.labels(kind="permanent").inc()
-                logger.error("reconcile failed permanently: %s", err, extra=self._who(uid))
+                logger.error("reconcile failed permanently: %s", err, extra=self._who(domain_uid))
             except Exception:
                 # A bug in one CD's handling must not stop the others: record it, retry later.
                 outcome = "error"
-                self.queue.retry(uid)
+                self.queue.retry(domain_uid)
                 self._metrics.reconcile_errors.labels(kind="unexpected").inc()
-                logger.exception("reconcile failed unexpectedly", extra=self._who(uid))
+                logger.exception("reconcile failed unexpectedly", extra=self._who(domain_uid))
             finally:
-                self.queue.done(uid)
+                self.queue.done(domain_uid)
                 elapsed = time.perf_counter() - started
                 self._metrics.reconcile_seconds.labels(outcome=outcome).observe(elapsed)
-                logger.debug("reconciled %s in %.3fs (%s)", uid, elapsed, outcome)
+                logger.debug("reconciled %s in %.3fs (%s)", domain_uid, elapsed, outcome)
 
 
 def _describe(settings: config.ControllerSettings) -> dict[str, Any]:

@@ -78,10 +78,10 @@ def _env(settings: config.DaemonSettings) -> list[EnvVar]:
     ]
 
 
-def render(*, cd_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
-    """The DaemonSet of the CD with UID ``cd_uid`` in the driver ``namespace``."""
-    name = names.daemon_object_name(cd_uid)
-    labels = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
+def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
+    """The DaemonSet of the CD with UID ``domain_uid`` in the driver ``namespace``."""
+    name = names.daemon_object_name(domain_uid)
+    labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
     container = Container(
         name=names.DAEMON_POD_CLAIM,
         image=settings.image,

@@ -66,16 +66,16 @@ class Reconciler:
             api=api, cache=cache, settings=settings, recorder=recorder, meter=meter
         )
 
-    async def reconcile(self, uid: str) -> None:
-        """Bring CD ``uid`` (or its leftovers) to the desired state.
+    async def reconcile(self, domain_uid: str) -> None:
+        """Bring CD ``domain_uid`` (or its leftovers) to the desired state.
 
         Raises:
             errors.TemporaryError: something failed; retry later.
         """
-        raw = self._cache.cd(uid)
+        raw = self._cache.cd(domain_uid)
         if raw is None:
-            if self._cache.has_leftovers(uid):
-                await self._teardown.orphan(uid)
+            if self._cache.has_leftovers(domain_uid):
+                await self._teardown.orphan(domain_uid)
             return
         log = {"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"}
         if raw.metadata.deletionTimestamp is not None:
@@ -120,13 +120,13 @@ class Reconciler:
         ns = self._settings.namespace
         existing = self._cache.templates_of(cd.uid, names.TARGET_DAEMON)
         if not existing:
-            rct = claimtemplates.daemon_template(cd_uid=cd.uid, namespace=ns)
+            rct = claimtemplates.daemon_template(domain_uid=cd.uid, namespace=ns)
             await self._create(rct, self._cache.templates)
         elif existing[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
             await self._release_terminating(ResourceClaimTemplate, existing[0])
         found = self._cache.daemonsets.by_index(caches.CD_INDEX, cd.uid)
         if not found:
-            ds = daemonset.render(cd_uid=cd.uid, namespace=ns, settings=self._settings.daemon)
+            ds = daemonset.render(domain_uid=cd.uid, namespace=ns, settings=self._settings.daemon)
             if await self._create(ds, self._cache.daemonsets):
                 message = f"created DaemonSet {ns}/{ds.metadata.name} for the IMEX daemons"  # type: ignore[union-attr]
                 logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}"})

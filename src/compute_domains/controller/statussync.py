@@ -98,9 +98,9 @@ class StatusSync:
         if failures:
             raise failures[0]
 
-    def _cliques(self, uid: str) -> list[ComputeDomainClique]:
+    def _cliques(self, domain_uid: str) -> list[ComputeDomainClique]:
         out = []
-        for raw in self._cache.cliques.by_index(caches.CD_INDEX, uid):
+        for raw in self._cache.cliques.by_index(caches.CD_INDEX, domain_uid):
             try:
                 out.append(ComputeDomainClique.from_resource(raw))
             except DecodeError as err:

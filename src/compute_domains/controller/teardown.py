@@ -42,8 +42,8 @@ class Teardown:
         self._api = api
         self._namespace = namespace
 
-    async def run(self, uid: str) -> None:
-        """Every teardown step for ``uid``; raises the first failure after trying all.
+    async def run(self, domain_uid: str) -> None:
+        """Every teardown step for ``domain_uid``; raises the first failure after trying all.
 
         Raises:
             errors.TemporaryError: a step failed or an object still holds our finalizer.
@@ -58,45 +58,45 @@ class Teardown:
         )
         for step in steps:
             try:
-                await step(uid)
+                await step(domain_uid)
             except errors.ComputeDomainsError as err:
-                logger.warning("teardown of %s: %s", uid, err)
+                logger.warning("teardown of %s: %s", domain_uid, err)
                 failures.append(err)
         if failures:
-            raise errors.TemporaryError(f"teardown of CD {uid} incomplete: {failures[0]}") from (
-                failures[0]
-            )
-        await self._assert_released(uid)
+            raise errors.TemporaryError(
+                f"teardown of CD {domain_uid} incomplete: {failures[0]}"
+            ) from (failures[0])
+        await self._assert_released(domain_uid)
 
     async def finalize(self, cd: Any) -> bool:
         """Tear down a CD being deleted and release it; True once its finalizer is gone."""
-        uid = cd.metadata.uid
-        await self.run(uid)
+        domain_uid = cd.metadata.uid
+        await self.run(domain_uid)
         meta = cd.metadata
         await self._api.remove_finalizer(
             ComputeDomainResource, meta.name, names.FINALIZER, namespace=meta.namespace
         )
         return True
 
-    async def cd_exists(self, uid: str) -> bool:
+    async def cd_exists(self, domain_uid: str) -> bool:
         """Whether the API server (not the cache) knows a ComputeDomain with this UID."""
         cds: list[Any] = await self._api.list(
             ComputeDomainResource, namespace=kubeapi.ALL_NAMESPACES
         )
-        return any(cd.metadata.uid == uid for cd in cds)
+        return any(cd.metadata.uid == domain_uid for cd in cds)
 
-    async def orphan(self, uid: str) -> bool:
-        """Tear down ``uid``'s objects if no CD has that UID; True if it was an orphan."""
-        if await self.cd_exists(uid):
+    async def orphan(self, domain_uid: str) -> bool:
+        """Tear down ``domain_uid``'s objects if no CD has that UID; True if it was an orphan."""
+        if await self.cd_exists(domain_uid):
             return False
-        logger.info("cleaning up objects of deleted ComputeDomain %s", uid)
-        await self.run(uid)
+        logger.info("cleaning up objects of deleted ComputeDomain %s", domain_uid)
+        await self.run(domain_uid)
         return True
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def _selector(self, uid: str, target: str | None = None) -> dict[str, str]:
-        labels = {names.COMPUTE_DOMAIN_LABEL: uid}
+    def _selector(self, domain_uid: str, target: str | None = None) -> dict[str, str]:
+        labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
         if target is not None:
             labels[names.TARGET_LABEL] = target
         return labels
@@ -110,65 +110,69 @@ class Teardown:
                 res, meta.name, names.FINALIZER, namespace=meta.namespace
             )
 
-    async def _workload_templates(self, uid: str) -> None:
+    async def _workload_templates(self, domain_uid: str) -> None:
         found = await self._api.list(
             ResourceClaimTemplate,
             namespace=kubeapi.ALL_NAMESPACES,
-            labels=self._selector(uid, names.TARGET_WORKLOAD),
+            labels=self._selector(domain_uid, names.TARGET_WORKLOAD),
         )
         await self._delete_and_release(ResourceClaimTemplate, found)
 
-    async def _daemon_templates(self, uid: str) -> None:
+    async def _daemon_templates(self, domain_uid: str) -> None:
         found = await self._api.list(
             ResourceClaimTemplate,
             namespace=self._namespace,
-            labels=self._selector(uid, names.TARGET_DAEMON),
+            labels=self._selector(domain_uid, names.TARGET_DAEMON),
         )
         await self._delete_and_release(ResourceClaimTemplate, found)
 
-    async def _daemonsets(self, uid: str) -> None:
+    async def _daemonsets(self, domain_uid: str) -> None:
         found = await self._api.list(
-            DaemonSet, namespace=self._namespace, labels=self._selector(uid)
+            DaemonSet, namespace=self._namespace, labels=self._selector(domain_uid)
         )
         await self._delete_and_release(DaemonSet, found)
 
-    async def _cliques(self, uid: str) -> None:
+    async def _cliques(self, domain_uid: str) -> None:
         found: list[Any] = await self._api.list(
-            ComputeDomainCliqueResource, namespace=self._namespace, labels=self._selector(uid)
+            ComputeDomainCliqueResource,
+            namespace=self._namespace,
+            labels=self._selector(domain_uid),
         )
         for clique in found:
             await self._api.delete(
                 ComputeDomainCliqueResource, clique.metadata.name, namespace=self._namespace
             )
 
-    async def _node_labels(self, uid: str) -> None:
-        for node in await self._api.list(Node, labels=self._selector(uid)):
-            await self.remove_node_label(node.metadata.name or "", uid)  # type: ignore[union-attr]
+    async def _node_labels(self, domain_uid: str) -> None:
+        for node in await self._api.list(Node, labels=self._selector(domain_uid)):
+            await self.remove_node_label(node.metadata.name or "", domain_uid)  # type: ignore[union-attr]
 
-    async def remove_node_label(self, node: str, uid: str) -> None:
-        """Remove the CD label from ``node`` if (and only if) it still names ``uid``."""
+    async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        """Remove the CD label from ``node`` if (and only if) it still names ``domain_uid``."""
         patch = [
-            {"op": "test", "path": _LABEL_PATH, "value": uid},
+            {"op": "test", "path": _LABEL_PATH, "value": domain_uid},
             {"op": "remove", "path": _LABEL_PATH},
         ]
         try:
             await self._api.patch(Node, node, patch, patch_type=PatchType.JSON)
         except (kubeapi.NotFound, errors.PermanentError) as err:
             # Gone, or the label changed since the list (the test failed): nothing of ours left.
-            logger.debug("node %s: label of %s not removed: %s", node, uid, err)
+            logger.debug("node %s: label of %s not removed: %s", node, domain_uid, err)
             return
         logger.info(
-            "removed label of ComputeDomain %s from node %s", uid, node, extra={"node": node}
+            "removed label of ComputeDomain %s from node %s", domain_uid, node, extra={"node": node}
         )
 
-    async def _assert_released(self, uid: str) -> None:
+    async def _assert_released(self, domain_uid: str) -> None:
         leftovers: list[str] = []
         for res, namespace in (
             (ResourceClaimTemplate, kubeapi.ALL_NAMESPACES),
             (DaemonSet, self._namespace),
         ):
-            for obj in await self._api.list(res, namespace=namespace, labels=self._selector(uid)):
+            for obj in await self._api.list(
+                res, namespace=namespace, labels=self._selector(domain_uid)
+            ):
                 if names.FINALIZER in (obj.metadata.finalizers or []):  # type: ignore[attr-defined]
                     leftovers.append(f"{res.__name__} {obj.metadata.namespace}/{obj.metadata.name}")  # type: ignore[attr-defined]
         if leftovers:
-            raise errors.TemporaryError(f"still holding finalizers of CD {uid}: {leftovers}")
+            raise errors.TemporaryError(f"still holding finalizers of CD {domain_uid}: {leftovers}")

@@ -81,7 +81,7 @@ class Daemon:
             ident.pod_name,
             ident.pod_ip,
             ident.clique_id,
-            ident.cd_uid,
+            ident.domain_uid,
             s.max_nodes,
             s.imex.config_path,
             s.peers.hosts_file,

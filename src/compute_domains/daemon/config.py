@@ -40,11 +40,11 @@ class Identity:
     """Our pod's IP (``POD_IP``): IMEX command bind address and our clique entry's address."""
     clique_id: str = ""
     """``<clusterUUID>.<cliqueNumber>`` of the node (``CLIQUE_ID``); empty without MNNVL."""
-    cd_uid: str = ""
+    domain_uid: str = ""
     """UID of the ComputeDomain (``COMPUTE_DOMAIN_UUID``, CDI-injected)."""
-    cd_name: str = ""
+    domain_name: str = ""
     """Name of the ComputeDomain (``COMPUTE_DOMAIN_NAME``, CDI-injected; for logs)."""
-    cd_namespace: str = ""
+    domain_namespace: str = ""
     """Namespace of the ComputeDomain (``COMPUTE_DOMAIN_NAMESPACE``, CDI-injected; for logs)."""
 
     @property
@@ -55,12 +55,12 @@ class Identity:
     @property
     def clique_name(self) -> str:
         """Name of our ComputeDomainClique object, ``<cdUID>.<cliqueID>``."""
-        return names.clique_object_name(self.cd_uid, self.clique_id)
+        return names.clique_object_name(self.domain_uid, self.clique_id)
 
     @property
     def cd(self) -> str:
         """``namespace/name`` of the CD, for log lines."""
-        return f"{self.cd_namespace}/{self.cd_name}"
+        return f"{self.domain_namespace}/{self.domain_name}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,7 +121,7 @@ class DaemonSettings:
             ConfigError: a required identity field is missing or malformed.
         """
         ident = self.identity
-        if not ident.cd_uid:
+        if not ident.domain_uid:
             raise errors.ConfigError(f"COMPUTE_DOMAIN_UUID is empty: {CDI_HINT}")
         missing = [
             flag

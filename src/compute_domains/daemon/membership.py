@@ -249,15 +249,17 @@ class Membership:
         current = self._latest
         if current is None:
             fresh = ComputeDomainClique.new(
-                cd_uid=ident.cd_uid, clique_id=ident.clique_id, namespace=ident.pod_namespace
+                domain_uid=ident.domain_uid,
+                clique_id=ident.clique_id,
+                namespace=ident.pod_namespace,
             )
             want = desired(fresh, ident, self._max, self._status, self._co_owner)
             await self._write(want, create=True)
             return
-        if current.cd_uid != ident.cd_uid:
+        if current.domain_uid != ident.domain_uid:
             # Not ours to touch: a clique of that name always carries our CD's UID.
             self._log.warning(
-                "clique %s is labelled for CD %r; ignoring", current.name, current.cd_uid
+                "clique %s is labelled for CD %r; ignoring", current.name, current.domain_uid
             )
             return
         want = desired(current, ident, self._max, self._status, self._co_owner)

@@ -129,8 +129,8 @@ class Plugin:
             clique_id=info.clique_id, channel_major=info.channel_major, caps_major=info.caps_major
         )
 
-        def on_binding(uid: str) -> None:
-            logger.info("node binding: %s", uid or "free", extra={"node": s.node_name})
+        def on_holder_change(holder: str) -> None:
+            logger.info("node held by: %s", holder or "none (free)", extra={"node": s.node_name})
             if publisher is not None:
                 publisher.poke()
 
@@ -141,7 +141,7 @@ class Plugin:
             facts=facts,
             domains=domains,
             channel_slots=s.channel_slots,
-            on_binding=on_binding,
+            on_holder_change=on_holder_change,
             on_checkpoint=self.metrics.observe_checkpoint,
         )
         self.device_state = device_state
@@ -150,7 +150,7 @@ class Plugin:
             client,
             node=s.node_name,
             channel_slots=s.channel_slots,
-            binding=lambda: device_state.binding,
+            holder=lambda: device_state.holder,
         )
         sweeper = cleanup.Cleanup(
             client=client,

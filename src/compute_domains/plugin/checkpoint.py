@@ -108,7 +108,7 @@ class PreparedDevice:
     """Fully-qualified CDI device names returned to the kubelet, in order."""
     kind: str = ""
     """Our device type (``channel`` or ``daemon``); empty when unknown."""
-    domain_id: str = ""
+    domain_uid: str = ""
     """UID of the ComputeDomain this device was prepared for; empty when none."""
 
 
@@ -292,7 +292,7 @@ def _device_to_json(d: PreparedDevice) -> dict[str, Any]:
         "requestNames": list(d.request_names),
         "cdiDeviceIDs": list(d.cdi_device_ids),
         "kind": d.kind,
-        "domainID": d.domain_id,
+        "domainID": d.domain_uid,
     }
 
 
@@ -337,7 +337,7 @@ def _device_from_json(raw: object) -> PreparedDevice:
         request_names=tuple(jsonshape.string(s) for s in jsonshape.array(obj["requestNames"])),
         cdi_device_ids=tuple(jsonshape.string(s) for s in jsonshape.array(obj["cdiDeviceIDs"])),
         kind=jsonshape.string(obj["kind"]),
-        domain_id=jsonshape.string(obj["domainID"]),
+        domain_uid=jsonshape.string(obj["domainID"]),
     )
 
 

@@ -13,7 +13,7 @@ prepare, only for not leaving things behind). Steps:
    by a crash between unprepare steps, or by claims of an earlier boot).
 4. A node label ``resource.nvidia.com/computeDomain`` that no live channel claim holds is
    removed (left by a reboot or a crash); the daemon of that CD then leaves the node.
-5. Per-CD folders ``domains/<uid>`` are removed once no live claim uses them and the
+5. Per-CD folders ``domains/<domain UID>`` are removed once no live claim uses them and the
    ComputeDomain no longer exists (upstream removes them 10 minutes after the CD is gone).
 """
 
@@ -152,7 +152,7 @@ class Cleanup:
     async def _stray_label(self) -> None:
         async with self._state.transaction() as txn:
             label = await self._domains.label_value()
-            if label and label not in state.channel_holders(txn.current):
+            if label and label not in state.claims_by_holder(txn.current):
                 await self._domains.unlabel(label)
                 logger.info(
                     "removed node label of ComputeDomain %s: no claim on this node needs it",
@@ -162,13 +162,13 @@ class Cleanup:
 
     async def _domain_dirs(self) -> None:
         cp = await self._snapshot()
-        used = {d.domain_id for e in cp.claims.values() if e.state.live for d in e.devices}
+        used = {d.domain_uid for e in cp.claims.values() if e.state.live for d in e.devices}
         root = self._state.domain_dir("")
         found = await asyncio.to_thread(
             lambda: [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
         )
-        for uid in found:
-            if uid in used or await self._domains.find(uid) is not None:
+        for domain_uid in found:
+            if domain_uid in used or await self._domains.find(domain_uid) is not None:
                 continue
-            await asyncio.to_thread(shutil.rmtree, root / uid, True)
-            logger.info("removed folder of deleted ComputeDomain %s", uid, extra=self._extra)
+            await asyncio.to_thread(shutil.rmtree, root / domain_uid, True)
+            logger.info("removed folder of deleted ComputeDomain %s", domain_uid, extra=self._extra)

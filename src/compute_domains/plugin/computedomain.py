@@ -42,15 +42,15 @@ class NodeHeldError(errors.TemporaryError):
 class DomainPort(Protocol):
     """What the claim state machine needs from the API (``Domains``; unit tests pass a fake)."""
 
-    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
-        """The CD with ``uid`` in ``namespace``, or None."""
+    async def find(self, domain_uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        """The CD with ``domain_uid`` in ``namespace``, or None."""
         ...
 
-    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
+    async def for_channel(self, domain_uid: str, claim_namespace: str) -> ComputeDomain:
         """The CD of a workload claim (permanent error when missing or elsewhere)."""
         ...
 
-    async def for_daemon(self, uid: str) -> ComputeDomain:
+    async def for_daemon(self, domain_uid: str) -> ComputeDomain:
         """The CD of a daemon claim (temporary error when missing)."""
         ...
 
@@ -58,8 +58,8 @@ class DomainPort(Protocol):
         """Label the node for ``cd`` (``NodeHeldError`` when labelled for another)."""
         ...
 
-    async def unlabel(self, uid: str) -> bool:
-        """Remove the node label if it names ``uid``."""
+    async def unlabel(self, domain_uid: str) -> bool:
+        """Remove the node label if it names ``domain_uid``."""
         ...
 
     async def label_value(self) -> str:
@@ -79,44 +79,44 @@ class Domains:
         self._node = node
         self._driver_ns = driver_namespace
 
-    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
-        """The CD with ``uid`` in ``namespace`` (all namespaces by default), or None."""
+    async def find(self, domain_uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        """The CD with ``domain_uid`` in ``namespace`` (all namespaces by default), or None."""
         # The plugin's policy: any failure to read is temporary (the kubelet retries the claim).
         try:
             with kube.translated("listing ComputeDomains"):
                 async for item in self._client.list(ComputeDomainResource, namespace=namespace):
-                    if (item.metadata and item.metadata.uid) == uid:
+                    if (item.metadata and item.metadata.uid) == domain_uid:
                         return ComputeDomain.from_resource(item)
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err
         return None
 
-    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
+    async def for_channel(self, domain_uid: str, claim_namespace: str) -> ComputeDomain:
         """The CD of a workload claim, which must live in the claim's namespace.
 
         Raises:
             errors.PermanentError: no such CD, or it lives in another namespace.
         """
-        cd = await self.find(uid, claim_namespace)
+        cd = await self.find(domain_uid, claim_namespace)
         if cd is not None:
             return cd
-        elsewhere = await self.find(uid)
+        elsewhere = await self.find(domain_uid)
         if elsewhere is not None:
             raise errors.PermanentError(
-                f"ComputeDomain {elsewhere.namespace}/{elsewhere.name} ({uid}) is in another "
-                f"namespace than the claim ({claim_namespace})"
+                f"ComputeDomain {elsewhere.namespace}/{elsewhere.name} ({domain_uid}) is in "
+                f"another namespace than the claim ({claim_namespace})"
             )
-        raise errors.PermanentError(f"ComputeDomain with UID {uid} not found")
+        raise errors.PermanentError(f"ComputeDomain with UID {domain_uid} not found")
 
-    async def for_daemon(self, uid: str) -> ComputeDomain:
+    async def for_daemon(self, domain_uid: str) -> ComputeDomain:
         """The CD of a daemon claim (any namespace).
 
         Raises:
             errors.TemporaryError: not found (yet).
         """
-        cd = await self.find(uid)
+        cd = await self.find(domain_uid)
         if cd is None:
-            raise errors.TemporaryError(f"compute domain not found: {uid}")
+            raise errors.TemporaryError(f"compute domain not found: {domain_uid}")
         return cd
 
     async def label(self, cd: ComputeDomain) -> bool:
@@ -144,14 +144,16 @@ class Domains:
         )
         return True
 
-    async def unlabel(self, uid: str) -> bool:
-        """Remove the node label if it names ``uid``; True when it was removed now."""
+    async def unlabel(self, domain_uid: str) -> bool:
+        """Remove the node label if it names ``domain_uid``; True when it was removed now."""
         node = await self._get_node()
         labels = (node.metadata.labels if node.metadata else None) or {}
-        if labels.get(names.COMPUTE_DOMAIN_LABEL) != uid:
+        if labels.get(names.COMPUTE_DOMAIN_LABEL) != domain_uid:
             return False
         await self._patch_label(node, None)
-        logger.info("removed node label of ComputeDomain %s", uid, extra={"node": self._node})
+        logger.info(
+            "removed node label of ComputeDomain %s", domain_uid, extra={"node": self._node}
+        )
         return True
 
     async def label_value(self) -> str:

@@ -79,7 +79,7 @@ class Assignment:
 class Plan:
     """What preparing a claim means on this node."""
 
-    domain_id: str
+    domain_uid: str
     """The one ComputeDomain UID every assignment refers to."""
     assignments: tuple[Assignment, ...]
 
@@ -146,12 +146,12 @@ def plan(claim: Claim, *, node: str, offered: Mapping[str, devices.Allocatable])
         )
     if not out:
         raise errors.PermanentError(f"claim {claim.ref} has no device of {names.DRIVER_NAME}")
-    domains = sorted({a.config.domain_id for a in out})
+    domains = sorted({a.config.domain_uid for a in out})
     if len(domains) > 1:
         raise errors.PermanentError(
             f"claim {claim.ref} refers to more than one ComputeDomain ({', '.join(domains)})"
         )
-    return Plan(domain_id=domains[0], assignments=tuple(out))
+    return Plan(domain_uid=domains[0], assignments=tuple(out))
 
 
 def _entries(raw: Sequence[Any]) -> list[_Entry]:

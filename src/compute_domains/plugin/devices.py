@@ -9,17 +9,18 @@ Devices (driver ``compute-domain.nvidia.com``, one pool named after the node):
   in ``Single`` mode (upstream's one channel per CD and node), all 2048 channel device nodes in
   ``All`` mode. The slot number never reaches the container.
 
-Binding (beyond upstream). A node serves at most one ComputeDomain at a time (one IMEX daemon,
-one node label). While channel claims of CD ``X`` are live on the node (from the moment its
-node label is written until the last of its channel claims is unprepared) *every* channel slot
-carries the string attribute ``domain = "<X's UID>"``; a node without live channel claims
+The holder (beyond upstream). A node serves at most one ComputeDomain at a time (one IMEX
+daemon, one node label): the CD whose channel claims are live on it is the node's *holder*. While
+CD ``X`` holds the node (from the moment its node label is written until the last of its channel
+claims is unprepared) *every* channel slot carries the string attribute ``domain = "<X's UID>"``
+(``names.CHANNEL_HOLDER_ATTRIBUTE``); a node without live channel claims
 publishes no ``domain`` attribute. The controller's workload ResourceClaimTemplate for CD ``X``
 selects ``!has(attrs.domain) || attrs.domain == "<X's UID>"``, so the scheduler puts X's pods on
 free nodes or on X's own nodes (up to K pods each), and never on a node held by another CD.
-The scheduler only sees a binding once the slice is republished, so two CDs racing for one
+The scheduler only sees a new holder once the slice is republished, so two CDs racing for one
 free node can both be allocated there; the loser's prepare then fails with a clear, retryable
-"held by another ComputeDomain" error until the holder leaves. ``daemon-0`` carries no binding:
-daemon pods are placed by the node label.
+"held by another ComputeDomain" error until the holder leaves. ``daemon-0`` carries no holder
+attribute: daemon pods are placed by the node label.
 """
 
 from __future__ import annotations
@@ -66,16 +67,16 @@ def allocatable(channel_slots: int) -> dict[str, Allocatable]:
     return devices
 
 
-def slice_devices(channel_slots: int, binding: str) -> list[dict[str, Any]]:
-    """``spec.devices`` of the node's ResourceSlice; ``binding`` is a CD UID or empty (free)."""
+def slice_devices(channel_slots: int, holder: str) -> list[dict[str, Any]]:
+    """``spec.devices`` of the node's ResourceSlice; ``holder`` is a CD UID or empty (free)."""
     out: list[dict[str, Any]] = []
     for device in allocatable(channel_slots).values():
         attributes: dict[str, Any] = {
             "type": {"string": device.type.value},
             "id": {"int": device.id},
         }
-        if binding and device.type is DeviceType.CHANNEL:
-            attributes[names.CHANNEL_DOMAIN_ATTRIBUTE] = {"string": binding}
+        if holder and device.type is DeviceType.CHANNEL:
+            attributes[names.CHANNEL_HOLDER_ATTRIBUTE] = {"string": holder}
         out.append({"name": device.name, "attributes": attributes})
     return out
 
@@ -85,13 +86,13 @@ def slice_name(node: str) -> str:
     return f"{node}-{names.DRIVER_NAME}"
 
 
-def slice_spec(node: str, channel_slots: int, binding: str, generation: int) -> dict[str, Any]:
+def slice_spec(node: str, channel_slots: int, holder: str, generation: int) -> dict[str, Any]:
     """The ResourceSlice ``spec`` of one node: one slice, one pool named after the node."""
     return {
         "driver": names.DRIVER_NAME,
         "nodeName": node,
         "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-        "devices": slice_devices(channel_slots, binding),
+        "devices": slice_devices(channel_slots, holder),
     }
 
 

@@ -133,7 +133,7 @@ def prepared_devices(
                 request_names=(a.request_name,),
                 cdi_device_ids=cdi_ids,
                 kind=a.type.value,
-                domain_id=plan.domain_id,
+                domain_uid=plan.domain_uid,
             )
         )
     return spec, tuple(out)
@@ -147,7 +147,7 @@ def planned_devices(plan: configs.Plan) -> tuple[checkpoint.PreparedDevice, ...]
             device_name=a.device,
             request_names=(a.request_name,),
             kind=a.type.value,
-            domain_id=plan.domain_id,
+            domain_uid=plan.domain_uid,
         )
         for a in plan.assignments
     )

@@ -211,7 +211,8 @@ def _claim(uid: str, raw: dict[str, Any], *, v2: bool) -> NvidiaClaim:
 
 
 def _group(raw: dict[str, Any]) -> list[checkpoint.PreparedDevice]:
-    domain = jsonshape.string(jsonshape.obj(raw.get("configState") or {}).get("ComputeDomain", ""))
+    config_state = jsonshape.obj(raw.get("configState") or {})
+    domain_uid = jsonshape.string(config_state.get("ComputeDomain", ""))
     out = []
     for entry in jsonshape.array(raw.get("devices") or []):
         entry = jsonshape.obj(entry)
@@ -230,7 +231,7 @@ def _group(raw: dict[str, Any]) -> list[checkpoint.PreparedDevice]:
                     jsonshape.string(c) for c in jsonshape.array(device.get("CDIDeviceIDs") or [])
                 ),
                 kind=kinds[0],
-                domain_id=domain,
+                domain_uid=domain_uid,
             )
         )
     return out

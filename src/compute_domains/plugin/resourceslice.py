@@ -1,4 +1,4 @@
-"""Publish this node's ResourceSlice and keep it so: republish on drift, deletion or binding change.
+"""Publish this node's ResourceSlice and keep it so: republish on drift, deletion or holder change.
 
 The slice (``devices.slice_spec``) has a fixed name, ``<node>-compute-domain.nvidia.com``, one
 pool named after the node and an owner reference to the Node (controller), so it goes away with
@@ -6,7 +6,7 @@ the Node. A watch on the slices of our driver and node (field selectors ``spec.n
 ``spec.driver``) marks the state dirty when our slice is deleted (the kubelet wipes a node's
 slices when it restarts or after a plugin has been gone for 30 s), changed by someone else, or
 when a foreign slice of ours appears (an older plugin's, deleted as obsolete); ``poke`` marks it
-dirty when the node's binding changed. One reconcile task brings the API to the wanted state,
+dirty when the node's holder changed. One reconcile task brings the API to the wanted state,
 bumping the pool generation on every content change; failures retry with backoff. Slices are
 left in place at shutdown, as upstream does: a restarting plugin must not flap its devices.
 """
@@ -36,12 +36,12 @@ class SlicePublisher:
     """Keeps one node's ResourceSlice equal to the wanted content."""
 
     def __init__(
-        self, client: AsyncClient, *, node: str, channel_slots: int, binding: Callable[[], str]
+        self, client: AsyncClient, *, node: str, channel_slots: int, holder: Callable[[], str]
     ) -> None:
         self._client = client
         self._node = node
         self._slots = channel_slots
-        self._binding = binding
+        self._holder = holder
         self._name = devices.slice_name(node)
         self._dirty = asyncio.Event()
         self._dirty.set()
@@ -50,7 +50,7 @@ class SlicePublisher:
         self._fields: dict[str, Any] = {"spec.nodeName": node, "spec.driver": names.DRIVER_NAME}
 
     def poke(self) -> None:
-        """Recompute and republish soon (the binding changed)."""
+        """Recompute and republish soon (the holder changed)."""
         self._dirty.set()
 
     async def run(self) -> None:
@@ -60,7 +60,7 @@ class SlicePublisher:
             tg.create_task(self._watch_loop(), name=f"slice-watch:{self._node}")
 
     def _wanted(self) -> list[dict[str, Any]]:
-        return devices.slice_devices(self._slots, self._binding())
+        return devices.slice_devices(self._slots, self._holder())
 
     async def _reconcile_loop(self) -> None:
         failures = 0
@@ -110,7 +110,7 @@ class SlicePublisher:
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": meta,
-            "spec": devices.slice_spec(self._node, self._slots, self._binding(), generation),
+            "spec": devices.slice_spec(self._node, self._slots, self._holder(), generation),
         }
         if ours is None:
             await self._client.create(_slice(body))
@@ -121,11 +121,11 @@ class SlicePublisher:
             await self._client.replace(_slice(body))
             action = "republished"
         logger.info(
-            "%s ResourceSlice %s (generation %d, binding %s)",
+            "%s ResourceSlice %s (generation %d, holder %s)",
             action,
             self._name,
             generation,
-            self._binding() or "none",
+            self._holder() or "none",
             extra={"node": self._node},
         )
 

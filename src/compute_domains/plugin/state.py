@@ -17,8 +17,9 @@ Invariants:
 - Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
 - A prepare of a claim version (same UID and resourceVersion) that was already unprepared is
   refused permanently: it is a late retry that would otherwise leak the label and CDI spec.
-- The node label of CD ``X`` exists only while a live entry (started, completed or aborted)
-  holds a channel device of ``X``: it is written after the entry, and unprepare removes it when
+- The node's *holder* is the CD whose channel devices live entries (started, completed or
+  aborted) hold. The node label of CD ``X`` exists only while a live entry holds a channel device
+  of ``X``: it is written after the entry, and unprepare removes it when
   the last such entry goes (reference count per CD, beyond upstream's one claim per node).
 - Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
@@ -60,22 +61,25 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def channel_holders(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[str, set[str]]:
-    """CD UID → UIDs of the live claims holding channel devices of it (``exclude`` left out)."""
+def claims_by_holder(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[str, set[str]]:
+    """Holder (CD UID) → UIDs of the live claims with its channel devices (``exclude`` left out).
+
+    More than one key means the node is wrongly held by several CDs; normally there is one.
+    """
     out: dict[str, set[str]] = {}
     for uid, entry in cp.claims.items():
         if uid == exclude or not entry.state.live:
             continue
         for device in entry.devices:
-            if device.kind == devices.DeviceType.CHANNEL and device.domain_id:
-                out.setdefault(device.domain_id, set()).add(uid)
+            if device.kind == devices.DeviceType.CHANNEL and device.domain_uid:
+                out.setdefault(device.domain_uid, set()).add(uid)
     return out
 
 
-def binding_of(cp: checkpoint.Checkpoint) -> str:
-    """The CD the node is bound to ("" when free); the lowest UID if, wrongly, several."""
-    held = sorted(channel_holders(cp))
-    return held[0] if held else ""
+def holder_of(cp: checkpoint.Checkpoint) -> str:
+    """The UID of the CD holding the node ("" when free); the lowest UID if, wrongly, several."""
+    holders = sorted(claims_by_holder(cp))
+    return holders[0] if holders else ""
 
 
 @dataclasses.dataclass(slots=True)
@@ -105,7 +109,7 @@ class DeviceState:
         facts: edits.NodeFacts,
         domains: computedomain.DomainPort,
         channel_slots: int,
-        on_binding: Callable[[str], None] = lambda _uid: None,
+        on_holder_change: Callable[[str], None] = lambda _holder: None,
         on_checkpoint: Callable[[checkpoint.Checkpoint], None] = lambda _cp: None,
         now: Callable[[], datetime.datetime] = _utcnow,
     ) -> None:
@@ -115,7 +119,7 @@ class DeviceState:
         self._facts = facts
         self._domains = domains
         self._offered = devices.allocatable(channel_slots)
-        self._on_binding = on_binding
+        self._on_holder_change = on_holder_change
         self._on_checkpoint = on_checkpoint
         self._now = now
         plugin_dir = paths.local(paths.plugin_dir)
@@ -123,20 +127,20 @@ class DeviceState:
         self._lock_path = plugin_dir / LOCK_FILE
         self.writer = cdi.CdiWriter(paths.local(paths.cdi_root))
         self._mutex = asyncio.Lock()
-        self._binding: str | None = None
+        self._holder: str | None = None
 
     @property
-    def binding(self) -> str:
-        """The CD UID this node is bound to as of the last read or write ("" when free)."""
-        return self._binding or ""
+    def holder(self) -> str:
+        """The CD UID holding this node as of the last read or write ("" when free)."""
+        return self._holder or ""
 
     def observe(self, cp: checkpoint.Checkpoint) -> None:
-        """Note a checkpoint just read or written; report a binding change."""
+        """Note a checkpoint just read or written; report a holder change."""
         self._on_checkpoint(cp)
-        new = binding_of(cp)
-        if new != self._binding:
-            self._binding = new
-            self._on_binding(new)
+        new = holder_of(cp)
+        if new != self._holder:
+            self._holder = new
+            self._on_holder_change(new)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
@@ -224,8 +228,8 @@ class DeviceState:
                 plan, cd = await self._begin(txn, claim, base)
             except errors.PermanentError:
                 # Recorded so that the failure is visible and the cleanup can judge the claim.
-                held = txn.current.get(claim.uid) or base
-                aborted = dataclasses.replace(held, state=State.PREPARE_ABORTED)
+                recorded = txn.current.get(claim.uid) or base
+                aborted = dataclasses.replace(recorded, state=State.PREPARE_ABORTED)
                 await txn.save(txn.current.with_claim(aborted))
                 raise
         if plan.has_channels:
@@ -252,19 +256,19 @@ class DeviceState:
         plan = configs.plan(claim, node=self._node, offered=self._offered)
         self._check_overlap(txn.current, claim, plan)
         if plan.has_channels:
-            held = {
-                d for d in channel_holders(txn.current, exclude=claim.uid) if d != plan.domain_id
+            others = {
+                d for d in claims_by_holder(txn.current, exclude=claim.uid) if d != plan.domain_uid
             }
-            if held:
-                holder = sorted(held)[0]
-                claims = ", ".join(sorted(channel_holders(txn.current)[holder]))
+            if others:
+                holder = sorted(others)[0]
+                claims = ", ".join(sorted(claims_by_holder(txn.current)[holder]))
                 raise computedomain.NodeHeldError(
                     f"node {self._node} is held by another ComputeDomain ({holder}, claims "
-                    f"{claims}); ComputeDomain {plan.domain_id} can use it once that one leaves"
+                    f"{claims}); ComputeDomain {plan.domain_uid} can use it once that one leaves"
                 )
-            cd = await self._domains.for_channel(plan.domain_id, claim.namespace)
+            cd = await self._domains.for_channel(plan.domain_uid, claim.namespace)
         else:
-            cd = await self._domains.for_daemon(plan.domain_id)
+            cd = await self._domains.for_daemon(plan.domain_uid)
         recorded = dataclasses.replace(base, devices=edits.planned_devices(plan))
         await txn.save(txn.current.with_claim(recorded))
         if plan.has_channels:
@@ -339,12 +343,12 @@ class DeviceState:
                 or (only_if is not None and not only_if(entry))
             ):
                 return None
-            others = channel_holders(txn.current, exclude=uid)
+            others = claims_by_holder(txn.current, exclude=uid)
             for device in entry.devices:
-                domain = device.domain_id
-                if device.kind == devices.DeviceType.CHANNEL and domain and domain not in others:
-                    await self._domains.unlabel(domain)
-                    others[domain] = set()  # once per CD
+                holder = device.domain_uid
+                if device.kind == devices.DeviceType.CHANNEL and holder and holder not in others:
+                    await self._domains.unlabel(holder)
+                    others[holder] = set()  # once per CD
             await asyncio.to_thread(self.writer.remove_claim_spec, uid)
             tombstone = dataclasses.replace(
                 entry, state=State.UNPREPARED, devices=(), status={}, updated_at=self._now()
@@ -359,6 +363,6 @@ class DeviceState:
             )
             return entry
 
-    def domain_dir(self, uid: str) -> Path:
-        """Where this process finds the per-CD folder of ``uid``."""
-        return self._paths.local(self._paths.domains_dir / uid)
+    def domain_dir(self, domain_uid: str) -> Path:
+        """Where this process finds the per-CD folder of ``domain_uid``."""
+        return self._paths.local(self._paths.domains_dir / domain_uid)

@@ -186,7 +186,7 @@ def _convert(
     else:
         found = _planned(claim, node=node, offered=offered)
         why = "partly prepared: a kubelet retry completes it, the cleanup drops it once stale"
-    names = ", ".join(f"{d.device_name} of ComputeDomain {d.domain_id or '?'}" for d in found)
+    names = ", ".join(f"{d.device_name} of ComputeDomain {d.domain_uid or '?'}" for d in found)
     logger.info(
         "Took over claim %s from NVIDIA's checkpoint: %s there, %s here (devices: %s): %s",
         claim.ref,

@@ -149,18 +149,18 @@ async def daemon_pod(
     client: AsyncClient,
     ns: str,
     *,
-    cd_uid: str,
+    domain_uid: str,
     node: str,
     ip: str,
     clique_id: str | None,
     ready: bool,
 ) -> Pod:
-    """A daemon pod of CD ``cd_uid`` bound to ``node``, Running, with the given readiness."""
+    """A daemon pod of CD ``domain_uid`` bound to ``node``, Running, with the given readiness."""
     owner = await pod_owner(client, ns)
-    labels = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
+    labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
     if clique_id is not None:
         labels[names.CLIQUE_ID_LABEL] = clique_id
-    name = f"daemon-{cd_uid[:8]}-{node}"
+    name = f"daemon-{domain_uid[:8]}-{node}"
     ref = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -201,7 +201,7 @@ async def register(
     client: AsyncClient,
     ns: str,
     *,
-    cd_uid: str,
+    domain_uid: str,
     clique_id: str,
     node: str,
     ip: str,
@@ -209,13 +209,13 @@ async def register(
     max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
 ) -> ComputeDomainClique:
     """Do what a daemon does: create/join the clique and report readiness."""
-    name = names.clique_object_name(cd_uid, clique_id)
+    name = names.clique_object_name(domain_uid, clique_id)
     try:
         raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
         clique = ComputeDomainClique.from_resource(raw)
         fresh = False
     except ApiError:
-        clique = ComputeDomainClique.new(cd_uid=cd_uid, clique_id=clique_id, namespace=ns)
+        clique = ComputeDomainClique.new(domain_uid=domain_uid, clique_id=clique_id, namespace=ns)
         fresh = True
     clique = clique.with_registered(node, ip, max_nodes)
     clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
@@ -225,9 +225,9 @@ async def register(
 
 
 async def set_clique_status(
-    client: AsyncClient, ns: str, *, cd_uid: str, clique_id: str, node: str, ready: bool
+    client: AsyncClient, ns: str, *, domain_uid: str, clique_id: str, node: str, ready: bool
 ) -> None:
-    name = names.clique_object_name(cd_uid, clique_id)
+    name = names.clique_object_name(domain_uid, clique_id)
     raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
     clique = ComputeDomainClique.from_resource(raw)
     clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)

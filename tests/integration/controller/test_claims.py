@@ -42,15 +42,15 @@ def _slot(index: int, domain: str | None) -> dict[str, Any]:
     return {"name": f"channel-{index}", "attributes": attributes}
 
 
-async def _template_for(client: AsyncClient, ns: str, cd_uid: str, device_class: str) -> str:
+async def _template_for(client: AsyncClient, ns: str, domain_uid: str, device_class: str) -> str:
     cd = ComputeDomain(
-        metadata=ObjectMeta(name="cd", namespace=ns, uid=cd_uid),
+        metadata=ObjectMeta(name="cd", namespace=ns, uid=domain_uid),
         spec=ComputeDomainSpec(
             channel=ChannelSpec(resource_claim_template=ResourceClaimTemplateRef(name="x"))
         ),
     )
     body = claimtemplates.workload_template(cd).to_dict()
-    name = f"channel-{cd_uid[:8]}"
+    name = f"channel-{domain_uid[:8]}"
     body["metadata"] = {"name": name, "namespace": ns}
     body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = device_class
     await client.create(ResourceClaimTemplate.from_dict(body))

@@ -88,10 +88,10 @@ async def test_sweep_after_crash_removes_orphans_and_nothing_else(
                 Node, node, {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: value}}}
             )
         await objects.daemon_pod(
-            client, driver_ns, cd_uid=uid, node=n1, ip="10.4.0.1", clique_id=CLIQUE, ready=True
+            client, driver_ns, domain_uid=uid, node=n1, ip="10.4.0.1", clique_id=CLIQUE, ready=True
         )
         await objects.register(
-            client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=n1, ip="10.4.0.1", ready=True
+            client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n1, ip="10.4.0.1", ready=True
         )
         await wait_for(
             client,

@@ -181,7 +181,7 @@ async def test_deletion_order_and_nothing_left_behind(
             Node, node_name, {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: uid}}}
         )
         await objects.register(
-            client, driver_ns, cd_uid=uid, clique_id="cluster.0", node=node_name, ip="10.9.0.1"
+            client, driver_ns, domain_uid=uid, clique_id="cluster.0", node=node_name, ip="10.9.0.1"
         )
 
         # Revisions at which each step happened, from watches started before the delete.

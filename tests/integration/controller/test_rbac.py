@@ -153,7 +153,7 @@ async def test_controller_runs_under_its_chart_service_account(
             await objects.daemon_pod(
                 client,
                 driver_ns,
-                cd_uid=uid,
+                domain_uid=uid,
                 node=node,
                 ip="10.5.0.1",
                 clique_id=CLIQUE,
@@ -162,7 +162,7 @@ async def test_controller_runs_under_its_chart_service_account(
             await objects.register(
                 client,
                 driver_ns,
-                cd_uid=uid,
+                domain_uid=uid,
                 clique_id=CLIQUE,
                 node=node,
                 ip="10.5.0.1",

@@ -70,10 +70,10 @@ async def test_entries_follow_clique_pod_and_node(
     async with objects.nodes(client, n1, n2) as (_node1, node2):
         for node, ip in ((n1, "10.7.0.1"), (n2, "10.7.0.2")):
             await objects.daemon_pod(
-                client, driver_ns, cd_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
+                client, driver_ns, domain_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
             )
             await objects.register(
-                client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=node, ip=ip
+                client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=node, ip=ip
             )
         cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: len(n) == 2)
         nodes = _nodes(cdo)
@@ -107,7 +107,7 @@ async def test_entries_follow_clique_pod_and_node(
             client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.2", ready=True
         )
         await objects.set_clique_status(
-            client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=n2, ready=True
+            client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n2, ready=True
         )
         cdo = await _wait_status(client, user_ns, "cd-s", lambda s, n: s["status"] == "Ready")
         assert cdo["status"]["readyNodes"] == 2
@@ -145,7 +145,7 @@ async def test_non_fabric_node_entry_comes_from_its_pod(
     node = f"plain-{uid[:6]}"
     async with objects.nodes(client, node):
         await objects.daemon_pod(
-            client, driver_ns, cd_uid=uid, node=node, ip="10.8.0.1", clique_id="", ready=False
+            client, driver_ns, domain_uid=uid, node=node, ip="10.8.0.1", clique_id="", ready=False
         )
         cdo = await _wait_status(client, user_ns, "cd-p", lambda s, n: node in n)
         assert _nodes(cdo)[node] == {
@@ -175,10 +175,10 @@ async def test_full_clique_is_reported(
     async with objects.nodes(client, n1, n2):
         for node, ip in ((n1, "10.6.0.1"), (n2, "10.6.0.2")):
             await objects.daemon_pod(
-                client, driver_ns, cd_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
+                client, driver_ns, domain_uid=uid, node=node, ip=ip, clique_id=CLIQUE, ready=False
             )
         await objects.register(
-            client, driver_ns, cd_uid=uid, clique_id=CLIQUE, node=n1, ip="10.6.0.1", max_nodes=1
+            client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n1, ip="10.6.0.1", max_nodes=1
         )
         (event,) = await _events(client, user_ns, uid, "CliqueFull")
         assert event.type == "Warning" and n2 in event.message and CLIQUE in event.message

@@ -53,7 +53,7 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
     clique = await pods.wait_clique(admin, ns, name, pods.all_ready(set(NODES)))
     indices = {d.node_name: d.index for d in clique.daemons}
     assert sorted(indices.values()) == [0, 1, 2]
-    assert clique.cd_uid == cd.metadata.uid and clique.clique_id == clique_id
+    assert clique.domain_uid == cd.metadata.uid and clique.clique_id == clique_id
     running = {i: await pods.wait_ready(admin, f"daemon-{i}", ns) for i in range(3)}
     for i, node in enumerate(NODES):
         pod = running[i]

@@ -58,13 +58,15 @@ async def compute_domain(admin: AsyncClient, ns: str, name: str, *, mode: str = 
 async def ready_clique(
     admin: AsyncClient,
     driver_ns: str,
-    cd_uid: str,
+    domain_uid: str,
     clique_id: str,
     nodes: list[str],
     status: Readiness = Readiness.READY,
 ) -> None:
     """The clique running daemons would have written: every node's entry ``status``."""
-    clique = ComputeDomainClique.new(cd_uid=cd_uid, clique_id=clique_id, namespace=driver_ns)
+    clique = ComputeDomainClique.new(
+        domain_uid=domain_uid, clique_id=clique_id, namespace=driver_ns
+    )
     daemons = tuple(
         CliqueDaemon(
             node_name=node,
@@ -97,10 +99,10 @@ async def cd_status_ready(admin: AsyncClient, ns: str, name: str, node: str) -> 
 
 
 async def set_ready(
-    admin: AsyncClient, driver_ns: str, cd_uid: str, clique_id: str, node: str
+    admin: AsyncClient, driver_ns: str, domain_uid: str, clique_id: str, node: str
 ) -> None:
     """Flip ``node``'s clique entry to Ready, as its daemon does when IMEX is up."""
-    name = names.clique_object_name(cd_uid, clique_id)
+    name = names.clique_object_name(domain_uid, clique_id)
     current = ComputeDomainClique.from_resource(
         await admin.get(ComputeDomainCliqueResource, name, namespace=driver_ns)
     )
@@ -108,11 +110,11 @@ async def set_ready(
 
 
 async def workload_template(
-    admin: AsyncClient, ns: str, name: str, cd_uid: str, *, mode: str = "Single"
+    admin: AsyncClient, ns: str, name: str, domain_uid: str, *, mode: str = "Single"
 ) -> None:
     """The workload RCT the controller renders: channel class, free-or-own selector, config."""
     config = configs.ComputeDomainChannelConfig(
-        domain_id=cd_uid, allocation_mode=AllocationMode(mode)
+        domain_uid=domain_uid, allocation_mode=AllocationMode(mode)
     )
     await admin.create(
         ResourceClaimTemplate.from_dict(
@@ -127,7 +129,11 @@ async def workload_template(
                                     "exactly": {
                                         "deviceClassName": names.CHANNEL_DEVICE_CLASS,
                                         "selectors": [
-                                            {"cel": {"expression": names.channel_selector(cd_uid)}}
+                                            {
+                                                "cel": {
+                                                    "expression": names.channel_selector(domain_uid)
+                                                }
+                                            }
                                         ],
                                     },
                                 }
@@ -149,9 +155,9 @@ async def workload_template(
     )
 
 
-async def daemon_template(admin: AsyncClient, ns: str, name: str, cd_uid: str) -> None:
+async def daemon_template(admin: AsyncClient, ns: str, name: str, domain_uid: str) -> None:
     """The daemon RCT the controller renders in the driver namespace."""
-    config = configs.ComputeDomainDaemonConfig(domain_id=cd_uid)
+    config = configs.ComputeDomainDaemonConfig(domain_uid=domain_uid)
     await admin.create(
         ResourceClaimTemplate.from_dict(
             {

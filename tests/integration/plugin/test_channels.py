@@ -2,7 +2,7 @@
 
 Upstream scenarios A1 (one channel) and A2 (``All``: 2048 channels), plus what we add beyond
 upstream: several pods of one CD on one node (the label stays until the last one ends) and a
-pod of another CD kept off a node the first CD holds (the slots advertise their binding).
+pod of another CD kept off a node the first CD holds (the slots advertise their holder).
 """
 
 from __future__ import annotations
@@ -45,21 +45,21 @@ async def _cd(admin: AsyncClient, ns: Namespaces, name: str, mode: str = "Single
     return uid
 
 
-def _bound(slice_: ResourceSlice) -> set[str]:
+def _advertised_holders(slice_: ResourceSlice) -> set[str]:
     out = set()
     for d in slice_.to_dict()["spec"]["devices"]:
-        domain = d["attributes"].get(names.CHANNEL_DOMAIN_ATTRIBUTE)
+        holder = d["attributes"].get(names.CHANNEL_HOLDER_ATTRIBUTE)
         if d["name"].startswith("channel-"):
-            out.add(domain["string"] if domain else "")
+            out.add(holder["string"] if holder else "")
     return out
 
 
-async def _binding(admin: AsyncClient, node: str, want: str, timeout: float = 30) -> None:
+async def _holder(admin: AsyncClient, node: str, want: str, timeout: float = 30) -> None:
     await wait_for(
         admin,
         ResourceSlice,
         devices.slice_name(node),
-        lambda s: _bound(s) == {want},
+        lambda s: _advertised_holders(s) == {want},
         timeout=timeout,
     )
 
@@ -82,10 +82,10 @@ async def test_a1_single_channel_is_injected(
     assert "channel1" not in log
     assert "238, 0" in log  # char device with the node's IMEX major, minor 0
     assert await objects.node_label(admin, NODE_A) == uid
-    await _binding(admin, NODE_A, uid)
+    await _holder(admin, NODE_A, uid)
     await admin.delete(Pod, "imex-channel-injection", namespace=spaces.user, grace_period=0)
     await objects.wait_label(admin, NODE_A, None)
-    await _binding(admin, NODE_A, "")
+    await _holder(admin, NODE_A, "")
 
 
 async def test_a2_all_mode_injects_every_channel(
@@ -118,7 +118,7 @@ async def test_two_pods_of_one_domain_share_a_node_and_the_last_releases_it(
     slots = {c.status.allocation.devices.results[0].device for c in claims}  # type: ignore[union-attr]
     assert len(slots) == 2, f"each pod has its own slot: {slots}"
     assert await objects.node_label(admin, NODE_A) == uid
-    await _binding(admin, NODE_A, uid)
+    await _holder(admin, NODE_A, uid)
 
     await admin.delete(Pod, "w0", namespace=spaces.user, grace_period=0)
     await wait_gone(admin, Pod, "w0", spaces.user)
@@ -128,7 +128,7 @@ async def test_two_pods_of_one_domain_share_a_node_and_the_last_releases_it(
 
     await admin.delete(Pod, "w1", namespace=spaces.user, grace_period=0)
     await objects.wait_label(admin, NODE_A, None)
-    await _binding(admin, NODE_A, "")
+    await _holder(admin, NODE_A, "")
 
 
 async def test_a_node_held_by_one_domain_is_not_given_to_another(
@@ -140,7 +140,7 @@ async def test_a_node_held_by_one_domain_is_not_given_to_another(
     second = await _cd(admin, spaces, "second")
     await objects.pod(admin, spaces.user, "holder", LS, template="first", node=NODE_A)
     await objects.running(admin, spaces.user, "holder")
-    await _binding(admin, NODE_A, first)
+    await _holder(admin, NODE_A, first)
 
     # Free to go anywhere: the scheduler must pick the free node.
     await objects.pod(admin, spaces.user, "anywhere", LS, template="second")

@@ -326,7 +326,7 @@ def _as_nvidia(ours: checkpoint.Checkpoint, extra: dict[str, Any]) -> str:
             groups.append(
                 {
                     "devices": [{k: held if k == d.kind else None for k in ("channel", "daemon")}],
-                    "configState": {"Type": d.kind, "ComputeDomain": d.domain_id},
+                    "configState": {"Type": d.kind, "ComputeDomain": d.domain_uid},
                 }
             )
         v2[uid] = {

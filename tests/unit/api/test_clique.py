@@ -25,7 +25,7 @@ CLIQUE_ID = "9f0a33c5-7c34-4c8e-b8a1-1d2f0e6a5b77.3"
 
 
 def _clique(*nodes: str) -> ComputeDomainClique:
-    clique = ComputeDomainClique.new(cd_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
+    clique = ComputeDomainClique.new(domain_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
     for i, node in enumerate(nodes):
         clique = clique.with_registered(node, f"10.0.0.{i}")
     return clique
@@ -43,7 +43,7 @@ def test_new_clique_is_named_and_labelled_like_upstream() -> None:
         "resource.nvidia.com/computeDomain": "cd-uid",
         "resource.nvidia.com/computeDomain.cliqueID": CLIQUE_ID,
     }
-    assert (clique.cd_uid, clique.clique_id) == ("cd-uid", CLIQUE_ID)
+    assert (clique.domain_uid, clique.clique_id) == ("cd-uid", CLIQUE_ID)
     assert clique.daemons == ()
 
 

@@ -34,28 +34,28 @@ def _daemon(fields: str) -> str:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (_channel('"domainID":"u1"'), ComputeDomainChannelConfig(domain_id="u1")),
+        (_channel('"domainID":"u1"'), ComputeDomainChannelConfig(domain_uid="u1")),
         (
             _channel('"domainID":"u1","allocationMode":"All"'),
-            ComputeDomainChannelConfig(domain_id="u1", allocation_mode=AllocationMode.ALL),
+            ComputeDomainChannelConfig(domain_uid="u1", allocation_mode=AllocationMode.ALL),
         ),
         (
             _channel('"domainID":"u1","allocationMode":"Single"'),
-            ComputeDomainChannelConfig(domain_id="u1"),
+            ComputeDomainChannelConfig(domain_uid="u1"),
         ),
         (
             _channel('"domainID":"u1","allocationMode":""'),
-            ComputeDomainChannelConfig(domain_id="u1"),
+            ComputeDomainChannelConfig(domain_uid="u1"),
         ),
         (
             _channel('"domainID":"u1","allocationMode":null'),
-            ComputeDomainChannelConfig(domain_id="u1"),
+            ComputeDomainChannelConfig(domain_uid="u1"),
         ),
-        (_daemon('"domainID":"u2"'), ComputeDomainDaemonConfig(domain_id="u2")),
-        ((_daemon('"domainID":"u2"')).encode(), ComputeDomainDaemonConfig(domain_id="u2")),
+        (_daemon('"domainID":"u2"'), ComputeDomainDaemonConfig(domain_uid="u2")),
+        ((_daemon('"domainID":"u2"')).encode(), ComputeDomainDaemonConfig(domain_uid="u2")),
         (
             {"apiVersion": V, "kind": "ComputeDomainDaemonConfig", "domainID": "u3"},
-            ComputeDomainDaemonConfig(domain_id="u3"),
+            ComputeDomainDaemonConfig(domain_uid="u3"),
         ),
     ],
     ids=[
@@ -160,13 +160,13 @@ def test_unknown_field_message_names_the_kind() -> None:
 
 
 def test_wire_form_matches_what_the_controller_embeds() -> None:
-    assert ComputeDomainChannelConfig(domain_id="u").to_dict() == {
+    assert ComputeDomainChannelConfig(domain_uid="u").to_dict() == {
         "apiVersion": V,
         "kind": "ComputeDomainChannelConfig",
         "domainID": "u",
         "allocationMode": "Single",
     }
-    assert ComputeDomainDaemonConfig(domain_id="u").to_dict() == {
+    assert ComputeDomainDaemonConfig(domain_uid="u").to_dict() == {
         "apiVersion": V,
         "kind": "ComputeDomainDaemonConfig",
         "domainID": "u",
@@ -176,10 +176,10 @@ def test_wire_form_matches_what_the_controller_embeds() -> None:
 configs_strategy = st.one_of(
     st.builds(
         ComputeDomainChannelConfig,
-        domain_id=st.text(min_size=1),
+        domain_uid=st.text(min_size=1),
         allocation_mode=st.sampled_from(AllocationMode),
     ),
-    st.builds(ComputeDomainDaemonConfig, domain_id=st.text(min_size=1)),
+    st.builds(ComputeDomainDaemonConfig, domain_uid=st.text(min_size=1)),
 )
 
 

@@ -36,7 +36,7 @@ def test_imex_dns_name_rejects_the_non_fabric_index() -> None:
         names.imex_dns_name(names.NON_FABRIC_INDEX)
 
 
-def test_daemon_objects_are_named_after_the_cd_uid() -> None:
+def test_daemon_objects_are_named_after_the_domain_uid() -> None:
     assert names.daemon_object_name("u-1") == "computedomain-daemon-u-1"
 
 

@@ -32,7 +32,7 @@ def _cd(mode: AllocationMode) -> ComputeDomain:
 
 
 def test_daemon_template_is_upstreams() -> None:
-    rct = claimtemplates.daemon_template(cd_uid=UID, namespace="cd-system").to_dict()
+    rct = claimtemplates.daemon_template(domain_uid=UID, namespace="cd-system").to_dict()
     assert rct["apiVersion"] == "resource.k8s.io/v1"
     assert rct["metadata"] == {
         "finalizers": [names.FINALIZER],

@@ -11,7 +11,7 @@ UID = "3f1c2b7a-0000-4000-8000-000000000001"
 
 def _render(**kw: object) -> dict[str, object]:
     settings = controller.DaemonSettings(image="ghcr.io/compute-domains/compute-domains:1.2", **kw)  # type: ignore[arg-type]
-    return daemonset.render(cd_uid=UID, namespace="cd-system", settings=settings).to_dict()
+    return daemonset.render(domain_uid=UID, namespace="cd-system", settings=settings).to_dict()
 
 
 def test_identity_labels_finalizer_no_owner() -> None:

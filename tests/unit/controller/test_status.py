@@ -16,7 +16,7 @@ R, N = Readiness.READY, Readiness.NOT_READY
 
 
 def _clique(clique_id: str, *entries: tuple[str, str, Readiness]) -> ComputeDomainClique:
-    clique = ComputeDomainClique.new(cd_uid=UID, clique_id=clique_id, namespace="ns")
+    clique = ComputeDomainClique.new(domain_uid=UID, clique_id=clique_id, namespace="ns")
     for node, ip, readiness in entries:
         clique = clique.with_registered(node, ip).with_status(node, readiness)
     return clique

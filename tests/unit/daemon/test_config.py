@@ -16,7 +16,7 @@ GOOD = Identity(
     pod_uid="u",
     pod_ip="10.0.0.1",
     clique_id="cluster.1",
-    cd_uid="cd",
+    domain_uid="cd",
 )
 
 
@@ -45,7 +45,7 @@ def test_a_complete_identity_is_accepted(
 @pytest.mark.parametrize(
     ("change", "max_nodes", "message"),
     [
-        ({"cd_uid": ""}, 18, CDI_HINT),
+        ({"domain_uid": ""}, 18, CDI_HINT),
         ({"node_name": ""}, 18, "NODE_NAME"),
         ({"pod_uid": "", "pod_name": ""}, 18, "POD_NAME, --pod-uid/POD_UID"),
         ({"pod_ip": "nope"}, 18, "is not an IP"),
@@ -67,5 +67,5 @@ def test_a_node_without_clique_needs_no_pod_ip() -> None:
     assert not ident.has_clique
 
 
-def test_the_clique_object_name_joins_cd_uid_and_clique_id() -> None:
+def test_the_clique_object_name_joins_domain_uid_and_clique_id() -> None:
     assert GOOD.clique_name == "cd.cluster.1"

@@ -26,9 +26,9 @@ ME = Identity(
     pod_uid="uid-daemon-n1",
     pod_ip="10.0.0.1",
     clique_id=CLIQUE_ID,
-    cd_uid="cd-uid",
-    cd_name="imex-channel-injection",
-    cd_namespace="default",
+    domain_uid="cd-uid",
+    domain_name="imex-channel-injection",
+    domain_namespace="default",
 )
 
 
@@ -51,7 +51,7 @@ class _Clique:
 async def test_stopping_removes_our_entry_and_logs_it_in_nvidias_words(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clique = ComputeDomainClique.new(cd_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
+    clique = ComputeDomainClique.new(domain_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
     entries = (
         CliqueDaemon(node_name="n1", ip_address="10.0.0.1", clique_id=CLIQUE_ID, index=0),
         CliqueDaemon(node_name="n2", ip_address="10.0.0.2", clique_id=CLIQUE_ID, index=1),

@@ -22,12 +22,12 @@ def _me(node: str = "n1", ip: str = "10.0.0.1", pod: str = "daemon-n1") -> Ident
         pod_uid=f"uid-{pod}",
         pod_ip=ip,
         clique_id=CLIQUE_ID,
-        cd_uid="cd-uid",
+        domain_uid="cd-uid",
     )
 
 
 def _clique(*entries: tuple[str, str, int]) -> ComputeDomainClique:
-    clique = ComputeDomainClique.new(cd_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
+    clique = ComputeDomainClique.new(domain_uid="cd-uid", clique_id=CLIQUE_ID, namespace="driver")
     daemons = tuple(
         CliqueDaemon(node_name=n, ip_address=ip, clique_id=CLIQUE_ID, index=i)
         for n, ip, i in entries

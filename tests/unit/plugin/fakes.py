@@ -99,24 +99,24 @@ class FakeDomains:
         """Set once a prepare waits on readiness (what a test waits for, not a sleep)."""
         self.label_writes = 0
 
-    async def find(self, uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
-        cd = self.cds.get(uid)
+    async def find(self, domain_uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
+        cd = self.cds.get(domain_uid)
         if cd is None or namespace not in (ALL_NS, cd.namespace):
             return None
         return cd
 
-    async def for_channel(self, uid: str, claim_namespace: str) -> ComputeDomain:
-        cd = self.cds.get(uid)
+    async def for_channel(self, domain_uid: str, claim_namespace: str) -> ComputeDomain:
+        cd = self.cds.get(domain_uid)
         if cd is None:
-            raise errors.PermanentError(f"ComputeDomain with UID {uid} not found")
+            raise errors.PermanentError(f"ComputeDomain with UID {domain_uid} not found")
         if cd.namespace != claim_namespace:
             raise errors.PermanentError("ComputeDomain is in another namespace than the claim")
         return cd
 
-    async def for_daemon(self, uid: str) -> ComputeDomain:
-        cd = self.cds.get(uid)
+    async def for_daemon(self, domain_uid: str) -> ComputeDomain:
+        cd = self.cds.get(domain_uid)
         if cd is None:
-            raise errors.TemporaryError(f"compute domain not found: {uid}")
+            raise errors.TemporaryError(f"compute domain not found: {domain_uid}")
         return cd
 
     async def label(self, cd: ComputeDomain) -> bool:
@@ -128,8 +128,8 @@ class FakeDomains:
         self.label_writes += 1
         return True
 
-    async def unlabel(self, uid: str) -> bool:
-        if self.node_label != uid:
+    async def unlabel(self, domain_uid: str) -> bool:
+        if self.node_label != domain_uid:
             return False
         self.node_label = ""
         return True
@@ -147,8 +147,8 @@ class FakeDomains:
         except TimeoutError as err:
             raise errors.TemporaryError("current node not ready in ComputeDomain") from err
 
-    def make_ready(self, uid: str) -> None:
-        self.ready.add(uid)
+    def make_ready(self, domain_uid: str) -> None:
+        self.ready.add(domain_uid)
         self.became_ready.set()
 
 
@@ -162,7 +162,7 @@ def device_state(
     *,
     clique_id: str = CLIQUE,
     slots: int = 4,
-    bindings: list[str] | None = None,
+    holders: list[str] | None = None,
     **path_extra: Any,
 ) -> state.DeviceState:
     facts = edits.NodeFacts(clique_id=clique_id, channel_major=CHANNEL_MAJOR, caps_major=CAPS_MAJOR)
@@ -173,5 +173,5 @@ def device_state(
         facts=facts,
         domains=domains,
         channel_slots=slots,
-        on_binding=(bindings.append if bindings is not None else lambda _u: None),
+        on_holder_change=(holders.append if holders is not None else lambda _u: None),
     )

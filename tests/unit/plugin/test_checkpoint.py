@@ -32,7 +32,7 @@ def _entry(
                 request_names=("channel",),
                 cdi_device_ids=(f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0",),
                 kind="channel",
-                domain_id="cd-uid",
+                domain_uid="cd-uid",
             ),
         ),
         status={"allocation": {"devices": {"results": [{"device": "channel-0"}]}}},

@@ -84,7 +84,7 @@ def test_config_precedence(
 ) -> None:
     plan = _plan([fakes.result("channel-1")], config)
     (a,) = plan.assignments
-    assert plan.domain_id == want_domain
+    assert plan.domain_uid == want_domain
     assert isinstance(a.config, api_configs.ComputeDomainChannelConfig)
     assert a.config.allocation_mode is want_mode
     assert (a.device, a.type) == ("channel-1", devices.DeviceType.CHANNEL)

@@ -13,7 +13,7 @@ def test_slots_and_daemon_are_offered_with_upstream_attributes() -> None:
     assert offered["daemon-0"].type is devices.DeviceType.DAEMON
 
 
-def test_a_free_node_advertises_no_binding() -> None:
+def test_a_free_node_advertises_no_holder() -> None:
     listed = devices.slice_devices(2, "")
     assert listed == [
         {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}},
@@ -46,7 +46,7 @@ def test_slice_spec_is_one_pool_named_after_the_node() -> None:
         (devices.slice_devices(3, "x"), False),
         (None, False),
     ],
-    ids=["equal", "order-ignored", "binding-differs", "slot-count-differs", "missing"],
+    ids=["equal", "order-ignored", "holder-differs", "slot-count-differs", "missing"],
 )
 def test_drift_detection(published: object, same: bool) -> None:
     assert devices.same_devices(published, devices.slice_devices(2, "x")) is same

@@ -42,10 +42,10 @@ def test_the_fixture_decodes_into_our_device_model() -> None:
             request_names=("channel",),
             cdi_device_ids=(f"{fx.CLAIM_KIND}={fx.WORKLOAD}-channel-0",),
             kind="channel",
-            domain_id=fx.CD,
+            domain_uid=fx.CD,
         ),
     )
-    assert [(d.kind, d.device_name, d.domain_id) for d in daemon.devices] == [
+    assert [(d.kind, d.device_name, d.domain_uid) for d in daemon.devices] == [
         ("daemon", "daemon-0", fx.CD)
     ]
     assert daemon.devices[0].cdi_device_ids[0] == "k8s.compute-domain.nvidia.com/device=all"

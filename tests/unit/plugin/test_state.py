@@ -37,15 +37,15 @@ def domains() -> fakes.FakeDomains:
 async def test_channel_prepare_labels_node_writes_spec_and_completes(
     tmp_path: Path, domains: fakes.FakeDomains
 ) -> None:
-    bindings: list[str] = []
-    s = fakes.device_state(tmp_path, domains, bindings=bindings)
+    holders: list[str] = []
+    s = fakes.device_state(tmp_path, domains, holders=holders)
     claim = _channel_claim("c1", slot=2)
     devices = await s.prepare(claim, wait_s=1)
     assert [(d.device_name, d.cdi_device_ids) for d in devices] == [
         ("channel-2", (f"{cdi.CLAIM_KIND}=c1-channel-2",))
     ]
     assert domains.node_label == CD_A
-    assert s.binding == CD_A and bindings[-1] == CD_A
+    assert s.holder == CD_A and holders[-1] == CD_A
     spec = json.loads((tmp_path / "var/run/cdi" / cdi.claim_spec_file_name("c1")).read_text())
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
     assert [(n["path"], n["major"], n["minor"]) for n in nodes] == [
@@ -92,15 +92,15 @@ async def test_node_without_clique_gets_no_device_nodes(
 async def test_label_is_reference_counted_per_domain(
     tmp_path: Path, domains: fakes.FakeDomains
 ) -> None:
-    bindings: list[str] = []
-    s = fakes.device_state(tmp_path, domains, bindings=bindings)
+    holders: list[str] = []
+    s = fakes.device_state(tmp_path, domains, holders=holders)
     await s.prepare(_channel_claim("c1", slot=0), wait_s=1)
     await s.prepare(_channel_claim("c2", slot=1), wait_s=1)
     assert domains.label_writes == 1
     assert await s.unprepare("c1") is not None
-    assert domains.node_label == CD_A and s.binding == CD_A
+    assert domains.node_label == CD_A and s.holder == CD_A
     assert await s.unprepare("c2") is not None
-    assert domains.node_label == "" and s.binding == "" and bindings[-1] == ""
+    assert domains.node_label == "" and s.holder == "" and holders[-1] == ""
     assert not (tmp_path / "var/run/cdi" / cdi.claim_spec_file_name("c2")).exists()
 
 
@@ -162,9 +162,9 @@ async def test_not_ready_is_retryable_and_keeps_the_label_until_unprepare(
         await s.prepare(_channel_claim("c1"), wait_s=0.1)
     entry = await _entry(s, "c1")
     assert entry is not None and entry.state is State.PREPARE_STARTED
-    assert domains.node_label == CD_A and s.binding == CD_A
+    assert domains.node_label == CD_A and s.holder == CD_A
     await s.unprepare("c1")
-    assert domains.node_label == "" and s.binding == ""
+    assert domains.node_label == "" and s.holder == ""
 
 
 async def test_prepare_returns_as_soon_as_the_daemon_is_ready(
@@ -278,7 +278,7 @@ async def test_reboot_resets_the_checkpoint(tmp_path: Path, domains: fakes.FakeD
     again = fakes.device_state(tmp_path, domains)
     boot = await again.open_for_boot("boot-2")
     assert [e.uid for e in boot.discarded] == ["c1"]
-    assert again.binding == ""
+    assert again.holder == ""
 
 
 async def test_a_second_plugin_process_waits_for_the_node_lock(

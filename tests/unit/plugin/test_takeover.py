@@ -113,7 +113,7 @@ def test_claims_are_adopted_or_restarted_and_nvidias_file_is_kept(
     assert daemon.devices == nvidia[fx.DAEMON].devices
     assert workload.status == nvidia[fx.WORKLOAD].status
     # The started claim records the devices it planned, as our own first prepare step does.
-    assert [(d.device_name, d.kind, d.domain_id, d.cdi_device_ids) for d in stale.devices] == [
+    assert [(d.device_name, d.kind, d.domain_uid, d.cdi_device_ids) for d in stale.devices] == [
         ("channel-0", "channel", fx.CD, ())
     ]
     assert (stale.namespace, stale.name) == (fx.STALE_NAMESPACE, fx.STALE_NAME)
@@ -230,7 +230,7 @@ async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale
     boot = await s.open_for_boot(BOOT)
     assert set(boot.checkpoint.claims) == {fx.WORKLOAD, fx.DAEMON, fx.STALE}
     assert checkpoint.load(s.checkpoint_path) == boot.checkpoint, "stamped and saved as ours"
-    assert s.binding == fx.CD, "the ResourceSlice keeps the node bound to the running domain"
+    assert s.holder == fx.CD, "the ResourceSlice keeps the node bound to the running domain"
 
     # The start-up cleanup pass: the started claim's ResourceClaim is gone, so it is undone;
     # the adopted claims have no name (NVIDIA keeps none) and wait for the kubelet.
@@ -270,7 +270,7 @@ async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale
         assert {u: e.state for u, e in txn.current.claims.items()} == dict.fromkeys(
             (fx.WORKLOAD, fx.DAEMON, fx.STALE), State.UNPREPARED
         )
-    assert s.binding == ""
+    assert s.holder == ""
 
 
 async def test_start_up_on_a_truly_corrupt_checkpoint_is_still_refused(tmp_path: Path) -> None:
