@@ -30,7 +30,7 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.infra import errors, kube
-from compute_domains.plugin import checkpoint, computedomain, state
+from compute_domains.plugin import checkpoint, computedomain, holder, state
 from compute_domains.plugin.config import CleanupSettings
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class Cleanup:
     async def _stray_label(self) -> None:
         async with self._state.transaction() as txn:
             label = await self._domains.label_value()
-            if label and label not in state.claims_by_holder(txn.current):
+            if label and label not in holder.claims_by_holder(txn.current):
                 await self._domains.unlabel(label)
                 logger.info(
                     "removed node label of ComputeDomain %s: no claim on this node needs it",

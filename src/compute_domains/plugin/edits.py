@@ -1,7 +1,7 @@
 """Container edits of a prepared claim (pure: plan + node facts → CDI edits and returned devices).
 
-This is the "compute" half of prepare; ``state`` does the "apply and record" half (folders,
-files, checkpoint). Rules (upstream §2.8.1, §2.8.2, §2.9):
+This is the "compute" half of prepare; ``claimfiles`` applies it (folders, files) and ``state``
+records it (checkpoint). Rules (upstream §2.8.1, §2.8.2, §2.9):
 - Channel device on a node with a clique ID: device nodes ``/dev/nvidia-caps-imex-channels/
   channel<N>`` for the CD's channels (channel 0, or all 2048 in ``All`` mode), whatever the
   slot. Beyond upstream, also the CD's identity env (as daemons get it) and the per-CD folder

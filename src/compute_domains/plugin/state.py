@@ -9,18 +9,18 @@ are short: no transaction waits for a daemon, so RPCs are never serialised behin
 Claim states: absent → ``PrepareStarted`` → ``PrepareCompleted`` → ``UnprepareCompleted``
 (a tombstone); a permanent failure records ``PrepareAborted``. Prepare of a channel claim runs in
 three steps: (1) in a transaction: record ``PrepareStarted`` with the planned devices (and so
-the CD they bind the node to), then write the node label; (2) without any lock: wait until the
-node's IMEX daemon is Ready; (3) in a transaction: if the claim was not unprepared meanwhile,
-write its CDI spec and record ``PrepareCompleted``. Daemon claims need no wait.
+the node's holder), then write the node label; (2) without any lock: wait until the node's IMEX
+daemon is Ready; (3) in a transaction: if the claim was not unprepared meanwhile, write its files
+(``claimfiles``: CDI spec, per-CD folder) and record ``PrepareCompleted``. Daemon claims need no
+wait.
 
 Invariants:
 - Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
 - A prepare of a claim version (same UID and resourceVersion) that was already unprepared is
   refused permanently: it is a late retry that would otherwise leak the label and CDI spec.
-- The node's *holder* is the CD whose channel devices live entries (started, completed or
-  aborted) hold. The node label of CD ``X`` exists only while a live entry holds a channel device
-  of ``X``: it is written after the entry, and unprepare removes it when
-  the last such entry goes (reference count per CD, beyond upstream's one claim per node).
+- The node label of CD ``X`` exists only while ``X`` is the node's holder (``holder``: a live
+  entry holds a channel device of ``X``): it is written after the entry, and unprepare removes
+  it when the last such entry goes (reference count per CD, beyond upstream's one claim per node).
 - Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 """
@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -41,11 +40,12 @@ from compute_domains.infra import errors, filelock
 from compute_domains.plugin import (
     cdi,
     checkpoint,
+    claimfiles,
     computedomain,
     configs,
     devices,
-    discovery,
     edits,
+    holder,
     takeover,
 )
 from compute_domains.plugin.config import PathSettings, RetrySettings
@@ -59,27 +59,6 @@ LOCK_FILE = "pu.lock"
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def claims_by_holder(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[str, set[str]]:
-    """Holder (CD UID) → UIDs of the live claims with its channel devices (``exclude`` left out).
-
-    More than one key means the node is wrongly held by several CDs; normally there is one.
-    """
-    out: dict[str, set[str]] = {}
-    for uid, entry in cp.claims.items():
-        if uid == exclude or not entry.state.live:
-            continue
-        for device in entry.devices:
-            if device.kind == devices.DeviceType.CHANNEL and device.domain_uid:
-                out.setdefault(device.domain_uid, set()).add(uid)
-    return out
-
-
-def holder_of(cp: checkpoint.Checkpoint) -> str:
-    """The UID of the CD holding the node ("" when free); the lowest UID if, wrongly, several."""
-    holders = sorted(claims_by_holder(cp))
-    return holders[0] if holders else ""
 
 
 @dataclasses.dataclass(slots=True)
@@ -137,7 +116,7 @@ class DeviceState:
     def observe(self, cp: checkpoint.Checkpoint) -> None:
         """Note a checkpoint just read or written; report a holder change."""
         self._on_checkpoint(cp)
-        new = holder_of(cp)
+        new = holder.holder_of(cp)
         if new != self._holder:
             self._holder = new
             self._on_holder_change(new)
@@ -150,9 +129,7 @@ class DeviceState:
             filelock.LockTimeoutError: another plugin process held the lock too long (retryable).
         """
         async with self._mutex:
-            lock = filelock.FileLock(
-                self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
-            )
+            lock = self._file_lock()
             await lock.acquire_async()
             try:
                 found = await asyncio.to_thread(checkpoint.load, self.checkpoint_path)
@@ -162,6 +139,11 @@ class DeviceState:
             finally:
                 lock.release()
 
+    def _file_lock(self) -> filelock.FileLock:
+        return filelock.FileLock(
+            self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
+        )
+
     async def open_for_boot(self, boot_id: str) -> checkpoint.BootCheck:
         """Load the checkpoint for this boot (reset after a reboot), under the locks.
 
@@ -170,22 +152,16 @@ class DeviceState:
         Raises:
             checkpoint.CheckpointCorruptError: the file cannot be trusted (left in place).
         """
-        async with self._mutex:
-            lock = filelock.FileLock(
-                self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
+        async with self._mutex, self._file_lock():
+            await asyncio.to_thread(
+                takeover.take_over,
+                self.checkpoint_path,
+                cdi_root=self.writer.root,
+                node=self._node,
+                offered=self._offered,
+                now=self._now(),
             )
-            async with lock:
-                await asyncio.to_thread(
-                    takeover.take_over,
-                    self.checkpoint_path,
-                    cdi_root=self.writer.root,
-                    node=self._node,
-                    offered=self._offered,
-                    now=self._now(),
-                )
-                boot = await asyncio.to_thread(
-                    checkpoint.open_for_boot, self.checkpoint_path, boot_id
-                )
+            boot = await asyncio.to_thread(checkpoint.open_for_boot, self.checkpoint_path, boot_id)
         self.observe(boot.checkpoint)
         return boot
 
@@ -242,7 +218,15 @@ class DeviceState:
                 )
             if current.state is State.PREPARE_COMPLETED:
                 return current.devices
-            prepared = await asyncio.to_thread(self._apply, claim, plan, cd)
+            prepared = await asyncio.to_thread(
+                claimfiles.write,
+                claim.uid,
+                plan,
+                cd,
+                paths=self._paths,
+                facts=self._facts,
+                writer=self.writer,
+            )
             done = dataclasses.replace(
                 current, state=State.PREPARE_COMPLETED, devices=prepared, updated_at=self._now()
             )
@@ -256,16 +240,9 @@ class DeviceState:
         plan = configs.plan(claim, node=self._node, offered=self._offered)
         self._check_overlap(txn.current, claim, plan)
         if plan.has_channels:
-            others = {
-                d for d in claims_by_holder(txn.current, exclude=claim.uid) if d != plan.domain_uid
-            }
-            if others:
-                holder = sorted(others)[0]
-                claims = ", ".join(sorted(claims_by_holder(txn.current)[holder]))
-                raise computedomain.NodeHeldError(
-                    f"node {self._node} is held by another ComputeDomain ({holder}, claims "
-                    f"{claims}); ComputeDomain {plan.domain_uid} can use it once that one leaves"
-                )
+            holder.check_free_for(
+                txn.current, node=self._node, domain_uid=plan.domain_uid, claim=claim.uid
+            )
             cd = await self._domains.for_channel(plan.domain_uid, claim.namespace)
         else:
             cd = await self._domains.for_daemon(plan.domain_uid)
@@ -289,40 +266,6 @@ class DeviceState:
                         f"different claim {other.namespace}/{other.name} ({uid})"
                     )
 
-    def _apply(
-        self, claim: configs.Claim, plan: configs.Plan, cd: ComputeDomain
-    ) -> tuple[checkpoint.PreparedDevice, ...]:
-        """Blocking: per-CD folder, CDI spec, the devices to return."""
-        facts = self._facts
-        host_dir = self._paths.domains_dir / cd.uid
-        local_dir = self._paths.local(host_dir)
-        if plan.has_daemon or facts.clique_id:
-            # Daemons write their IMEX config there; workloads see it read-only (the daemon
-            # usually created it already, but a bind mount of a missing folder fails).
-            local_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        if plan.has_daemon:
-            template = self._paths.imex_config_template
-            if template is not None:
-                shutil.copyfile(template, local_dir / "imexd.cfg.tmpl")
-            if facts.clique_id:
-                facts = dataclasses.replace(facts, imex_mgmt=self._read_capability())
-        wanted = edits.container_edits(plan, facts=facts, cd=cd, domain_dir=host_dir)
-        spec, prepared = edits.prepared_devices(claim.uid, plan, wanted)
-        if spec is not None:
-            self.writer.write_claim_spec(spec)
-        else:
-            self.writer.remove_claim_spec(claim.uid)
-        return prepared
-
-    def _read_capability(self) -> discovery.CapabilityDevice:
-        path = self._paths.fabric_imex_mgmt
-        try:
-            return discovery.parse_capability(path.read_text())
-        except (OSError, discovery.DiscoveryError) as err:
-            raise errors.TemporaryError(
-                f"reading the fabric-imex-mgmt capability {path}: {err}"
-            ) from err
-
     async def unprepare(
         self, uid: str, *, only_if: Callable[[checkpoint.ClaimEntry], bool] | None = None
     ) -> checkpoint.ClaimEntry | None:
@@ -343,12 +286,12 @@ class DeviceState:
                 or (only_if is not None and not only_if(entry))
             ):
                 return None
-            others = claims_by_holder(txn.current, exclude=uid)
+            others = holder.claims_by_holder(txn.current, exclude=uid)
             for device in entry.devices:
-                holder = device.domain_uid
-                if device.kind == devices.DeviceType.CHANNEL and holder and holder not in others:
-                    await self._domains.unlabel(holder)
-                    others[holder] = set()  # once per CD
+                held_by = device.domain_uid
+                if device.kind == devices.DeviceType.CHANNEL and held_by and held_by not in others:
+                    await self._domains.unlabel(held_by)
+                    others[held_by] = set()  # once per CD
             await asyncio.to_thread(self.writer.remove_claim_spec, uid)
             tombstone = dataclasses.replace(
                 entry, state=State.UNPREPARED, devices=(), status={}, updated_at=self._now()
