@@ -31,7 +31,7 @@ from compute_domains.infra import metrics as infra_metrics
 from compute_domains.plugin import (
     basespec,
     cdi,
-    checkpoint,
+    checkpointfile,
     cleanup,
     computedomain,
     discovery,
@@ -220,14 +220,14 @@ class Plugin:
         path = device_state.checkpoint_path
         try:
             boot = await device_state.open_for_boot(boot_id)
-        except checkpoint.CheckpointCorruptError as err:
+        except checkpointfile.CheckpointCorruptError as err:
             if not self._s.quarantine_corrupt_checkpoint:
                 raise errors.ConfigError(
                     f"{err}; move the file aside (or start with checkpoint quarantining enabled) "
                     "to start with an empty checkpoint"
                 ) from err
             moved = await asyncio.to_thread(
-                checkpoint.quarantine, path, now=datetime.datetime.now(datetime.UTC)
+                checkpointfile.quarantine, path, now=datetime.datetime.now(datetime.UTC)
             )
             logger.error("quarantined corrupt checkpoint to %s: %s", moved, err)
             boot = await device_state.open_for_boot(boot_id)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from compute_domains.infra import jsonshape
-from compute_domains.plugin import checkpoint
+from compute_domains.plugin import checkpoint, checkpointfile
 
 FORMAT_NAME = "NVIDIA's v25.12 kubelet-plugin checkpoint (kubelet checkpointmanager format)"
 """How messages and logs name this format."""
@@ -56,7 +56,7 @@ _TOP_KEYS = {"checksum", "v1", "v2"}
 _KINDS = ("channel", "daemon")
 _WS = re.compile(r"[ \t\n\r]*")
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
-Reason = checkpoint.CorruptionReason
+Reason = checkpointfile.CorruptionReason
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,7 +100,7 @@ def decode(data: bytes, *, path: Path | None = None) -> tuple[NvidiaClaim, ...] 
     """NVIDIA's claims from checkpoint content; None when the content is not NVIDIA's layout.
 
     Raises:
-        checkpoint.CheckpointCorruptError: NVIDIA's layout, but a checksum does not match or
+        checkpointfile.CheckpointCorruptError: NVIDIA's layout, but a checksum does not match or
             the content does not fit the format.
     """
     try:
@@ -121,12 +121,12 @@ def decode(data: bytes, *, path: Path | None = None) -> tuple[NvidiaClaim, ...] 
         _verify(jsonshape.obj(doc["v2"]).get("checksum"), marshalled, "v2")
         return _claims(doc["v2"], v2=True)
     except _Mismatch as err:
-        raise checkpoint.CheckpointCorruptError(
+        raise checkpointfile.CheckpointCorruptError(
             path, Reason.CHECKSUM_MISMATCH, f"{FORMAT_NAME}: {err}"
         ) from err
     except (KeyError, TypeError, ValueError) as err:
         detail = f"{FORMAT_NAME}, but {type(err).__name__}: {err}"
-        raise checkpoint.CheckpointCorruptError(path, Reason.INVALID_LAYOUT, detail) from err
+        raise checkpointfile.CheckpointCorruptError(path, Reason.INVALID_LAYOUT, detail) from err
 
 
 class _Mismatch(Exception):

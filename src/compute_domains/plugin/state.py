@@ -40,6 +40,7 @@ from compute_domains.infra import errors, filelock
 from compute_domains.plugin import (
     cdi,
     checkpoint,
+    checkpointfile,
     claimfiles,
     computedomain,
     configs,
@@ -71,7 +72,7 @@ class Transaction:
 
     async def save(self, new: checkpoint.Checkpoint) -> None:
         """Write ``new`` atomically and make it this transaction's view."""
-        await asyncio.to_thread(checkpoint.save, self._state.checkpoint_path, new)
+        await asyncio.to_thread(checkpointfile.save, self._state.checkpoint_path, new)
         self.current = new
         self._state.observe(new)
 
@@ -102,7 +103,7 @@ class DeviceState:
         self._on_checkpoint = on_checkpoint
         self._now = now
         plugin_dir = paths.local(paths.plugin_dir)
-        self.checkpoint_path = plugin_dir / checkpoint.FILE_NAME
+        self.checkpoint_path = plugin_dir / checkpointfile.FILE_NAME
         self._lock_path = plugin_dir / LOCK_FILE
         self.writer = cdi.CdiWriter(paths.local(paths.cdi_root))
         self._mutex = asyncio.Lock()
@@ -132,7 +133,7 @@ class DeviceState:
             lock = self._file_lock()
             await lock.acquire_async()
             try:
-                found = await asyncio.to_thread(checkpoint.load, self.checkpoint_path)
+                found = await asyncio.to_thread(checkpointfile.load, self.checkpoint_path)
                 cp = found if found is not None else checkpoint.Checkpoint()
                 self.observe(cp)
                 yield Transaction(current=cp, _state=self)
@@ -144,13 +145,13 @@ class DeviceState:
             self._lock_path, timeout=self._retry.lock_timeout_s, owner=f"plugin {self._node}"
         )
 
-    async def open_for_boot(self, boot_id: str) -> checkpoint.BootCheck:
+    async def open_for_boot(self, boot_id: str) -> checkpointfile.BootCheck:
         """Load the checkpoint for this boot (reset after a reboot), under the locks.
 
         A checkpoint NVIDIA's plugin left is converted to ours first (``plugin.takeover``).
 
         Raises:
-            checkpoint.CheckpointCorruptError: the file cannot be trusted (left in place).
+            checkpointfile.CheckpointCorruptError: the file cannot be trusted (left in place).
         """
         async with self._mutex, self._file_lock():
             await asyncio.to_thread(
@@ -161,7 +162,9 @@ class DeviceState:
                 offered=self._offered,
                 now=self._now(),
             )
-            boot = await asyncio.to_thread(checkpoint.open_for_boot, self.checkpoint_path, boot_id)
+            boot = await asyncio.to_thread(
+                checkpointfile.open_for_boot, self.checkpoint_path, boot_id
+            )
         self.observe(boot.checkpoint)
         return boot
 

@@ -43,7 +43,15 @@ from pathlib import Path
 import yaml
 
 from compute_domains.infra import atomicfile, errors
-from compute_domains.plugin import cdi, checkpoint, configs, devices, edits, nvidia_checkpoint
+from compute_domains.plugin import (
+    cdi,
+    checkpoint,
+    checkpointfile,
+    configs,
+    devices,
+    edits,
+    nvidia_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +93,7 @@ def take_over(
         now: the time stamped on the converted entries.
 
     Raises:
-        checkpoint.CheckpointCorruptError: NVIDIA's format, but damaged (nothing was touched).
+        checkpointfile.CheckpointCorruptError: NVIDIA's format, but damaged (nothing was touched).
     """
     try:
         data = path.read_bytes()
@@ -100,7 +108,7 @@ def take_over(
     backup = _backup(path, data, now)
     entries = [_convert(c, cdi_root=cdi_root, node=node, offered=offered, now=now) for c in claims]
     ours = checkpoint.Checkpoint(claims={e.uid: e for e in entries})
-    checkpoint.save(path, ours)
+    checkpointfile.save(path, ours)
     adopted = sum(e.state is State.PREPARE_COMPLETED for e in entries)
     logger.info(
         "Took over %s %s: %d claims adopted as PrepareCompleted, %d as PrepareStarted, %d CDI "

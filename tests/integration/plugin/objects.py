@@ -22,7 +22,7 @@ from compute_domains.api.computedomain import (
     ComputeDomainResource,
     Readiness,
 )
-from compute_domains.plugin import checkpoint
+from compute_domains.plugin import checkpoint, checkpointfile
 from compute_domains.sim import state
 from tests.integration.helpers import wait_for
 
@@ -285,9 +285,12 @@ async def events(admin: AsyncClient, ns: str, pod_name: str) -> list[Event]:
 
 def read_checkpoint(sim: state.SimPaths, node: str) -> checkpoint.Checkpoint:
     path = (
-        sim.node_root(node) / "var/lib/kubelet/plugins" / names.DRIVER_NAME / checkpoint.FILE_NAME
+        sim.node_root(node)
+        / "var/lib/kubelet/plugins"
+        / names.DRIVER_NAME
+        / checkpointfile.FILE_NAME
     )
-    found = checkpoint.load(path)
+    found = checkpointfile.load(path)
     assert found is not None
     return found
 

@@ -26,7 +26,15 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from compute_domains.api import names
 from compute_domains.infra import errors
-from compute_domains.plugin import app, cdi, checkpoint, devices, nvidia_checkpoint, takeover
+from compute_domains.plugin import (
+    app,
+    cdi,
+    checkpoint,
+    checkpointfile,
+    devices,
+    nvidia_checkpoint,
+    takeover,
+)
 from compute_domains.sim import driverroot, state
 from tests.integration.helpers import wait_for
 from tests.integration.plugin import objects
@@ -199,7 +207,7 @@ async def test_corrupt_checkpoint_stops_start_up_unless_quarantined(
     plugin_sim: state.SimPaths, spaces: Namespaces, cluster: None
 ) -> None:
     settings = plugin_settings(plugin_sim, NODE_B, spaces.driver)
-    path = settings.paths.local(settings.paths.plugin_dir) / checkpoint.FILE_NAME
+    path = settings.paths.local(settings.paths.plugin_dir) / checkpointfile.FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     saved = path.read_bytes() if path.exists() else None
     path.write_text("{half a checkp")
@@ -214,7 +222,7 @@ async def test_corrupt_checkpoint_stops_start_up_unless_quarantined(
         await asyncio.wait_for(plugin.ready.wait(), 60)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        assert checkpoint.load(path) is not None
+        assert checkpointfile.load(path) is not None
         assert list(path.parent.glob("checkpoint.json.corrupt-*"))
     finally:
         for moved in path.parent.glob("checkpoint.json.corrupt-*"):
@@ -358,7 +366,9 @@ async def test_start_up_on_nvidias_checkpoint_adopts_the_running_workload(
     # Rewrite the node in NVIDIA's formats: checkpoint.json, claim spec and base spec in YAML,
     # plus a PrepareStarted entry whose ResourceClaim no longer exists.
     ours = objects.read_checkpoint(plugin_sim, NODE_A)
-    path = running.settings.paths.local(running.settings.paths.plugin_dir) / checkpoint.FILE_NAME
+    path = (
+        running.settings.paths.local(running.settings.paths.plugin_dir) / checkpointfile.FILE_NAME
+    )
     stale_uid, stale_name = str(uuid.uuid4()), "gone-claim"
     started = {
         "checkpointState": "PrepareStarted",

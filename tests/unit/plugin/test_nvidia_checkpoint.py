@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from compute_domains.plugin import checkpoint
+from compute_domains.plugin import checkpoint, checkpointfile
 from compute_domains.plugin import nvidia_checkpoint as nv
 from tests.unit.plugin import nvidia_fixture as fx
 
-Reason = checkpoint.CorruptionReason
+Reason = checkpointfile.CorruptionReason
 EMPTY = b'{"checksum":1083090442,"v1":{},"v2":{"checksum":4166374854}}'
 """What NVIDIA's v25.12.0 ``MarshalCheckpoint`` writes for a checkpoint without claims."""
 
@@ -165,7 +165,7 @@ def test_a_damaged_nvidia_file_is_refused_with_a_reason_naming_the_format(
     tamper: Callable[[str], str], reason: Reason, words: str
 ) -> None:
     data = tamper(fx.checkpoint_text()).encode()
-    with pytest.raises(checkpoint.CheckpointCorruptError) as caught:
+    with pytest.raises(checkpointfile.CheckpointCorruptError) as caught:
         nv.decode(data)
     assert caught.value.reason is reason
     assert nv.FORMAT_NAME in str(caught.value) and words in str(caught.value)
@@ -175,4 +175,4 @@ def test_the_untampered_fixture_passes_the_same_checks() -> None:
     # The counterpart of the table above: the checks pass on NVIDIA's bytes as written.
     assert nv.decode(fx.checkpoint_text().encode()) is not None
     assert nv.is_nvidia_layout(json.loads(fx.checkpoint_text()))
-    assert not nv.is_nvidia_layout(json.loads(checkpoint.encode(checkpoint.Checkpoint())))
+    assert not nv.is_nvidia_layout(json.loads(checkpointfile.encode(checkpoint.Checkpoint())))

@@ -16,7 +16,16 @@ from lightkube.models import meta_v1
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.infra import cdispec
-from compute_domains.plugin import cdi, checkpoint, cleanup, devices, driver, metrics, takeover
+from compute_domains.plugin import (
+    cdi,
+    checkpoint,
+    checkpointfile,
+    cleanup,
+    devices,
+    driver,
+    metrics,
+    takeover,
+)
 from compute_domains.plugin import nvidia_checkpoint as nv
 from compute_domains.plugin.config import CleanupSettings, RetrySettings
 from tests.unit.plugin import fakes
@@ -100,7 +109,7 @@ def test_claims_are_adopted_or_restarted_and_nvidias_file_is_kept(
     assert done.backup == path.with_name("checkpoint.json.nvidia-v25.12")
     assert done.backup.read_bytes() == original
 
-    ours = checkpoint.load(path)  # our format now, with our checksum
+    ours = checkpointfile.load(path)  # our format now, with our checksum
     assert ours is not None and ours == done.checkpoint
     workload, daemon, stale = (ours.claims[u] for u in (fx.WORKLOAD, fx.DAEMON, fx.STALE))
     assert (workload.state, daemon.state, stale.state) == (
@@ -178,16 +187,16 @@ def test_a_damaged_nvidia_checkpoint_is_refused_and_nothing_is_touched(tmp_path:
     tampered = fx.checkpoint_text().replace(fx.STALE_NAME, "someone-else").encode()
     path.write_bytes(tampered)
     before = sorted(p.name for p in cdi_root.iterdir())
-    with pytest.raises(checkpoint.CheckpointCorruptError, match="checksum") as caught:
+    with pytest.raises(checkpointfile.CheckpointCorruptError, match="checksum") as caught:
         _take_over(path, cdi_root)
-    assert caught.value.reason is checkpoint.CorruptionReason.CHECKSUM_MISMATCH
+    assert caught.value.reason is checkpointfile.CorruptionReason.CHECKSUM_MISMATCH
     assert path.read_bytes() == tampered
     assert sorted(p.name for p in cdi_root.iterdir()) == before
     assert not path.with_name("checkpoint.json.nvidia-v25.12").exists()
 
 
 @pytest.mark.parametrize(
-    "content", [None, checkpoint.encode(checkpoint.Checkpoint(boot_id=BOOT)), b"{half a checkp"]
+    "content", [None, checkpointfile.encode(checkpoint.Checkpoint(boot_id=BOOT)), b"{half a checkp"]
 )
 def test_our_own_missing_or_garbage_checkpoint_is_left_to_our_reader(
     tmp_path: Path, content: bytes | None
@@ -229,7 +238,7 @@ async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale
     s = fakes.device_state(tmp_path, domains)
     boot = await s.open_for_boot(BOOT)
     assert set(boot.checkpoint.claims) == {fx.WORKLOAD, fx.DAEMON, fx.STALE}
-    assert checkpoint.load(s.checkpoint_path) == boot.checkpoint, "stamped and saved as ours"
+    assert checkpointfile.load(s.checkpoint_path) == boot.checkpoint, "stamped and saved as ours"
     assert s.holder == fx.CD, "the ResourceSlice keeps the node bound to the running domain"
 
     # The start-up cleanup pass: the started claim's ResourceClaim is gone, so it is undone;
@@ -277,6 +286,6 @@ async def test_start_up_on_a_truly_corrupt_checkpoint_is_still_refused(tmp_path:
     s = fakes.device_state(tmp_path, fakes.FakeDomains())
     s.checkpoint_path.parent.mkdir(parents=True)
     s.checkpoint_path.write_text('{"checksum":12,"v1":{"preparedClaims":')
-    with pytest.raises(checkpoint.CheckpointCorruptError) as caught:
+    with pytest.raises(checkpointfile.CheckpointCorruptError) as caught:
         await s.open_for_boot(BOOT)
-    assert caught.value.reason is checkpoint.CorruptionReason.INVALID_JSON
+    assert caught.value.reason is checkpointfile.CorruptionReason.INVALID_JSON

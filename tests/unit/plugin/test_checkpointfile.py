@@ -8,6 +8,7 @@ import pytest
 
 from compute_domains.infra import errors
 from compute_domains.plugin import checkpoint as cp
+from compute_domains.plugin import checkpointfile as cpf
 
 T0 = datetime.datetime(2026, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(seconds=3)
@@ -49,9 +50,9 @@ def _sample() -> cp.Checkpoint:
 
 
 def test_round_trip_through_a_file_keeps_every_field(tmp_path: Path) -> None:
-    path = tmp_path / "plugin" / cp.FILE_NAME
-    cp.save(path, _sample())
-    assert cp.load(path) == _sample()
+    path = tmp_path / "plugin" / cpf.FILE_NAME
+    cpf.save(path, _sample())
+    assert cpf.load(path) == _sample()
     assert path.stat().st_mode & 0o777 == 0o600
 
 
@@ -68,11 +69,11 @@ def test_empty_checkpoint_bytes_are_pinned() -> None:
         '  "version": 2\n'
         "}\n"
     )
-    assert cp.encode(cp.Checkpoint(boot_id=BOOT)).decode() == expected
+    assert cpf.encode(cp.Checkpoint(boot_id=BOOT)).decode() == expected
 
 
 def test_golden_entry_layout() -> None:
-    doc = json.loads(cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(_entry())))
+    doc = json.loads(cpf.encode(cp.Checkpoint(boot_id=BOOT).with_claim(_entry())))
     assert doc["claims"]["uid-1"] == {
         "uid": "uid-1",
         "namespace": "ns",
@@ -96,9 +97,9 @@ def test_golden_entry_layout() -> None:
 
 
 def test_reformatting_the_file_keeps_it_valid() -> None:
-    data = cp.encode(_sample())
+    data = cpf.encode(_sample())
     compact = json.dumps(json.loads(data), separators=(",", ":"))
-    assert cp.decode(compact) == _sample()
+    assert cpf.decode(compact) == _sample()
 
 
 def _tamper_value(data: bytes) -> bytes:
@@ -109,7 +110,7 @@ def _tamper_value(data: bytes) -> bytes:
 
 def _resign(doc: dict[str, object]) -> bytes:
     doc.pop("checksum", None)
-    doc["checksum"] = cp._checksum(doc)
+    doc["checksum"] = cpf._checksum(doc)
     return json.dumps(doc).encode()
 
 
@@ -140,15 +141,15 @@ def _future_version(data: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        (lambda d: d[: len(d) // 2], cp.CorruptionReason.INVALID_JSON),
-        (lambda d: b"\xff\xfe", cp.CorruptionReason.INVALID_JSON),
-        (lambda d: b"[1, 2]", cp.CorruptionReason.INVALID_LAYOUT),
-        (_tamper_value, cp.CorruptionReason.CHECKSUM_MISMATCH),
-        (lambda d: d.replace(b'"checksum"', b'"checksun"'), cp.CorruptionReason.CHECKSUM_MISMATCH),
-        (_future_version, cp.CorruptionReason.UNKNOWN_VERSION),
-        (_unknown_field, cp.CorruptionReason.INVALID_LAYOUT),
-        (_bad_state, cp.CorruptionReason.INVALID_LAYOUT),
-        (_naive_time, cp.CorruptionReason.INVALID_LAYOUT),
+        (lambda d: d[: len(d) // 2], cpf.CorruptionReason.INVALID_JSON),
+        (lambda d: b"\xff\xfe", cpf.CorruptionReason.INVALID_JSON),
+        (lambda d: b"[1, 2]", cpf.CorruptionReason.INVALID_LAYOUT),
+        (_tamper_value, cpf.CorruptionReason.CHECKSUM_MISMATCH),
+        (lambda d: d.replace(b'"checksum"', b'"checksun"'), cpf.CorruptionReason.CHECKSUM_MISMATCH),
+        (_future_version, cpf.CorruptionReason.UNKNOWN_VERSION),
+        (_unknown_field, cpf.CorruptionReason.INVALID_LAYOUT),
+        (_bad_state, cpf.CorruptionReason.INVALID_LAYOUT),
+        (_naive_time, cpf.CorruptionReason.INVALID_LAYOUT),
     ],
     ids=[
         "truncated",
@@ -163,13 +164,13 @@ def _future_version(data: bytes) -> bytes:
     ],
 )
 def test_corruption_is_reported_with_a_reason(
-    tmp_path: Path, damage: object, reason: cp.CorruptionReason
+    tmp_path: Path, damage: object, reason: cpf.CorruptionReason
 ) -> None:
-    path = tmp_path / cp.FILE_NAME
+    path = tmp_path / cpf.FILE_NAME
     assert callable(damage)
-    path.write_bytes(damage(cp.encode(_sample())))
-    with pytest.raises(cp.CheckpointCorruptError) as caught:
-        cp.load(path)
+    path.write_bytes(damage(cpf.encode(_sample())))
+    with pytest.raises(cpf.CheckpointCorruptError) as caught:
+        cpf.load(path)
     assert caught.value.reason is reason
     assert caught.value.path == path
     assert isinstance(caught.value, errors.PermanentError)
@@ -177,7 +178,7 @@ def test_corruption_is_reported_with_a_reason(
 
 
 def test_missing_file_loads_as_none(tmp_path: Path) -> None:
-    assert cp.load(tmp_path / "nope.json") is None
+    assert cpf.load(tmp_path / "nope.json") is None
 
 
 def test_with_and_without_claim_do_not_mutate() -> None:
@@ -201,55 +202,55 @@ def test_with_and_without_claim_do_not_mutate() -> None:
 def test_open_for_boot(
     tmp_path: Path, stored_boot: str, keeps_claims: bool, discarded: int
 ) -> None:
-    path = tmp_path / cp.FILE_NAME
+    path = tmp_path / cpf.FILE_NAME
     stored = cp.Checkpoint(boot_id=stored_boot, claims=_sample().claims)
-    cp.save(path, stored)
-    result = cp.open_for_boot(path, BOOT)
+    cpf.save(path, stored)
+    result = cpf.open_for_boot(path, BOOT)
     assert result.checkpoint.boot_id == BOOT
     assert (result.checkpoint.claims == _sample().claims) is keeps_claims
     assert len(result.discarded) == discarded
     assert result.previous_boot_id == stored_boot
-    assert cp.load(path) == result.checkpoint
+    assert cpf.load(path) == result.checkpoint
 
 
 def test_open_for_boot_creates_a_missing_checkpoint(tmp_path: Path) -> None:
-    path = tmp_path / "dir" / cp.FILE_NAME
-    result = cp.open_for_boot(path, BOOT)
+    path = tmp_path / "dir" / cpf.FILE_NAME
+    result = cpf.open_for_boot(path, BOOT)
     assert result.checkpoint == cp.Checkpoint(boot_id=BOOT)
-    assert cp.load(path) == cp.Checkpoint(boot_id=BOOT)
+    assert cpf.load(path) == cp.Checkpoint(boot_id=BOOT)
 
 
 def test_open_for_boot_leaves_a_corrupt_file_alone_and_quarantine_moves_it(tmp_path: Path) -> None:
-    path = tmp_path / cp.FILE_NAME
+    path = tmp_path / cpf.FILE_NAME
     path.write_text("{not json")
-    with pytest.raises(cp.CheckpointCorruptError):
-        cp.open_for_boot(path, BOOT)
+    with pytest.raises(cpf.CheckpointCorruptError):
+        cpf.open_for_boot(path, BOOT)
     assert path.read_text() == "{not json"
-    moved = cp.quarantine(path, now=T0)
+    moved = cpf.quarantine(path, now=T0)
     assert moved.name == "checkpoint.json.corrupt-20260501T120000.000000Z"
     assert moved.read_text() == "{not json"
     assert not path.exists()
-    assert cp.open_for_boot(path, BOOT).checkpoint == cp.Checkpoint(boot_id=BOOT)
+    assert cpf.open_for_boot(path, BOOT).checkpoint == cp.Checkpoint(boot_id=BOOT)
 
 
 def test_naive_timestamps_are_refused_on_encode() -> None:
     bad = dataclasses.replace(_entry(), started_at=T0.replace(tzinfo=None))
     with pytest.raises(ValueError, match="timezone"):
-        cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(bad))
+        cpf.encode(cp.Checkpoint(boot_id=BOOT).with_claim(bad))
 
 
 def test_version_1_files_are_still_read() -> None:
-    doc = json.loads(cp.encode(_sample()))
+    doc = json.loads(cpf.encode(_sample()))
     doc["version"] = 1
     for entry in doc["claims"].values():
         del entry["resourceVersion"]
-    old = cp.decode(_resign(doc))
+    old = cpf.decode(_resign(doc))
     assert old.get("uid-1") == dataclasses.replace(_entry(), resource_version="")
 
 
 def test_tombstones_round_trip_and_are_not_live() -> None:
     tomb = dataclasses.replace(_entry(), state=cp.ClaimState.UNPREPARED, devices=(), status={})
-    back = cp.decode(cp.encode(cp.Checkpoint(boot_id=BOOT).with_claim(tomb)))
+    back = cpf.decode(cpf.encode(cp.Checkpoint(boot_id=BOOT).with_claim(tomb)))
     assert back.get("uid-1") == tomb
     assert not tomb.state.live
     assert all(s.live for s in cp.ClaimState if s is not cp.ClaimState.UNPREPARED)
