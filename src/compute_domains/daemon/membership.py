@@ -20,16 +20,18 @@ The clique protocol (who writes what):
 * Peers: every snapshot that holds our entry yields the index → IP mapping of the clique's
   entries (``on_peers``); entries with an index outside ``[0, max_nodes)`` or an invalid IP
   cannot be named in ``nodes.cfg`` and are skipped with a warning (upstream treats them as fatal).
+
+The pure rules (our wanted entry, its removal, the peer mapping) are ``cliqueentry``'s; this
+module does the IO: it follows the clique by watch and writes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import httpx2 as httpx
@@ -41,78 +43,11 @@ from compute_domains.api.clique import (
     ComputeDomainCliqueResource,
 )
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import events, kubeio
+from compute_domains.daemon import cliqueentry, events, kubeio
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
 
 logger = logging.getLogger(__name__)
-
-PeerMapping = Mapping[int, str]
-"""Clique index → pod IP of the daemons of our clique (ours included)."""
-
-
-def desired(
-    clique: ComputeDomainClique,
-    ident: Identity,
-    max_nodes: int,
-    status: Readiness,
-    co_owner: Mapping[str, str] | None = None,
-) -> ComputeDomainClique:
-    """``clique`` with our entry registered, its IP and status set, our pod an owner and
-    ``co_owner`` (our DaemonSet) one too when given; pure.
-
-    An entry of our node whose index is outside ``[0, max_nodes)`` (the maximum was lowered) is
-    dropped and registered afresh, rather than crash-looping on a name nodes.cfg lacks.
-
-    Raises:
-        CliqueFullError: our node has no entry and every index is taken.
-    """
-    mine = clique.daemon(ident.node_name)
-    if mine is not None and not 0 <= mine.index < max_nodes:
-        others = [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
-        clique = clique.retaining_nodes(others)
-    registered = clique.with_registered(ident.node_name, ident.pod_ip, max_nodes)
-    want = registered.with_status(ident.node_name, status).with_owner(ident.pod_name, ident.pod_uid)
-    return want if co_owner is None else want.with_owner_ref(co_owner)
-
-
-def deregistered(clique: ComputeDomainClique, ident: Identity) -> ComputeDomainClique | None:
-    """``clique`` without our entry, or None when it holds no entry of ours (node and IP); pure."""
-    mine = clique.daemon(ident.node_name)
-    if mine is None or mine.ip_address != ident.pod_ip:
-        return None
-    return clique.retaining_nodes(
-        [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
-    )
-
-
-def is_registered(clique: ComputeDomainClique | None, ident: Identity) -> bool:
-    """Whether ``clique`` holds our entry with our current IP."""
-    mine = clique.daemon(ident.node_name) if clique is not None else None
-    return mine is not None and mine.ip_address == ident.pod_ip
-
-
-def peer_mapping(
-    clique: ComputeDomainClique, clique_id: str, max_nodes: int
-) -> tuple[dict[int, str], list[str]]:
-    """Index → IP of the entries of clique ``clique_id``, and why any entry was skipped; pure."""
-    mapping: dict[int, str] = {}
-    problems: list[str] = []
-    for d in sorted(clique.daemons, key=lambda d: (d.index, d.node_name)):
-        if d.clique_id != clique_id:
-            problems.append(f"node {d.node_name}: clique ID {d.clique_id!r} is not ours")
-        elif not 0 <= d.index < max_nodes:
-            problems.append(f"node {d.node_name}: index {d.index} outside 0..{max_nodes - 1}")
-        elif d.index in mapping:
-            problems.append(f"node {d.node_name}: index {d.index} is taken twice")
-        else:
-            try:
-                ipaddress.ip_address(d.ip_address)
-            except ValueError:
-                problems.append(f"node {d.node_name}: invalid IP {d.ip_address!r}")
-                continue
-            mapping[d.index] = d.ip_address
-    return mapping, problems
 
 
 class Membership:
@@ -136,7 +71,7 @@ class Membership:
         max_nodes: int,
         retry: backoff.Backoff,
         recorder: events.PodEvents,
-        on_peers: Callable[[PeerMapping], None],
+        on_peers: Callable[[cliqueentry.PeerMapping], None],
         deregister_timeout: float = 10.0,
         rng: random.Random | None = None,
         co_owner: dict[str, str] | None = None,
@@ -203,7 +138,7 @@ class Membership:
             if new is not None and old is not None and new < old:
                 return
         self._latest = clique
-        if clique is not None and is_registered(clique, self._ident):
+        if clique is not None and cliqueentry.is_registered(clique, self._ident):
             self._publish(clique)
 
     def _publish(self, clique: ComputeDomainClique) -> None:
@@ -211,7 +146,7 @@ class Membership:
         if mine is not None and mine.index != self._index:
             self._index = mine.index
             self._log.info("registered in clique %s at index %d", clique.name, mine.index)
-        mapping, problems = peer_mapping(clique, self._ident.clique_id, self._max)
+        mapping, problems = cliqueentry.peer_mapping(clique, self._ident.clique_id, self._max)
         if mapping == self._peers:
             return
         for problem in problems:
@@ -253,7 +188,7 @@ class Membership:
                 clique_id=ident.clique_id,
                 namespace=ident.pod_namespace,
             )
-            want = desired(fresh, ident, self._max, self._status, self._co_owner)
+            want = cliqueentry.desired(fresh, ident, self._max, self._status, self._co_owner)
             await self._write(want, create=True)
             return
         if current.domain_uid != ident.domain_uid:
@@ -262,7 +197,7 @@ class Membership:
                 "clique %s is labelled for CD %r; ignoring", current.name, current.domain_uid
             )
             return
-        want = desired(current, ident, self._max, self._status, self._co_owner)
+        want = cliqueentry.desired(current, ident, self._max, self._status, self._co_owner)
         if want.to_dict() != current.to_dict():
             await self._write(want, create=False)
         if self._full_reported:
@@ -328,7 +263,9 @@ class Membership:
             try:
                 await self._reread()
                 current = self._latest
-                want = deregistered(current, self._ident) if current is not None else None
+                want = (
+                    cliqueentry.deregistered(current, self._ident) if current is not None else None
+                )
                 if want is None:
                     return
                 try:

@@ -8,7 +8,7 @@ import pytest
 
 from compute_domains.api.clique import CliqueDaemon, CliqueFullError, ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import membership
+from compute_domains.daemon import cliqueentry
 from compute_domains.daemon.config import Identity
 
 CLIQUE_ID = "5b1c0d6e-0000-4000-8000-000000000001.7"
@@ -52,7 +52,7 @@ def _indices(clique: ComputeDomainClique) -> dict[str, int]:
 def test_a_new_node_takes_the_lowest_free_index(
     entries: tuple[tuple[str, str, int], ...], expected: int
 ) -> None:
-    got = membership.desired(_clique(*entries), _me(), 4, Readiness.NOT_READY)
+    got = cliqueentry.desired(_clique(*entries), _me(), 4, Readiness.NOT_READY)
     assert _indices(got)["n1"] == expected
     assert {k: v for k, v in _indices(got).items() if k != "n1"} == {n: i for n, _, i in entries}
 
@@ -60,21 +60,21 @@ def test_a_new_node_takes_the_lowest_free_index(
 def test_a_replacement_pod_on_the_same_node_keeps_the_index_and_starts_not_ready() -> None:
     old = _clique(("a", "10.0.0.10", 0), ("n1", "10.0.0.99", 1))
     old = old.with_status("n1", Readiness.READY)
-    got = membership.desired(old, _me(ip="10.0.0.1", pod="daemon-n1-new"), 4, Readiness.NOT_READY)
+    got = cliqueentry.desired(old, _me(ip="10.0.0.1", pod="daemon-n1-new"), 4, Readiness.NOT_READY)
     mine = got.daemon("n1")
     assert mine == CliqueDaemon(node_name="n1", ip_address="10.0.0.1", clique_id=CLIQUE_ID, index=1)
     assert _indices(got) == {"a": 0, "n1": 1}
 
 
 def test_our_readiness_is_written_with_the_registration() -> None:
-    got = membership.desired(_clique(), _me(), 4, Readiness.READY)
+    got = cliqueentry.desired(_clique(), _me(), 4, Readiness.READY)
     assert got.daemon("n1") is not None
     assert got.daemon("n1").status is Readiness.READY  # type: ignore[union-attr]
 
 
 def test_registering_adds_our_pod_as_a_plain_owner_once() -> None:
-    once = membership.desired(_clique(), _me(), 4, Readiness.NOT_READY)
-    twice = membership.desired(once, _me(), 4, Readiness.NOT_READY)
+    once = cliqueentry.desired(_clique(), _me(), 4, Readiness.NOT_READY)
+    twice = cliqueentry.desired(once, _me(), 4, Readiness.NOT_READY)
     assert twice.to_dict() == once.to_dict()
     refs = once.to_dict()["metadata"]["ownerReferences"]
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "daemon-n1", "uid": "uid-daemon-n1"}
@@ -84,20 +84,20 @@ def test_registering_adds_our_pod_as_a_plain_owner_once() -> None:
 def test_a_full_clique_refuses_a_new_node_but_not_a_listed_one() -> None:
     full = _clique(("a", "10.0.0.10", 0), ("b", "10.0.0.11", 1))
     with pytest.raises(CliqueFullError):
-        membership.desired(full, _me(), 2, Readiness.NOT_READY)
-    got = membership.desired(full, _me(node="b", ip="10.0.0.50"), 2, Readiness.NOT_READY)
+        cliqueentry.desired(full, _me(), 2, Readiness.NOT_READY)
+    got = cliqueentry.desired(full, _me(node="b", ip="10.0.0.50"), 2, Readiness.NOT_READY)
     assert _indices(got) == {"a": 0, "b": 1}
 
 
 def test_our_entry_outside_a_lowered_maximum_is_registered_afresh() -> None:
     clique = _clique(("a", "10.0.0.10", 0), ("n1", "10.0.0.1", 5))
-    got = membership.desired(clique, _me(), 3, Readiness.NOT_READY)
+    got = cliqueentry.desired(clique, _me(), 3, Readiness.NOT_READY)
     assert _indices(got) == {"a": 0, "n1": 1}
 
 
 def test_unchanged_registration_is_a_no_op() -> None:
-    clique = membership.desired(_clique(("a", "10.0.0.10", 0)), _me(), 4, Readiness.NOT_READY)
-    assert membership.desired(clique, _me(), 4, Readiness.NOT_READY).to_dict() == clique.to_dict()
+    clique = cliqueentry.desired(_clique(("a", "10.0.0.10", 0)), _me(), 4, Readiness.NOT_READY)
+    assert cliqueentry.desired(clique, _me(), 4, Readiness.NOT_READY).to_dict() == clique.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_unchanged_registration_is_a_no_op() -> None:
 def test_deregistering_removes_only_our_own_entry(
     entries: tuple[tuple[str, str, int], ...], removed: bool
 ) -> None:
-    got = membership.deregistered(_clique(*entries), _me())
+    got = cliqueentry.deregistered(_clique(*entries), _me())
     if not removed:
         assert got is None
         return
@@ -121,10 +121,10 @@ def test_deregistering_removes_only_our_own_entry(
 
 
 def test_is_registered_needs_our_node_and_our_ip() -> None:
-    assert membership.is_registered(_clique(("n1", "10.0.0.1", 0)), _me())
-    assert not membership.is_registered(_clique(("n1", "10.0.0.2", 0)), _me())
-    assert not membership.is_registered(_clique(), _me())
-    assert not membership.is_registered(None, _me())
+    assert cliqueentry.is_registered(_clique(("n1", "10.0.0.1", 0)), _me())
+    assert not cliqueentry.is_registered(_clique(("n1", "10.0.0.2", 0)), _me())
+    assert not cliqueentry.is_registered(_clique(), _me())
+    assert not cliqueentry.is_registered(None, _me())
 
 
 def test_peer_mapping_maps_indices_to_ips_and_skips_unnameable_entries() -> None:
@@ -136,7 +136,7 @@ def test_peer_mapping_maps_indices_to_ips_and_skips_unnameable_entries() -> None
     )
     other = CliqueDaemon(node_name="e", ip_address="10.0.0.14", clique_id="x.1", index=1)
     clique = dataclasses.replace(clique, daemons=(*clique.daemons, other))
-    mapping, problems = membership.peer_mapping(clique, CLIQUE_ID, 4)
+    mapping, problems = cliqueentry.peer_mapping(clique, CLIQUE_ID, 4)
     assert mapping == {0: "10.0.0.10", 2: "10.0.0.11"}
     assert len(problems) == 3
     assert any("index 9" in p for p in problems)
@@ -146,6 +146,6 @@ def test_peer_mapping_maps_indices_to_ips_and_skips_unnameable_entries() -> None
 
 def test_peer_mapping_of_a_duplicate_index_keeps_the_first_node_by_name() -> None:
     clique = _clique(("b", "10.0.0.11", 0), ("a", "10.0.0.10", 0))
-    mapping, problems = membership.peer_mapping(clique, CLIQUE_ID, 4)
+    mapping, problems = cliqueentry.peer_mapping(clique, CLIQUE_ID, 4)
     assert mapping == {0: "10.0.0.10"}
     assert problems == ["node b: index 0 is taken twice"]
