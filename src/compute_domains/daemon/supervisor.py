@@ -2,10 +2,8 @@
 
 Contract (STYLE §2.4):
 
-* The child is started with ``asyncio.create_subprocess_exec``; only :meth:`Supervisor.run`'s task
-  spawns it and awaits ``proc.wait()`` — nothing polls.
-* stdout and stderr are read line by line into our logger, bound with ``child=<name>``; IMEX's own
-  ``[ERROR]``/``[WARNING]`` tags map to our levels.
+* Only :meth:`Supervisor.run`'s task spawns the child and awaits its exit — nothing polls. How
+  a child is spawned, logged (with ``child=<name>``) and stopped is ``childproc``'s.
 * An unexpected exit is restarted after a capped exponential backoff (with jitter). The attempt
   counter resets once a child has stayed up for ``healthy_after`` seconds, so a child that crashes
   once a day restarts quickly, and a crash loop slows down. Each restart is counted and reported
@@ -15,32 +13,24 @@ Contract (STYLE §2.4):
   Cancelling :meth:`Supervisor.run` stops the child the same way, so no child outlives us.
 * A failure to spawn on :meth:`Supervisor.start` is returned to that caller; a failure to respawn
   after a crash is fatal (raised from :meth:`Supervisor.run`), as upstream treats it.
-* With ``parent_death_signal`` set, the kernel sends that signal to the child when we die without
-  stopping it (SIGKILL, OOM): no orphaned IMEX keeps its ports. A real container's PID namespace
-  does the same; the simulator's containers share one, so this is what guarantees it there.
+* With ``parent_death_signal`` set, no child outlives us even when we are killed (``childproc``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import random
-import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from compute_domains.daemon import childproc
 from compute_domains.infra import backoff, errors
 
 logger = logging.getLogger(__name__)
-
-_LEVEL_TAG = re.compile(r"\[(CRITICAL|ERROR|WARNING|INFO|DEBUG)\]")
-_LEVELS = {"CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARNING": logging.WARNING}
-_READ_LIMIT = 1 << 20
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,12 +74,6 @@ class ChildExit:
 
     restarts: int
     """Restarts so far, including this one."""
-
-
-def imex_line_level(line: str) -> int:
-    """The log level for one child output line, from an IMEX-style ``[LEVEL]`` tag."""
-    match = _LEVEL_TAG.search(line)
-    return _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
 
 
 class Supervisor:
@@ -160,7 +144,12 @@ class Supervisor:
                 for fut in self._take_waiters():
                     fut.set_result(True)
                 started = loop.time()
-                returncode = await self._watch(proc)
+                returncode = await childproc.pump_until_exit(
+                    proc,
+                    name=self._settings.name,
+                    log=self._log,
+                    drain_timeout=self._settings.drain_timeout,
+                )
                 if not self._wanted.is_set():
                     continue  # stopped on purpose; stop() reports the exit
                 await self._after_crash(returncode, loop.time() - started)
@@ -221,74 +210,15 @@ class Supervisor:
         self._unwanted.set()
 
     async def _spawn(self) -> asyncio.subprocess.Process:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
-                cwd=self._cwd,
-                limit=_READ_LIMIT,
-                preexec_fn=self._preexec(),
-            )
-        except FileNotFoundError as err:
-            # Our image has no NVIDIA programs: on a node they come from the driver root
-            # through the plugin's base CDI spec, so say where to look.
-            raise FileNotFoundError(
-                err.errno,
-                f"{self._argv[0]} not found in this container: it is mounted from the node's "
-                "NVIDIA driver root by the kubelet plugin's base CDI spec; check that the "
-                "driver installation there has it and that the chart's nvidiaDriverRoot "
-                "points at it (cdctl validate node shows what the spec mounts)",
-            ) from err
+        proc = await childproc.spawn(
+            self._argv,
+            env=self._env,
+            cwd=self._cwd,
+            parent_death_signal=self._settings.parent_death_signal,
+        )
         self._proc = proc
         self._log.info("started %s (pid %d)", self._argv[0], proc.pid)
         return proc
-
-    def _preexec(self) -> Callable[[], None] | None:
-        signum = self._settings.parent_death_signal
-        if signum is None:
-            return None
-
-        libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only makes the call
-
-        def set_parent_death_signal() -> None:
-            libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
-
-        return set_parent_death_signal
-
-    async def _watch(self, proc: asyncio.subprocess.Process) -> int:
-        """Pump the child's output until it exits; its exit status."""
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = [
-            asyncio.create_task(self._pump(proc.stdout), name=f"{self._settings.name}-stdout"),
-            asyncio.create_task(self._pump(proc.stderr), name=f"{self._settings.name}-stderr"),
-        ]
-        try:
-            returncode = await proc.wait()
-            # The pipes close with the child, unless a grandchild inherited them.
-            _, pending = await asyncio.wait(pumps, timeout=self._settings.drain_timeout)
-            for task in pending:
-                task.cancel()
-        finally:
-            for task in pumps:
-                task.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-        return returncode
-
-    async def _pump(self, stream: asyncio.StreamReader) -> None:
-        while True:
-            try:
-                raw = await stream.readline()
-            except ValueError:
-                # Longer than the read limit: asyncio has dropped it from the buffer.
-                self._log.warning("child output line longer than %d bytes dropped", _READ_LIMIT)
-                continue
-            if not raw:
-                return
-            line = raw.decode(errors="replace").rstrip("\r\n")
-            self._log.log(imex_line_level(line), "%s", line)
 
     async def _after_crash(self, returncode: int, uptime: float) -> None:
         if uptime >= self._settings.healthy_after:
@@ -319,20 +249,4 @@ class Supervisor:
         proc = self._proc
         if proc is None:
             return None
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            try:
-                async with asyncio.timeout(self._settings.stop_grace):
-                    await proc.wait()
-            except TimeoutError:
-                self._log.warning(
-                    "pid %d ignored SIGTERM for %.1fs; sending SIGKILL",
-                    proc.pid,
-                    self._settings.stop_grace,
-                )
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-            self._log.info("stopped pid %d (status %s)", proc.pid, proc.returncode)
-        return proc.returncode
+        return await childproc.terminate(proc, grace=self._settings.stop_grace, log=self._log)

@@ -260,19 +260,3 @@ async def test_a_failing_respawn_is_fatal(log: logging.Logger, tmp_path: Path) -
     await sup.start()
     with pytest.raises(errors.TemporaryError, match="restarting child imex failed"):
         await asyncio.wait_for(task, 10)
-
-
-@pytest.mark.parametrize(
-    ("line", "level"),
-    [
-        ("[Mar 27 2025 15:47:10] [INFO] [tid 39] Connection established", logging.INFO),
-        ("[Mar 27 2025 15:47:10] [WARNING] [tid 39] Undelivered messages", logging.WARNING),
-        ("[Mar 27 2025 15:47:10] [ERROR] [tid 39] No matching network interface", logging.ERROR),
-        ("[Mar 27 2025 15:47:10] [CRITICAL] [tid 39] abort", logging.CRITICAL),
-        ("INFO: using stderr for IMEX logging", logging.INFO),
-        ("plain text", logging.INFO),
-    ],
-    ids=["info", "warning", "error", "critical", "untagged-notice", "plain"],
-)
-def test_imex_line_levels(line: str, level: int) -> None:
-    assert supervisor.imex_line_level(line) == level
