@@ -1,4 +1,7 @@
-"""``cdctl sim up|down|env|status``: the local simulated cluster (and its hidden ``serve``)."""
+"""``cdctl sim up|down|env|status``: the local simulated cluster (and its hidden ``serve``).
+
+The option groups these share are ``simoptions``; ``cdctl sim node ...`` is ``simnode``.
+"""
 
 from __future__ import annotations
 
@@ -7,54 +10,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from compute_domains.cli import options, tools
+from compute_domains.cli import options, simnode, simoptions, tools
 from compute_domains.containers import procs
-from compute_domains.sim import cluster, control, errors, lifecycle, state, topology
+from compute_domains.sim import cluster, errors, lifecycle, state
 from compute_domains.sim import driver as driver_mod
-
-_NAME = click.option(
-    "--name",
-    default="default",
-    show_default=True,
-    envvar="CD_SIM_NAME",
-    help="Sim name; several sims can run side by side.",
-)
-
-
-_IMAGE_MAP = click.option(
-    "--image-map",
-    "image_map",
-    multiple=True,
-    metavar="REPOSITORY=FOLDER",
-    help="Run containers of image REPOSITORY (any tag) from FOLDER, a folder laid out as the "
-    "image's filesystem (e.g. FOLDER/usr/bin/<programs>); repeatable.",
-)
-
-
-def _image_map(items: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
-    out = []
-    for item in items:
-        repo, _, folder = item.partition("=")
-        path = Path(folder).resolve()
-        if not repo or not folder or ":" in repo.rsplit("/", 1)[-1]:
-            raise click.BadParameter(
-                f"{item!r}: expected REPOSITORY=FOLDER (a repository without a tag)",
-                param_hint="--image-map",
-            )
-        if not path.is_dir():
-            raise click.BadParameter(f"{item!r}: {path} is not a folder", param_hint="--image-map")
-        out.append((repo, path))
-    return tuple(out)
-
-
-def _paths(name: str) -> state.SimPaths:
-    return state.SimPaths(options.sim_home(), name)
 
 
 @click.group("sim")
@@ -62,60 +26,8 @@ def group() -> None:
     """The local simulated GB200 cluster (real control plane, simulated nodes)."""
 
 
-def _shape_options(f: Callable[..., None]) -> Callable[..., None]:
-    for opt in reversed(
-        [
-            click.option(
-                "--racks",
-                type=click.IntRange(0),
-                default=2,
-                show_default=True,
-                help="NVL72-like racks; each is one NVLink domain (clique).",
-            ),
-            click.option("--nodes-per-rack", type=click.IntRange(1), default=18, show_default=True),
-            click.option("--gpus-per-node", type=click.IntRange(1), default=4, show_default=True),
-            click.option(
-                "--plain-nodes",
-                type=click.IntRange(0),
-                default=0,
-                show_default=True,
-                help="GPU nodes without multi-node NVLink (all-zero cluster UUID).",
-            ),
-            click.option(
-                "--fabric",
-                "fabric",
-                multiple=True,
-                metavar="NODE=STATE",
-                help="Fabric fault for one node: in-progress, error, not-supported.",
-            ),
-        ]
-    ):
-        f = opt(f)
-    return f
-
-
-def _shape(
-    racks: int, nodes_per_rack: int, gpus_per_node: int, plain_nodes: int, fabric: tuple[str, ...]
-) -> topology.Shape:
-    faults = []
-    for item in fabric:
-        node, _, fstate = item.partition("=")
-        if fstate not in ("in-progress", "error", "not-supported", "completed"):
-            raise click.BadParameter(
-                f"{item!r}: expected NODE=in-progress|error|not-supported", param_hint="--fabric"
-            )
-        faults.append((node, fstate))
-    return topology.Shape(
-        racks=racks,
-        nodes_per_rack=nodes_per_rack,
-        gpus_per_node=gpus_per_node,
-        plain_nodes=plain_nodes,
-        fabric_faults=tuple(faults),
-    )
-
-
 @group.command("up")
-@_NAME
+@simoptions.NAME
 @click.option("--api-port", type=int, default=None, help="Fixed API server port (default: free).")
 @click.option(
     "--driver/--no-driver",
@@ -123,8 +35,8 @@ def _shape(
     show_default=True,
     help="Install the project's Helm chart once the nodes are up.",
 )
-@_IMAGE_MAP
-@_shape_options
+@simoptions.IMAGE_MAP
+@simoptions.shape_options
 def up(
     name: str,
     api_port: int | None,
@@ -138,9 +50,9 @@ def up(
 ) -> None:
     """Build the tools if needed, start the sim and print how to use it."""
     console = Console(stderr=True)
-    shape = _shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
+    shape = simoptions.shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
     toolset = tools.build_tools(console)
-    paths = _paths(name)
+    paths = simoptions.paths(name)
     t0 = time.monotonic()
     with console.status(
         f"starting sim '{name}': control plane, then {shape.total_nodes} "
@@ -154,7 +66,7 @@ def up(
             api_port=api_port,
             shape=shape,
             chart=chart,
-            image_map=_image_map(image_map),
+            image_map=simoptions.image_map(image_map),
         )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
@@ -180,10 +92,10 @@ def _print_usage(paths: state.SimPaths, bin_dir: Path) -> None:
 
 
 @group.command("down")
-@_NAME
+@simoptions.NAME
 def down(name: str) -> None:
     """Stop the sim and remove its folder (no process or port is left behind)."""
-    paths = _paths(name)
+    paths = simoptions.paths(name)
     if lifecycle.stop(paths):
         click.echo(f"sim '{name}' stopped and removed")
     else:
@@ -191,10 +103,10 @@ def down(name: str) -> None:
 
 
 @group.command("env")
-@_NAME
+@simoptions.NAME
 def env(name: str) -> None:
     """Print shell exports for KUBECONFIG and the PATH with the built kubectl and helm."""
-    paths = _paths(name)
+    paths = simoptions.paths(name)
     recorded = state.read_state(paths)
     if recorded is None or not state.supervisor_alive(paths, recorded):
         raise errors.SimError(f"no sim named '{name}' is running: start it with `cdctl sim up`")
@@ -203,11 +115,11 @@ def env(name: str) -> None:
 
 
 @group.command("status")
-@_NAME
+@simoptions.NAME
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 def status(name: str, output: str) -> None:
     """Show whether the sim runs, its phase, endpoints and component processes."""
-    paths = _paths(name)
+    paths = simoptions.paths(name)
     recorded = state.read_state(paths)
     alive = recorded is not None and state.supervisor_alive(paths, recorded)
     endpoints = paths.endpoints()
@@ -254,8 +166,8 @@ def status(name: str, output: str) -> None:
     is_flag=True,
     help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).",
 )
-@_IMAGE_MAP
-@_shape_options
+@simoptions.IMAGE_MAP
+@simoptions.shape_options
 def serve(
     home: Path,
     name: str,
@@ -289,58 +201,13 @@ def serve(
         bin_dir=bin_dir,
         api_port=api_port,
         isolate=isolate,
-        shape=_shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
+        shape=simoptions.shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
         driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
         patience=patient_nodes,
-        image_map=_image_map(image_map),
+        image_map=simoptions.image_map(image_map),
     )
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
 
 
-@group.group("node")
-def node_group() -> None:
-    """Faults on one simulated node: stop, start, reboot; and the node list."""
-
-
-def _node_op(name: str, op: str, node: str) -> None:
-    answer = control.request(_paths(name).root / "control.sock", {"op": op, "node": node})
-    click.echo(answer)
-
-
-@node_group.command("stop")
-@_NAME
-@click.argument("node")
-def node_stop(name: str, node: str) -> None:
-    """Stop heartbeats and kill the node's containers (a power cut)."""
-    _node_op(name, "stop", node)
-
-
-@node_group.command("start")
-@_NAME
-@click.argument("node")
-def node_start(name: str, node: str) -> None:
-    """Start a stopped node's kubelet again."""
-    _node_op(name, "start", node)
-
-
-@node_group.command("reboot")
-@_NAME
-@click.argument("node")
-def node_reboot(name: str, node: str) -> None:
-    """Stop and start the node with a new boot id."""
-    _node_op(name, "reboot", node)
-
-
-@node_group.command("list")
-@_NAME
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def node_list(name: str, output: str) -> None:
-    """The sim's nodes: address, clique, whether the kubelet runs."""
-    nodes = control.request(_paths(name).root / "control.sock", {"op": "nodes"})
-    if output == "json":
-        click.echo(json.dumps(nodes, indent=1))
-        return
-    for node, info in nodes.items():
-        state_word = "running" if info["running"] else "STOPPED"
-        click.echo(f"{node:<16} {info['address']:<14} {state_word:<8} {info['clique'] or '-'}")
+group.add_command(simnode.group)
