@@ -15,6 +15,9 @@ Rules (shared/spec/upstream-plugin-and-daemon.md §2.3, §5.4):
   none did; GPUs that disagree are fatal.
 - Char majors come from the "Character devices:" section of ``/proc/devices``; a name must match
   exactly once. With a clique ID set, both the IMEX-channel and the nvidia-caps majors must exist.
+
+Size: about 320 lines for one role, the node's hardware answer at start-up; the NVML surface it
+reads (the ``Nvml`` protocol) and the fabric rules belong to that one answer.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ Invariants:
   it when the last such entry goes (reference count per CD, beyond upstream's one claim per node).
 - Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
+
+Size: about 320 lines for one state machine; prepare, unprepare and the locked transaction they
+share are its transitions and would not read apart (its pure parts are ``holder``, ``edits``,
+``configs``; its file writes ``claimfiles`` and ``checkpointfile``).
 """
 
 from __future__ import annotations

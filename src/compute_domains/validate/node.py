@@ -7,6 +7,9 @@ a host ``nvidia-imex`` service (it must be off: ComputeDomains run one IMEX daem
 in a pod), the driver's IMEX parameters, and what the plugin's base CDI spec would mount into
 IMEX daemon containers from the driver root (``plugin.basespec``): the daemon's ``nvidia-imex``
 comes only from there. ``build_report`` is pure.
+
+Size: about 310 lines for one command; its facts, report and checks are read together, and the
+checks (its verdict) follow the report's sections one for one.
 """
 
 from __future__ import annotations
