@@ -15,11 +15,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
+from prometheus_client.parser import text_string_to_metric_families
 
 from compute_domains.api import computedomain, names
 from compute_domains.cli import options
@@ -282,3 +285,40 @@ async def log_with(
     except AssertionError as err:
         raise AssertionError(f"{err}; log:\n{logs[-3000:]}") from None
     return logs
+
+
+async def controller_leader(admin: AsyncClient) -> Pod | None:
+    """The live controller pod holding the Lease (its identity is the pod name, with a
+    per-process suffix in some versions); None while no such pod leads."""
+    lease = await admin.get(Lease, f"{driver.RELEASE}-controller", namespace=DRIVER_NS)
+    holder = str((lease.spec and lease.spec.holderIdentity) or "")
+    async for pod in admin.list(
+        Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/component": "controller"}
+    ):
+        name = str(pod.metadata.name)  # type: ignore[union-attr]
+        if not pod.metadata.deletionTimestamp and (  # type: ignore[union-attr]
+            holder == name or holder.startswith(f"{name}-")
+        ):
+            return pod
+    return None
+
+
+async def reconciles(pod: Pod) -> int:
+    """How many reconciles the controller ``pod`` finished, from its ``/metrics`` (served on
+    the pod IP, which is a loopback address of the simulated node)."""
+    assert pod.spec is not None and pod.status is not None and pod.status.podIP
+    port = next(
+        p.containerPort for c in pod.spec.containers for p in c.ports or [] if p.name == "metrics"
+    )
+    try:
+        async with httpx.AsyncClient() as http:
+            page = (await http.get(f"http://{pod.status.podIP}:{port}/metrics", timeout=10)).text
+    except httpx.TransportError:
+        return 0  # a pod of a new term: its endpoint may still be binding
+    return sum(
+        int(sample.value)
+        for family in text_string_to_metric_families(page)
+        if family.name == "compute_domains_controller_reconcile_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    )

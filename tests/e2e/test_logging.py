@@ -25,8 +25,6 @@ Mapping (also in docs/acceptance.md):
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
@@ -61,6 +59,23 @@ async def _leader_log(admin: AsyncClient, until: str | None, seconds: float = 60
         await helpers.within(seconds, leader_logged, f"leader log with {until!r}")
     except AssertionError as err:
         raise AssertionError(f"{err}; log:\n{log[-4000:]}") from None
+    return log
+
+
+async def _log_after_reconcile(admin: AsyncClient, seconds: float = 60) -> str:
+    """The leader's log once it has finished a reconcile (the running CD's: the only UID it
+    knows), so a line that reconcile would log at this level is in it by now."""
+    log = ""
+
+    async def reconciled() -> bool:
+        nonlocal log
+        leader = await helpers.controller_leader(admin)
+        if leader is None or await helpers.reconciles(leader) < 1:
+            return False
+        log = await helpers.log_of(admin, str(leader.metadata.name), DRIVER_NS)  # type: ignore[union-attr]
+        return True
+
+    await helpers.within(seconds, reconciled, "the leader reconciled the running CD")
     return log
 
 
@@ -115,15 +130,13 @@ async def test_f2_controller_log_verbosity_levels(
     uid = await _workload(admin, rack_sim)
 
     helpers.upgrade(rack_sim, "logVerbosity=warning")
-    await asyncio.sleep(5)  # the new leader had time to reconcile the running CD
-    log = await _leader_log(admin, None)
+    log = await _log_after_reconcile(admin)
     for absent in ("controller starting", "caches filled", "reconciling", "informer"):
         assert absent not in log, (absent, log)
 
     helpers.upgrade(rack_sim, "logVerbosity=info")
-    log = await _leader_log(admin, "caches filled; reconciling")
-    await asyncio.sleep(5)
-    log = await _leader_log(admin, None)
+    log = await _log_after_reconcile(admin)
+    assert "caches filled; reconciling" in log, log
     assert "'max_nodes_per_imex_domain': 18" in log, log
     for absent in (f"reconciling {uid}", "informer computedomains synced"):
         assert absent not in log, (absent, log)
