@@ -1,20 +1,24 @@
 """Upstream H1 (downgrade) and H2 (upgrade) with Helm while a ComputeDomain workload runs.
 
-The previous release is git tag ``v0.1.0``: ``sim.releases`` installs it into a venv of its own
-and offers it to this module's sim under its image tag ``0.1.0``, so the v0.1.0 chart's pods
-run v0.1.0's ``cdctl`` while the checkout's chart (image tag ``__version__``) runs this
-checkout; every check of "which version runs" looks at the pods' processes, not at labels.
+The previous release is built from commit ``PREVIOUS`` of our history, stamped
+``PREVIOUS_VERSION``: ``sim.releases`` installs it into a venv of its own and offers it to this
+module's sim under that image tag, so its chart's pods run its ``cdctl`` while the checkout's
+chart (image tag ``__version__``) runs this checkout; every check of "which version runs" looks
+at the pods' processes, not at labels. A commit, not the tag ``v0.1.0``: every full clone has
+it (a tag may be missing), and v0.1.0's daemon runs ``nvidia-imex`` from the image's ``PATH``,
+which neither a GB200 node nor the simulator gives (IMEX comes from the driver root through
+the plugin's base CDI spec), so v0.1.0 cannot form a domain on today's simulator.
 Two nodes; the workload is two ``mnnvl-workload`` pods, one per node, in one ComputeDomain.
 
 * H1 "downgrade: current-dev -> last-stable": install the checkout's chart, start the workload
-  (Ready <= 60 s, each pod reports its channel and an UP domain), ``helm upgrade`` to the v0.1.0
+  (Ready <= 60 s, each pod reports its channel and an UP domain), ``helm upgrade`` to the previous
   chart without downgrading the CRDs. The workload pods keep running untouched (same pods, no
   restart, their claims still prepared in the old plugin's checkpoint and their CDI specs in
-  place), the driver's pods and the domain's daemons run v0.1.0, the domain is Ready again.
+  place), the driver's pods run the previous release, the domain stays Ready.
   Deleting the workload: pods gone <= 10 s, then nothing is left. A fresh A1 cycle works.
 * H2 "upgrade: wipe-state, install-last-stable, upgrade-to-current-dev": ``helm uninstall``
   (driver pods gone <= 10 s), wipe the plugin folders, delete the CRDs (<= 10 s), install the
-  v0.1.0 chart, start the workload (Ready <= 60 s), apply the current CRDs (the explicit
+  previous chart, start the workload (Ready <= 60 s), apply the current CRDs (the explicit
   upgrade step of docs/upgrade.md), ``helm upgrade`` to the checkout's chart: the same checks
   with the versions swapped; deleting the old workload: pods gone <= 60 s. A fresh A1 cycle works.
 """
@@ -55,7 +59,13 @@ from tests.e2e.test_seed_example import _follow_log, sees_domain_up
 pytestmark = pytest.mark.timeout(1800)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 NODES = tuple(f"gb200-r0-n{n:02d}" for n in range(2))
-LAST_STABLE = "v0.1.0"
+PREVIOUS = "457bc7e9569951871d0c711e9d51464e905c43e0"
+"""The commit the previous release is built from: the first whose daemon takes ``nvidia-imex``
+from the node's driver root (through the plugin's base CDI spec), as a GB200 node requires, and
+whose tree is whole (ec71a77 and 00700fb import a module committed later). Its chart lacks
+NVIDIA's keys and the values schema; its plugin, controller and daemon predate ``infra.kube``."""
+PREVIOUS_VERSION = "0.2.0-dev.1"
+"""The version that build is stamped with (its tree says 0.2.0, as this checkout does)."""
 WORKLOAD = "upgrade"
 A1 = "imex-channel-injection"
 CHECKOUT_CDCTL = str(Path(sys.executable).parent / "cdctl")
@@ -67,11 +77,13 @@ CRDS = ("computedomains.resource.nvidia.com", "computedomaincliques.resource.nvi
 
 @pytest.fixture(scope="module")
 def release() -> releases.Release:
-    """v0.1.0 installed in its own venv (about a minute the first time, then cached)."""
+    """The previous release installed in its own venv (about a minute the first time, then
+    cached)."""
     return releases.prepare(
         releases.ReleaseSettings(
             repo=options.repo_root(),
-            tag=LAST_STABLE,
+            ref=PREVIOUS,
+            version=PREVIOUS_VERSION,
             cache_root=options.cache_root().parent / "releases",
         )
     )
@@ -79,7 +91,8 @@ def release() -> releases.Release:
 
 @pytest.fixture(scope="module")
 def rack_sim(toolset: toolchain.Toolset, release: releases.Release) -> Iterator[state.SimPaths]:
-    """A two-node sim without the driver, in a sim home of its own that offers v0.1.0."""
+    """A two-node sim without the driver, in a sim home of its own that offers the previous
+    release."""
     home = Path(tempfile.mkdtemp(prefix="cdup-", dir="/tmp"))
     releases.link(release, home)
     paths = state.SimPaths(home, "upgrade")
@@ -371,7 +384,8 @@ async def _a1_cycle(admin: AsyncClient, sim: state.SimPaths, cdctl: str) -> None
 
 
 def test_release_runs_its_own_code(release: releases.Release) -> None:
-    """The release venv is v0.1.0's code, not this checkout's (what the checks above rely on)."""
+    """The release venv is the previous release's code, not this checkout's (what the checks
+    above rely on)."""
     out = subprocess.run(
         [str(release.bin_dir / "cdctl"), "--version"],
         capture_output=True,
@@ -438,7 +452,7 @@ async def test_h2_upgrade_last_stable_to_current(
 
     await helpers.within(10, crds_gone, "H2: CRDs deleted")
 
-    # 3-4: last-stable with its own CRDs, and the workload on it.
+    # 3-4: the previous release with its own CRDs, and the workload on it.
     await _install(rack_sim, release.chart)
     release_cdctl = str(release.bin_dir / "cdctl")
     await _runs(rack_sim, release_cdctl, {"controller": 2, "plugin": 2}, timeout=120)

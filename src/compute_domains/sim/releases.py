@@ -1,11 +1,17 @@
-"""Earlier releases of the project, installed side by side so a sim can run them (upgrade tests).
+"""Earlier builds of the project, installed side by side so a sim can run them (upgrade tests).
 
-A release is an annotated git tag (``v0.1.0``) of this repository. ``prepare`` exports the tag's
-tree with ``git archive`` into ``<cache>/<tag>-<commit>/src`` and installs it, non-editable, into
-its own virtual environment ``<cache>/<tag>-<commit>/venv``: the release's code is copied into
-that venv's site-packages, so its ``cdctl`` imports nothing of this checkout. Dependencies are
-pinned to the versions this installation runs (``pip freeze`` as a constraints file), so pip's
-cache serves them and both versions run on the same libraries.
+A release is built from a commit of this repository's history, named by its hash or by a tag
+(``v0.1.0``). ``prepare`` exports that commit's tree with ``git archive`` into
+``<cache>/<name>/src``, optionally stamps it with a version of its own, and installs it,
+non-editable, into its own virtual environment ``<cache>/<name>/venv``: the release's code is
+copied into that venv's site-packages, so its ``cdctl`` imports nothing of this checkout.
+Dependencies are pinned to the versions this installation runs (``pip freeze`` as a constraints
+file), so pip's cache serves them and both versions run on the same libraries.
+
+Stamping is what a release build does (``helm package --app-version``, a build's own package
+version): it writes one version into ``pyproject.toml``, ``__version__`` and the chart's
+``version``/``appVersion``, so a build of a commit whose tree still says this checkout's version
+gets an image tag, and a ``cdctl --version``, of its own.
 
 ``link`` offers a prepared release to one sim: ``<sim home>/releases/<image tag>`` points at the
 release's venv, where the image tag is the release chart's ``appVersion`` (what its chart puts
@@ -14,7 +20,7 @@ image table (``images.ImageRegistry.releases``) then runs that image tag from th
 ``bin``, while every other tag keeps running this installation.
 
 Invariants:
-- The cache folder is keyed by the tag's commit, so a moved tag is prepared afresh.
+- The cache folder is keyed by the commit and the stamp, so a moved tag is prepared afresh.
 - A release counts as prepared only when its ``prepared`` marker exists, written last; a folder
   left by a killed run is removed and redone. A file lock serialises concurrent preparers.
 - All functions here block (git, pip); async callers use ``asyncio.to_thread``.
@@ -26,6 +32,7 @@ import dataclasses
 import io
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -49,9 +56,12 @@ class ReleaseSettings:
     """Which release to prepare, from where, into where."""
 
     repo: Path
-    """The git checkout holding the release tag."""
-    tag: str
-    """The release's git tag, e.g. ``v0.1.0``."""
+    """The git checkout whose history holds the release's commit."""
+    ref: str
+    """The release's commit: its full hash, or a tag such as ``v0.1.0``."""
+    version: str | None = None
+    """The version to stamp the build with (a PEP 440 and SemVer string, e.g. ``0.2.0-dev.1``);
+    None keeps the tree's own."""
     cache_root: Path
     """Folder holding prepared releases (``~/.cache/compute-domains/releases``)."""
     python: str = sys.executable
@@ -64,14 +74,14 @@ class ReleaseSettings:
 class Release:
     """A prepared release."""
 
-    tag: str
-    """The git tag it was made from."""
+    ref: str
+    """The commit hash or tag it was built from."""
     commit: str
-    """The tag's commit."""
+    """The commit."""
     version: str
     """The chart's ``appVersion``: the image tag its chart deploys by default."""
     root: Path
-    """``<cache>/<tag>-<commit>``: ``src`` (the tag's tree) and ``venv`` live there."""
+    """``<cache>/<commit>[-<stamp>]``: ``src`` (the commit's tree) and ``venv`` live there."""
 
     @property
     def venv(self) -> Path:
@@ -101,22 +111,50 @@ def _run(argv: list[str], timeout: float, what: str) -> bytes:
     return out
 
 
-def tag_commit(repo: Path, tag: str) -> str:
-    """The commit a tag points at; a clear error when the tag is missing."""
+def resolve(repo: Path, ref: str) -> str:
+    """The commit ``ref`` (a hash or a tag) names; a clear error when the clone lacks it."""
     res = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}"],
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    if res.returncode != 0:
+    if res.returncode == 0:
+        return res.stdout.strip()
+    if re.fullmatch(r"[0-9a-f]{7,40}", ref):
         raise errors.SimError(
-            f"git tag {tag} is not in {repo}: the upgrade test installs that release. A full "
-            f"clone copies tags; in a shallow or tag-less checkout run `git fetch --tags` "
-            f"(see docs/upgrade.md, 'Releases')"
+            f"commit {ref} is not in {repo}: the upgrade test builds the previous release from "
+            f"it. A full clone of the project has it; in a shallow checkout run "
+            f"`git fetch --unshallow` (see docs/upgrade.md, 'Releases')"
         )
-    return res.stdout.strip()
+    raise errors.SimError(
+        f"git tag {ref} is not in {repo}: the upgrade test installs that release. A full "
+        f"clone copies tags; in a shallow or tag-less checkout run `git fetch --tags` "
+        f"(see docs/upgrade.md, 'Releases')"
+    )
+
+
+_STAMPS = (
+    (Path("pyproject.toml"), re.compile(r'^version = ".*"$', re.M), 'version = "{}"'),
+    (
+        Path("src/compute_domains/__init__.py"),
+        re.compile(r'^__version__ = ".*"$', re.M),
+        '__version__ = "{}"',
+    ),
+    (CHART_PATH / "Chart.yaml", re.compile(r"^version: .*$", re.M), "version: {}"),
+    (CHART_PATH / "Chart.yaml", re.compile(r"^appVersion: .*$", re.M), 'appVersion: "{}"'),
+)
+
+
+def stamp(src: Path, version: str) -> None:
+    """Write ``version`` into the tree's four version strings (each must be there once)."""
+    for rel, pattern, line in _STAMPS:
+        path = src / rel
+        text = path.read_text() if path.is_file() else ""
+        if len(pattern.findall(text)) != 1:
+            raise errors.SimError(f"cannot stamp {rel}: no single line matching {pattern.pattern}")
+        path.write_text(pattern.sub(line.format(version), text))
 
 
 def _export(repo: Path, commit: str, dest: Path, timeout: float) -> None:
@@ -148,6 +186,8 @@ def _constraints(python: str, dest: Path, timeout: float) -> Path:
 def _install(settings: ReleaseSettings, commit: str, root: Path) -> None:
     src, venv = root / "src", root / "venv"
     _export(settings.repo, commit, src, settings.timeout_s)
+    if settings.version is not None:
+        stamp(src, settings.version)
     _run([settings.python, "-m", "venv", str(venv)], settings.timeout_s, "python -m venv")
     constraints = _constraints(settings.python, root / "constraints.txt", settings.timeout_s)
     _run(
@@ -162,7 +202,7 @@ def _install(settings: ReleaseSettings, commit: str, root: Path) -> None:
             str(src),
         ],
         settings.timeout_s,
-        f"pip install of release {settings.tag}",
+        f"pip install of release {settings.ref}",
     )
 
 
@@ -172,27 +212,29 @@ def _version(chart: Path) -> str:
 
 
 def prepare(settings: ReleaseSettings) -> Release:
-    """Install the tagged release into the cache unless it is there already; return it.
+    """Install the release into the cache unless it is there already; return it.
 
     Raises:
-        SimError: the tag is missing, or git, venv or pip failed (the message has their output).
+        SimError: the commit or tag is missing, the tree cannot be stamped, or git, venv or pip
+            failed (the message has their output).
     """
-    commit = tag_commit(settings.repo, settings.tag)
-    root = settings.cache_root / f"{settings.tag}-{commit[:12]}"
+    commit = resolve(settings.repo, settings.ref)
+    suffix = f"-{settings.version}" if settings.version is not None else ""
+    root = settings.cache_root / f"{commit[:12]}{suffix}"
     settings.cache_root.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(
         settings.cache_root / f".{root.name}.lock",
         timeout=settings.timeout_s * 2,
-        owner=f"prepare {settings.tag}",
+        owner=f"prepare {settings.ref}",
     )
     with lock:
         if not (root / _MARKER).exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
-            logger.info("installing release %s (%s) into %s", settings.tag, commit[:12], root)
+            logger.info("installing release %s (%s) into %s", settings.ref, commit[:12], root)
             _install(settings, commit, root)
-            (root / _MARKER).write_text(json.dumps({"tag": settings.tag, "commit": commit}))
-    release = Release(tag=settings.tag, commit=commit, version="", root=root)
+            (root / _MARKER).write_text(json.dumps({"ref": settings.ref, "commit": commit}))
+    release = Release(ref=settings.ref, commit=commit, version="", root=root)
     return dataclasses.replace(release, version=_version(release.chart))
 
 

@@ -47,25 +47,61 @@ def _repo(path: Path) -> Path:
     return path
 
 
-def test_tag_commit_resolves_an_annotated_tag_to_its_commit(tmp_path: Path) -> None:
+def test_resolve_names_the_commit_of_an_annotated_tag_or_a_hash(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     head = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()
-    assert releases.tag_commit(repo, "v9.9.9") == head
+    assert releases.resolve(repo, "v9.9.9") == head
+    assert releases.resolve(repo, head) == head
+    assert releases.resolve(repo, head[:12]) == head
 
 
 def test_a_missing_tag_says_how_to_get_it(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     with pytest.raises(errors.SimError, match=r"git tag v0\.1\.0 is not in .*git fetch --tags"):
-        releases.tag_commit(repo, "v0.1.0")
+        releases.resolve(repo, "v0.1.0")
+
+
+def test_a_missing_commit_says_how_to_get_it(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    with pytest.raises(errors.SimError, match=r"commit 457bc7e9 is not in .*--unshallow"):
+        releases.resolve(repo, "457bc7e9")
+
+
+def _tree(root: Path) -> Path:
+    chart = root / releases.CHART_PATH
+    chart.mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(
+        'apiVersion: v2\nname: compute-domains\nversion: 0.2.0\nappVersion: "0.2.0"\n'
+    )
+    (root / "src/compute_domains").mkdir(parents=True)
+    (root / "src/compute_domains/__init__.py").write_text('"""doc"""\n\n__version__ = "0.2.0"\n')
+    (root / "pyproject.toml").write_text('[project]\nname = "compute-domains"\nversion = "0.2.0"\n')
+    return root
+
+
+def test_stamp_writes_one_version_into_package_and_chart(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    releases.stamp(root, "0.2.0-dev.1")
+    chart = (root / releases.CHART_PATH / "Chart.yaml").read_text()
+    assert 'version: 0.2.0-dev.1\nappVersion: "0.2.0-dev.1"\n' in chart
+    assert '__version__ = "0.2.0-dev.1"' in (root / "src/compute_domains/__init__.py").read_text()
+    assert 'version = "0.2.0-dev.1"' in (root / "pyproject.toml").read_text()
+
+
+def test_stamp_refuses_a_tree_without_the_version_line(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    (root / "pyproject.toml").write_text('[project]\nname = "compute-domains"\n')
+    with pytest.raises(errors.SimError, match=r"cannot stamp pyproject\.toml"):
+        releases.stamp(root, "0.2.0-dev.1")
 
 
 def test_link_offers_a_release_under_its_image_tag(tmp_path: Path) -> None:
     root = tmp_path / "cache" / "v0.1.0-abc"
     (root / "venv" / "bin").mkdir(parents=True)
     (root / "venv" / "bin" / "cdctl").write_text("#!/bin/sh\n")
-    rel = releases.Release(tag="v0.1.0", commit="abc", version="0.1.0", root=root)
+    rel = releases.Release(ref="v0.1.0", commit="abc", version="0.1.0", root=root)
     home = tmp_path / "home"
     releases.link(rel, home)
     releases.link(rel, home)  # again: replaces the link
