@@ -43,7 +43,6 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
@@ -214,12 +213,21 @@ async def _held(admin: AsyncClient, sim: state.SimPaths | None) -> dict[str, Any
 
 
 async def _watch_cd(admin: AsyncClient, name: str, seen: list[str]) -> None:
-    """Record every change of the CD's overall status until cancelled."""
-    while True:
-        status = str(((await _cd(admin, name)).get("status") or {}).get("status"))
-        if not seen or seen[-1] != status:
+    """Record the CD's overall status, then every change of it, until cancelled: a watch
+    from the version read, so no change in between is missed, however brief."""
+    obj = await admin.get(computedomain.ComputeDomainResource, name, namespace="default")
+    version = obj.metadata.resourceVersion  # type: ignore[union-attr]
+    seen.append(str((obj.to_dict().get("status") or {}).get("status")))  # type: ignore[no-untyped-call]
+    watch = admin.watch(
+        computedomain.ComputeDomainResource,
+        namespace="default",
+        fields={"metadata.name": name},
+        resource_version=version,
+    )
+    async for _, changed in watch:
+        status = str((changed.to_dict().get("status") or {}).get("status"))  # type: ignore[no-untyped-call]
+        if seen[-1] != status:
             seen.append(status)
-        await asyncio.sleep(0.5)
 
 
 async def _daemons(admin: AsyncClient) -> dict[str, Any]:
@@ -235,10 +243,10 @@ async def _daemons(admin: AsyncClient) -> dict[str, Any]:
 
 
 async def _new_leader(admin: AsyncClient, seen: list[Any]) -> bool:
-    """The controller Lease is held by a pod of the current controller ReplicaSet (what was
+    """A pod of the current controller ReplicaSet leads and has finished a reconcile (of the
+    CD: the only UID there is), so the CD's status is what the new leader computes (what was
     seen last goes to ``seen``)."""
-    lease = await admin.get(Lease, driver.RELEASE + "-controller", namespace=DRIVER_NS)
-    holder = str((lease.spec and lease.spec.holderIdentity) or "")
+    leader = await helpers.controller_leader(admin)
     pods = [
         p
         async for p in admin.list(
@@ -250,10 +258,10 @@ async def _new_leader(admin: AsyncClient, seen: list[Any]) -> bool:
         assert p.metadata is not None
         if not p.metadata.deletionTimestamp and helpers.ready(p):
             current.add(str(p.metadata.name))
-    seen[:] = [holder, sorted(current), sorted(str(p.metadata.name) for p in pods)]  # type: ignore[union-attr]
-    # The identity is the pod name, with a per-process suffix in some versions.
-    leads = any(holder == n or holder.startswith(n + "-") for n in current)
-    return leads and len(current) == 2
+    name = str(leader.metadata.name) if leader is not None else None  # type: ignore[union-attr]
+    done = await helpers.reconciles(leader) if leader is not None else 0
+    seen[:] = [name, done, sorted(current), sorted(str(p.metadata.name) for p in pods)]  # type: ignore[union-attr]
+    return name in current and len(current) == 2 and done >= 1
 
 
 async def _switch_keeps_workload(
@@ -267,6 +275,11 @@ async def _switch_keeps_workload(
     daemons, daemon_cdctl = await _daemons(admin), _cdctl_processes(sim, "daemon")
     seen: list[str] = []
     watcher = asyncio.create_task(_watch_cd(admin, WORKLOAD, seen))
+
+    async def watching() -> bool:
+        return bool(seen)
+
+    await helpers.within(10, watching, "the CD status watch started")
     t0 = time.monotonic()
     try:
         await _install(sim, chart)
@@ -275,12 +288,13 @@ async def _switch_keeps_workload(
         lease: list[Any] = []
         try:
             await helpers.within(
-                60, lambda: _new_leader(admin, lease), "a new controller pod leads"
+                60, lambda: _new_leader(admin, lease), "a new controller pod leads, reconciled"
             )
         except AssertionError as err:
-            raise AssertionError(f"{err}; holder, ready pods, all pods: {lease}") from err
+            raise AssertionError(
+                f"{err}; leader, its reconciles, ready pods, all pods: {lease}"
+            ) from err
         print(f"controller and plugin switched, new leader: {time.monotonic() - t0:.1f}s")
-        await asyncio.sleep(10)  # the new leader's first reconcile of the CD and its status
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
