@@ -23,15 +23,8 @@ from lightkube import AsyncClient
 
 from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, kube
-from compute_domains.sim import (
-    driverroot,
-    images,
-    kubeletapi,
-    node,
-    pki,
-    pods,
-    topology,
-)
+from compute_domains.sim import driverroot, images, pki, topology
+from compute_domains.sim.kubelet import node, pods, server
 from compute_domains.sim.nvml import config as nvml_config
 
 logger = logging.getLogger(__name__)
@@ -121,7 +114,7 @@ class NodeAgent:
             )
         return root
 
-    def _credentials(self, spec: topology.NodeSpec, root: Path) -> tuple[Path, kubeletapi.TlsFiles]:
+    def _credentials(self, spec: topology.NodeSpec, root: Path) -> tuple[Path, server.TlsFiles]:
         ca = pki.KeyPair(
             (self._s.pki_dir / "ca.crt").read_bytes(), (self._s.pki_dir / "ca.key").read_bytes()
         )
@@ -147,7 +140,7 @@ class NodeAgent:
             serving.write(root / "etc/kubernetes", "kubelet")
             (root / "etc/kubernetes/ca.crt").write_bytes(ca.cert_pem)
             self._credentialed.add(spec.name)
-        tls = kubeletapi.TlsFiles(
+        tls = server.TlsFiles(
             cert=root / "etc/kubernetes/kubelet.crt",
             key=root / "etc/kubernetes/kubelet.key",
             ca=root / "etc/kubernetes/ca.crt",

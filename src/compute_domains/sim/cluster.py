@@ -22,8 +22,6 @@ from compute_domains.sim import (
     agent,
     control,
     controlplane,
-    node,
-    pods,
     releases,
     slots,
     standins,
@@ -32,6 +30,7 @@ from compute_domains.sim import (
 )
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim import errors as sim_errors
+from compute_domains.sim.kubelet import node, pods
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAcco
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
 from compute_domains.api import names
-from compute_domains.sim import node as simnode
 from compute_domains.sim import state, toolchain, topology
+from compute_domains.sim.kubelet import node as simnode
 from tests.drivers.testdriver import DRIVER, TestDriver
 from tests.integration.helpers import wait_for
 from tests.integration.sim.conftest import node_op

@@ -8,7 +8,7 @@ from typing import cast
 
 from lightkube import AsyncClient
 
-from compute_domains.sim import dra
+from compute_domains.sim.kubelet import dra
 
 KIND = "test.compute-domains.dev/claim"
 

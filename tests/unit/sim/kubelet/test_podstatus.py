@@ -8,7 +8,7 @@ from lightkube.models.core_v1 import (
     ContainerStatus,
 )
 
-from compute_domains.sim import podstatus
+from compute_domains.sim.kubelet import podstatus
 
 
 def _before(restarts: int, cid: str | None) -> ContainerStatus:

@@ -16,7 +16,7 @@ from lightkube.models.core_v1 import (
 )
 
 from compute_domains.containers import runtime
-from compute_domains.sim import podstatus, probes
+from compute_domains.sim.kubelet import podstatus, probes
 
 
 class _Runtime:

@@ -36,7 +36,7 @@ from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, kube
-from compute_domains.sim import cdi, pods
+from compute_domains.sim.kubelet import cdi, pods
 
 logger = logging.getLogger(__name__)
 
@@ -479,7 +479,7 @@ class DraManager:
         self, ids: list[str], env: dict[str, str], mounts: list[runtime.Mount]
     ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
         """A container's env, device nodes and mounts with CDI devices ``ids`` injected
-        from the node's spec folders (``sim.cdi``).
+        from the node's spec folders (``kubelet.cdi``).
 
         The same device can come twice: after a reboot the kubelet re-prepares a claim whose
         checkpointed entry still lists the devices of the earlier boot, and appends the new

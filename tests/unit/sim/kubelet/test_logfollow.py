@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from compute_domains.sim import logfollow
+from compute_domains.sim.kubelet import logfollow
 
 
 async def test_follow_sends_writes_as_they_come_and_ends_after_the_last_one(

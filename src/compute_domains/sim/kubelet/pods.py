@@ -25,7 +25,8 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
-from compute_domains.sim import events, images, podstatus, probes, volumes
+from compute_domains.sim import images
+from compute_domains.sim.kubelet import events, podstatus, probes, volumes
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from compute_domains.containers import runtime
 from compute_domains.infra import cdispec
-from compute_domains.sim import pods
+from compute_domains.sim.kubelet import pods
 
 _DEFAULT_MODE = 0o666
 """File mode of a device node neither the spec nor the host node gives one (the OCI default)."""

@@ -4,7 +4,7 @@ The API server asks ``POST /exec/<ns>/<pod>/<container>?command=..&command=..&in
 &error=1&tty=1`` with ``Upgrade: SPDY/3.1`` and the stream protocols it speaks
 (``X-Stream-Protocol-Version``), as the kubelet's remotecommand server expects: the first of the
 client's protocols that is served here (``v4.channel.k8s.io`` down to ``v2``) is chosen, the
-connection switches to SPDY (``sim.spdy``), and the client's streams arrive (error, then stdin,
+connection switches to SPDY (``kubelet.spdy``), and the client's streams arrive (error, then stdin,
 stdout, stderr as asked; ``resize`` with a TTY) within 30 s. The command then runs in the
 container's view (``Runtime.spawn``: its mount and UTS namespaces, root and environment) with
 stdin copied in and stdout/stderr copied out; its end is reported on the error stream: with v4 a
@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 from compute_domains.containers import procs, runtime
-from compute_domains.sim import spdy
+from compute_domains.sim.kubelet import spdy
 
 PROTOCOLS = ("v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io")
 """Stream protocols served, most preferred first (the kubelet also serves v1)."""

@@ -1,6 +1,6 @@
 import pytest
 
-from compute_domains.sim import volumes
+from compute_domains.sim.kubelet import volumes
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2 as httpx
 
 from compute_domains.containers import runtime
-from compute_domains.sim import podstatus, volumes
+from compute_domains.sim.kubelet import podstatus, volumes
 
 
 def probe_command(container: Any, command: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from compute_domains.sim import execserver, spdy
+from compute_domains.sim.kubelet import execserver, spdy
 
 
 def test_the_header_dictionary_is_the_protocols() -> None:

@@ -1,8 +1,8 @@
 """The kubelet's HTTPS endpoint of a simulated node, enough for ``kubectl logs`` and ``exec``.
 
 Serves ``GET /containerLogs/<ns>/<pod>/<container>`` (with ``tailLines`` and ``follow``, which
-ends with the container: ``sim.logfollow``; ``previous`` is ignored), ``/exec/...`` (SPDY
-upgrade: ``sim.execserver``) and ``/healthz`` on the node's own address, with a serving
+ends with the container: ``kubelet.logfollow``; ``previous`` is ignored), ``/exec/...`` (SPDY
+upgrade: ``kubelet.execserver``) and ``/healthz`` on the node's own address, with a serving
 certificate from the sim's CA; only clients with a certificate of that CA (the API server's
 kubelet client) are accepted, as the API server's ``--kubelet-certificate-authority`` expects.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from compute_domains.containers import runtime
-from compute_domains.sim import execserver, logfollow
+from compute_domains.sim.kubelet import execserver, logfollow
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compute_domains.containers import runtime
-from compute_domains.sim import cdi, pods
+from compute_domains.sim.kubelet import cdi, pods
 
 KIND = "test.compute-domains.dev/base"
 

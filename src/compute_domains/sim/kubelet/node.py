@@ -31,7 +31,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from compute_domains.api import names
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
-from compute_domains.sim import dra, events, images, kubeletapi, pods, topology
+from compute_domains.sim import images, topology
+from compute_domains.sim.kubelet import dra, events, pods, server
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class SimNode:
         client: AsyncClient,
         rt: runtime.Runtime,
         registry: images.ImageRegistry,
-        tls: kubeletapi.TlsFiles,
+        tls: server.TlsFiles,
     ) -> None:
         self._s = settings
         self._client = client
@@ -335,7 +336,7 @@ class SimNode:
     async def run(self) -> None:
         """Register, then serve heartbeats, pods, DRA and logs until cancelled."""
         await self._register()
-        logs = kubeletapi.KubeletApi(
+        logs = server.KubeletApi(
             self._s.spec.address, self._s.kubelet_port, self._tls, self.worker, self._runtime
         )
         try:
