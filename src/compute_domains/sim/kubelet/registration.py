@@ -1,0 +1,125 @@
+"""DRA plugin registration on a simulated node, as the kubelet's plugin watcher does it.
+
+Sockets in the node's ``plugins_registry`` are found by ``reconcile``, which the DRA manager
+calls every second (the real kubelet's reconciler period). A new socket is registered with
+``GetInfo`` → version choice (the plugin's first of ``v1.DRAPlugin``/``v1beta1.DRAPlugin``) →
+``NotifyRegistrationStatus``; a plugin of another type, or offering neither service, is told
+why it was refused. A socket's identity is its inode: one deleted and re-created between two
+passes is deregistered and registered again, as the kubelet's fsnotify watcher would see it.
+A driver stays registered while any of its sockets does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import stat
+from pathlib import Path
+from typing import cast
+
+import grpc
+
+from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
+from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from compute_domains.sim.kubelet import draplugin, pods
+
+REGISTRY_DIR = "var/lib/kubelet/plugins_registry"
+"""The registration sockets' folder under the node root."""
+
+
+class PluginRegistry:
+    """The DRA plugins registered on one node."""
+
+    def __init__(self, root: Path, log: logging.LoggerAdapter[logging.Logger]) -> None:
+        self._root = root
+        self._log = log
+        self._plugins: dict[str, draplugin.Plugin] = {}
+        self._sockets: dict[Path, str] = {}
+        self._identity: dict[Path, tuple[int, int]] = {}
+
+    def get(self, driver: str) -> draplugin.Plugin:
+        """The registered plugin of ``driver``.
+
+        Raises:
+            pods.PrepareError: no plugin of that driver is registered.
+        """
+        plugin = self._plugins.get(driver)
+        if plugin is None:
+            raise pods.PrepareError(f"DRA driver {driver} is not registered")
+        return plugin
+
+    async def reconcile(self) -> None:
+        """One pass over the registration folder: drop gone or replaced sockets, add new ones."""
+        found = {}
+        for entry in (self._root / REGISTRY_DIR).glob("*"):
+            with contextlib.suppress(OSError):
+                st = entry.lstat()
+                if stat.S_ISSOCK(st.st_mode) and not entry.name.startswith("."):
+                    found[entry] = (st.st_ino, st.st_ctime_ns)
+        for sock in list(self._sockets):
+            if found.get(sock) != self._identity.get(sock):
+                await self._deregister(sock)
+        for sock, ident in found.items():
+            if sock not in self._sockets:
+                self._identity[sock] = ident
+                await self._register(sock)
+
+    async def close(self) -> None:
+        """Close every plugin's channel."""
+        for p in self._plugins.values():
+            await p.channel.close()
+
+    async def _register(self, sock: Path) -> None:
+        try:
+            async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
+                stub = cast("reg_grpc.RegistrationAsyncStub", reg_grpc.RegistrationStub(ch))
+                info = await stub.GetInfo(reg.InfoRequest(), timeout=1.0)
+                error = ""
+                version = next(
+                    (
+                        draplugin.SERVICES[v]
+                        for v in info.supported_versions
+                        if v in draplugin.SERVICES
+                    ),
+                    "",
+                )
+                if info.type != "DRAPlugin":
+                    error = (
+                        "RegisterPlugin error -- no handler registered for plugin type: "
+                        f"{info.type} at socket {sock}"
+                    )
+                elif not version:
+                    error = (
+                        f"RegisterPlugin error -- plugin validation failed with err: none "
+                        f"of services supported by the plugin ({list(info.supported_versions)})"
+                        " are supported by the kubelet ([v1.DRAPlugin v1beta1.DRAPlugin])"
+                    )
+                await stub.NotifyRegistrationStatus(
+                    reg.RegistrationStatus(plugin_registered=not error, error=error), timeout=5.0
+                )
+        except grpc.aio.AioRpcError as err:
+            self._log.warning(
+                "plugin socket %s did not answer registration: %s", sock, err.details()
+            )
+            return
+        self._sockets[sock] = info.name
+        if error:
+            self._log.warning("%s", error)
+            return
+        endpoint = Path(info.endpoint) if info.endpoint else sock
+        host_endpoint = self._root / str(endpoint).lstrip("/")
+        channel = grpc.aio.insecure_channel(f"unix:{host_endpoint}")
+        old = self._plugins.get(info.name)
+        self._plugins[info.name] = draplugin.Plugin(info.name, host_endpoint, version, channel)
+        if old is not None:
+            await old.channel.close()
+        self._log.info("registered DRA plugin %s (%s) at %s", info.name, version, host_endpoint)
+
+    async def _deregister(self, sock: Path) -> None:
+        driver = self._sockets.pop(sock, "")
+        self._identity.pop(sock, None)
+        plugin = self._plugins.get(driver)
+        if plugin is not None and driver not in self._sockets.values():
+            del self._plugins[driver]
+            await plugin.channel.close()
+            self._log.info("deregistered DRA plugin %s", driver)
