@@ -24,7 +24,7 @@ from lightkube import AsyncClient
 from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, kube
 from compute_domains.sim import driverroot, images, pki, topology
-from compute_domains.sim.kubelet import node, pods, server
+from compute_domains.sim.kubelet import config, node, server
 from compute_domains.sim.nvml import config as nvml_config
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class AgentSettings:
     releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     """Project image tag → ``bin`` folder of an earlier release (``sim.releases``); none by
     default, so every tag runs this installation."""
-    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
+    kubelet: config.KubeletSettings = dataclasses.field(default_factory=config.KubeletSettings)
 
 
 def nodes_base(sim_root: Path) -> Path:
@@ -165,7 +165,7 @@ class NodeAgent:
             ),
             root / "containers",
         )
-        settings = node.NodeSettings(
+        settings = config.NodeSettings(
             spec=spec,
             root=root,
             api_host=self._api_host,

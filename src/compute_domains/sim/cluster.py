@@ -30,7 +30,7 @@ from compute_domains.sim import (
 )
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim import errors as sim_errors
-from compute_domains.sim.kubelet import node, pods
+from compute_domains.sim.kubelet import config, node
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class SimSettings:
     """Simulated nodes to run (none by default: a bare control plane)."""
     isolate: bool = True
     """Private mount namespaces for containers (needs root)."""
-    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
+    kubelet: config.KubeletSettings = dataclasses.field(default_factory=config.KubeletSettings)
     """Timings of the simulated kubelets."""
     driver: driver_mod.DriverSettings | None = None
     """Install the project's Helm chart once the nodes are up (None: a cluster without it)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from compute_domains.containers import runtime
 from compute_domains.infra import cdispec
-from compute_domains.sim.kubelet import pods
+from compute_domains.sim.kubelet import errors
 
 _DEFAULT_MODE = 0o666
 """File mode of a device node neither the spec nor the host node gives one (the OCI default)."""
@@ -64,7 +64,7 @@ def resolve(
         mounts: the container's mounts before CDI (one at a CDI mount's path is replaced).
 
     Raises:
-        pods.CreateError: with the runtime's message, when a name resolves to no device or a
+        errors.CreateError: with the runtime's message, when a name resolves to no device or a
             device node to no host device.
     """
     specs, _bad = cdispec.load_spec_dirs([node_root / "etc/cdi", node_root / "var/run/cdi"])
@@ -75,7 +75,7 @@ def resolve(
     try:
         applied = cdispec.inject(ids, specs, base, host=NodeHost(root=node_root))
     except (cdispec.UnresolvableDevicesError, cdispec.InjectionError) as err:
-        raise pods.CreateError(f"CDI device injection failed: {err}") from err
+        raise errors.CreateError(f"CDI device injection failed: {err}") from err
     return (
         applied.env_map(),
         [_runtime_node(n) for n in applied.device_nodes],

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.infra import kube
-from compute_domains.sim.kubelet import pods
+from compute_domains.sim.kubelet import errors
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,13 +46,13 @@ def _claim_names(pod: Pod) -> list[tuple[str, str]]:
             out.append((rc.name, rc.resourceClaimName))
         elif rc.resourceClaimTemplateName:
             if rc.name not in statuses:
-                raise pods.PrepareError(
+                raise errors.PrepareError(
                     f'pod "{meta.namespace}/{meta.name}": ResourceClaim not created yet'
                 )
             if statuses[rc.name]:
                 out.append((rc.name, str(statuses[rc.name])))
         else:
-            raise pods.PrepareError(
+            raise errors.PrepareError(
                 f'spec.resourceClaim "{rc.name}": none of the supported fields are set'
             )
     return out
@@ -67,25 +67,25 @@ async def _checked_claim(
         with kube.translated(f"fetch ResourceClaim {claim_name}"):
             claim = await client.get(ResourceClaim, claim_name, namespace=meta.namespace)
     except kube.KubeError as err:
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"fetch ResourceClaim {claim_name}: {kube.server_message(err)}"
         ) from err
     cm = claim.metadata
     assert cm is not None
     if template and not any(o.controller and o.uid == meta.uid for o in cm.ownerReferences or []):
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"ResourceClaim {meta.namespace}/{claim_name} was not "
             f"created for pod {meta.namespace}/{meta.name} (pod is not "
             "owner)"
         )
     status = claim.status
     if status is None or not any(r.uid == meta.uid for r in status.reservedFor or []):
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"pod {meta.name} ({meta.uid}) is not allowed to use "
             f"ResourceClaim {claim_name} ({cm.uid})"
         )
     if status.allocation is None:
-        raise pods.PrepareError(f"ResourceClaim {claim_name}: not allocated")
+        raise errors.PrepareError(f"ResourceClaim {claim_name}: not allocated")
     return claim
 
 
@@ -96,7 +96,7 @@ async def resolve(
     for a driver without a registered plugin.
 
     Raises:
-        pods.PrepareError: a claim is not there yet, not the pod's, not allocated, or one of
+        errors.PrepareError: a claim is not there yet, not the pod's, not allocated, or one of
             its drivers is nameless or not registered.
     """
     spec = pod.spec
@@ -109,7 +109,7 @@ async def resolve(
         drivers = sorted({r.driver for r in results or []})
         for d in drivers:
             if not d:
-                raise pods.PrepareError("DRA driver name is empty")
+                raise errors.PrepareError("DRA driver name is empty")
             check_driver(d)
         out.append(PodClaim(pod_claim, claim, drivers))
     return out

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
@@ -27,8 +25,9 @@ from compute_domains.sim.kubelet import (
     cdi,
     claimcache,
     claims,
+    config,
     draplugin,
-    pods,
+    errors,
     registration,
 )
 
@@ -38,24 +37,12 @@ Prepared = dict[str, list[tuple[list[str], list[str]]]]
 """Pod claim name → [(request names, CDI device ids)] of each prepared device."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class DraSettings:
-    """Where the node's kubelet folders are and how long calls may take."""
-
-    node: str
-    root: Path
-    call_timeout_s: float = 45.0
-    """Deadline of one NodePrepare/NodeUnprepare call (the kubelet's 45 s)."""
-    reconcile_s: float = 10.0
-    """Period of the unprepare reconcile for vanished pods (the kubelet uses 60 s)."""
-
-
 class DraManager:
     """Plugin registry and claim cache of one node."""
 
     def __init__(
         self,
-        settings: DraSettings,
+        settings: config.DraSettings,
         client: AsyncClient,
         active_pods: Callable[[], set[str]] | None = None,
     ) -> None:
@@ -104,7 +91,7 @@ class DraManager:
                 key = f"{cm.namespace}/{cm.name}"
                 entry = cache.entries.get(key)
                 if entry is not None and entry.uid != cm.uid:
-                    raise pods.PrepareError(
+                    raise errors.PrepareError(
                         f"old ResourceClaim with same name {cm.name} and "
                         f"different UID {entry.uid} still exists (previous "
                         "pod force-deleted?!)"
@@ -163,7 +150,7 @@ class DraManager:
             try:
                 await self._unprepare_once(pod_uid)
                 return
-            except pods.PrepareError as err:
+            except errors.PrepareError as err:
                 self._log.warning("unprepare dynamic resources: %s", err)
                 if not retry:
                     return
@@ -197,7 +184,7 @@ class DraManager:
         active = self.active_pods()
         stale = {p for e in self._cache.entries.values() for p in e.pod_uids} - active
         for pod_uid in stale:
-            with contextlib.suppress(pods.PrepareError):
+            with contextlib.suppress(errors.PrepareError):
                 await self._unprepare_pod_uid(pod_uid, retry=False)
 
     # ---- CDI for the runtime ----

@@ -21,7 +21,7 @@ from compute_domains._proto.dra.v1 import api_pb2 as v1
 from compute_domains._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from compute_domains._proto.dra.v1beta1 import api_pb2 as v1beta1
 from compute_domains._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from compute_domains.sim.kubelet import claimcache, pods
+from compute_domains.sim.kubelet import claimcache, errors
 
 SERVICES = {"v1.DRAPlugin": "v1", "v1beta1.DRAPlugin": "v1beta1"}
 """gRPC service a plugin may offer → the version name this kubelet speaks, in its preference."""
@@ -56,29 +56,29 @@ async def prepare(
     """Prepare ``entries``; claim UID → its devices as the checkpoint records them.
 
     Raises:
-        pods.PrepareError: the call failed, or any claim failed or was left out.
+        errors.PrepareError: the call failed, or any claim failed or was left out.
     """
     pb, stub = _stub(plugin)
     req = pb.NodePrepareResourcesRequest(claims=_claims(pb, entries))
     try:
         resp = await stub.NodePrepareResources(req, timeout=timeout)
     except grpc.aio.AioRpcError as err:
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"NodePrepareResources: rpc error: code = {err.code().name} desc = {err.details()}"
         ) from err
     by_uid = {e.uid: e for e in entries}
     for uid in resp.claims:
         if uid not in by_uid:
-            raise pods.PrepareError(
+            raise errors.PrepareError(
                 f"NodePrepareResources returned result for unknown claim UID {uid}"
             )
     for uid, result in resp.claims.items():
         if result.error:
-            raise pods.PrepareError(
+            raise errors.PrepareError(
                 f"NodePrepareResources failed for ResourceClaim {by_uid[uid].name}: {result.error}"
             )
     if len(resp.claims) < len(entries):
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"NodePrepareResources skipped {len(entries) - len(resp.claims)} ResourceClaims"
         )
     return {
@@ -101,19 +101,19 @@ async def unprepare(
     """Unprepare ``entries`` (a claim missing from the answer counts as done, as in 1.34).
 
     Raises:
-        pods.PrepareError: the call failed, or a claim failed.
+        errors.PrepareError: the call failed, or a claim failed.
     """
     pb, stub = _stub(plugin)
     req = pb.NodeUnprepareResourcesRequest(claims=_claims(pb, entries))
     try:
         resp = await stub.NodeUnprepareResources(req, timeout=timeout)
     except grpc.aio.AioRpcError as err:
-        raise pods.PrepareError(
+        raise errors.PrepareError(
             f"NodeUnprepareResources: rpc error: code = {err.code().name} desc = {err.details()}"
         ) from err
     for e in entries:
         result = resp.claims.get(e.uid)
         if result is not None and result.error:
-            raise pods.PrepareError(
+            raise errors.PrepareError(
                 f"NodeUnprepareResources failed for ResourceClaim {e.name}: {result.error}"
             )

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import logging
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -31,8 +29,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from compute_domains.api import names
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
-from compute_domains.sim import images, topology
-from compute_domains.sim.kubelet import dra, events, pods, server
+from compute_domains.sim import images
+from compute_domains.sim.kubelet import config, dra, events, pods, server, services
 
 logger = logging.getLogger(__name__)
 
@@ -40,24 +38,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 """kubeadm's role label of a control-plane node (value ``""``); also the key of its taint."""
 CONTROL_PLANE_TAINT = Taint(key=CONTROL_PLANE_LABEL, effect="NoSchedule")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class NodeSettings:
-    """One node's identity, folders and timings."""
-
-    spec: topology.NodeSpec
-    root: Path
-    """The node's "host" filesystem (kubelet dirs, CDI dirs, /proc/devices stand-in)."""
-    api_host: str
-    api_port: int
-    kubelet_port: int = 10250
-    """Port of the node's kubelet endpoint (logs) on its own address."""
-    lease_renew_s: float = 2.0
-    """Lease renewal interval; must stay well under the controller-manager's grace period."""
-    status_update_s: float = 10.0
-    """How often the Ready condition's heartbeat is refreshed."""
-    kubelet: pods.KubeletSettings = dataclasses.field(default_factory=pods.KubeletSettings)
 
 
 def _stamp() -> str:
@@ -69,7 +49,7 @@ class SimNode:
 
     def __init__(
         self,
-        settings: NodeSettings,
+        settings: config.NodeSettings,
         client: AsyncClient,
         rt: runtime.Runtime,
         registry: images.ImageRegistry,
@@ -85,11 +65,11 @@ class SimNode:
         self._used_slots: set[int] = set()
         self._next_slot = 0
         self.dra = dra.DraManager(
-            dra.DraSettings(node=self.name, root=settings.root),
+            config.DraSettings(node=self.name, root=settings.root),
             client,
             active_pods=lambda: set(self._workers),
         )
-        self.services = pods.NodeServices(
+        self.services = services.NodeServices(
             name=self.name,
             ip=settings.spec.address,
             root=settings.root,

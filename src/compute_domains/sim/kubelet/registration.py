@@ -21,7 +21,7 @@ import grpc
 
 from compute_domains._proto.pluginregistration.v1 import api_pb2 as reg
 from compute_domains._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from compute_domains.sim.kubelet import draplugin, pods
+from compute_domains.sim.kubelet import draplugin, errors
 
 REGISTRY_DIR = "var/lib/kubelet/plugins_registry"
 """The registration sockets' folder under the node root."""
@@ -41,11 +41,11 @@ class PluginRegistry:
         """The registered plugin of ``driver``.
 
         Raises:
-            pods.PrepareError: no plugin of that driver is registered.
+            errors.PrepareError: no plugin of that driver is registered.
         """
         plugin = self._plugins.get(driver)
         if plugin is None:
-            raise pods.PrepareError(f"DRA driver {driver} is not registered")
+            raise errors.PrepareError(f"DRA driver {driver} is not registered")
         return plugin
 
     async def reconcile(self) -> None:

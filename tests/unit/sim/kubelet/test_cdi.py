@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compute_domains.containers import runtime
-from compute_domains.sim.kubelet import cdi, pods
+from compute_domains.sim.kubelet import cdi, errors
 
 KIND = "test.compute-domains.dev/base"
 
@@ -84,7 +84,7 @@ def test_an_unusable_host_device_fails_the_container_as_a_runtime_does(
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/plain").write_text("a file, not a device")
     os.mkfifo(tmp_path / "dev/fifo")
-    with pytest.raises(pods.CreateError) as err:
+    with pytest.raises(errors.CreateError) as err:
         _resolved(tmp_path, [node])
     assert str(err.value) == f"CDI device injection failed: failed to inject devices: {message}"
 
@@ -121,6 +121,6 @@ def test_cdi_edits_apply_over_the_containers_own_env_and_mounts(tmp_path: Path) 
 
 def test_an_unknown_device_fails_the_container_naming_only_it(tmp_path: Path) -> None:
     known = _spec(tmp_path, [{"path": "/dev/null"}])
-    with pytest.raises(pods.CreateError) as err:
+    with pytest.raises(errors.CreateError) as err:
         cdi.resolve(tmp_path, [known, f"{KIND}=gone"])
     assert str(err.value) == f"CDI device injection failed: unresolvable CDI devices {KIND}=gone"

@@ -8,7 +8,7 @@ from typing import cast
 
 from lightkube import AsyncClient
 
-from compute_domains.sim.kubelet import dra
+from compute_domains.sim.kubelet import config, dra
 
 KIND = "test.compute-domains.dev/claim"
 
@@ -32,7 +32,7 @@ def _manager(root: Path) -> dra.DraManager:
     cdi.mkdir(parents=True)
     (cdi / "test-uid-1.json").write_text(json.dumps(spec))
     # The CDI resolution reads only the node's folders: no API call, no plugin.
-    return dra.DraManager(dra.DraSettings(node="n", root=root), cast(AsyncClient, None))
+    return dra.DraManager(config.DraSettings(node="n", root=root), cast(AsyncClient, None))
 
 
 def test_a_device_listed_twice_is_created_once(tmp_path: Path) -> None:
