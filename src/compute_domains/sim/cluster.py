@@ -30,7 +30,7 @@ from compute_domains.sim import (
 )
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim import errors as sim_errors
-from compute_domains.sim.kubelet import config, node
+from compute_domains.sim.kubelet import config, nodestatus
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class SimCluster:
             kube.KubeSettings(kubeconfig=self.paths.kubeconfig, field_manager="kubeadm")
         )
         try:
-            await node.mark_control_plane(admin, topology.CONTROL_PLANE_NODE)
+            await nodestatus.mark_control_plane(admin, topology.CONTROL_PLANE_NODE)
         finally:
             await admin.close()
 

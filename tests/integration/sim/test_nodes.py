@@ -28,7 +28,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
 from compute_domains.api import names
 from compute_domains.sim import state, toolchain, topology
-from compute_domains.sim.kubelet import node as simnode
+from compute_domains.sim.kubelet import nodestatus
 from tests.drivers.testdriver import DRIVER, TestDriver
 from tests.integration.helpers import wait_for
 from tests.integration.sim.conftest import node_op
@@ -478,14 +478,14 @@ async def test_control_plane_node_runs_only_what_tolerates_it(admin: AsyncClient
     cp = await admin.get(Node, topology.CONTROL_PLANE_NODE)
     assert cp.metadata is not None and cp.spec is not None and cp.status is not None
     labels = cp.metadata.labels or {}
-    assert labels.get(simnode.CONTROL_PLANE_LABEL) == "", labels
+    assert labels.get(nodestatus.CONTROL_PLANE_LABEL) == "", labels
     assert names.GPU_PRESENT_LABEL not in labels and names.GPU_CLIQUE_LABEL not in labels
     assert [(t.key, t.effect) for t in cp.spec.taints or []] == [
-        (simnode.CONTROL_PLANE_LABEL, "NoSchedule")
+        (nodestatus.CONTROL_PLANE_LABEL, "NoSchedule")
     ]
     assert "nvidia.com/gpu" not in (cp.status.capacity or {})
 
-    term = {"matchExpressions": [{"key": simnode.CONTROL_PLANE_LABEL, "operator": "Exists"}]}
+    term = {"matchExpressions": [{"key": nodestatus.CONTROL_PLANE_LABEL, "operator": "Exists"}]}
     controller = _plain_pod("like-nvidia-controller", ns, ["sleep", "3600"]).to_dict()
     controller["spec"] |= {
         "affinity": {
@@ -494,7 +494,7 @@ async def test_control_plane_node_runs_only_what_tolerates_it(admin: AsyncClient
             }
         },
         "tolerations": [
-            {"key": simnode.CONTROL_PLANE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+            {"key": nodestatus.CONTROL_PLANE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
         ],
     }
     await admin.create(Pod.from_dict(controller))

@@ -53,11 +53,6 @@ class DraManager:
         self._plugins = registration.PluginRegistry(settings.root, self._log)
         self._cache = claimcache.ClaimCache(settings.root, self._log)
 
-    def boot_id(self) -> str:
-        """The node's current boot id."""
-        path = self._s.root / "proc/sys/kernel/random/boot_id"
-        return path.read_text().strip() if path.exists() else ""
-
     async def run(self) -> None:
         """Reconcile plugin sockets and vanished pods until cancelled."""
         loop = asyncio.get_running_loop()

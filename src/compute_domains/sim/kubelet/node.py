@@ -1,11 +1,11 @@
-"""One simulated GB200 node: the kubelet's API side (Node object, Lease, pods, logs, DRA).
+"""One simulated GB200 node's kubelet: its Node, its pods, its DRA manager and its endpoint.
 
-``SimNode.run()`` registers the Node with the labels, capacity and addresses the seeds' GPU
-nodes carry (the control-plane node: no GPUs, tainted ``NoSchedule``, its role label set by
-an admin through ``mark_control_plane`` as kubeadm does), renews its Lease in
-``kube-node-lease`` (so the real node-lifecycle controller sees it alive), watches the pods
-bound to it and runs one ``PodWorker`` each. It acts with the
-node's own credentials (``system:node:<name>``), so the Node authorizer and NodeRestriction
+``SimNode.run()`` registers the Node (``nodestatus``), then runs side by side the Lease
+heartbeat, the DRA manager (``dra``), the kubelet's HTTPS endpoint (``server``) and a watch of
+the pods bound to the node, with one ``pods.PodWorker`` per pod; a pod found terminating that
+no worker runs (deleted while the kubelet was down) has its claims unprepared and its deletion
+finished. Pod addresses come from the node's range, rotating as a CNI's IPAM does. The node acts
+with its own credentials (``system:node:<name>``), so the Node authorizer and NodeRestriction
 admission apply as they do to a real kubelet. Cancelling ``run()`` is a node stop: heartbeats
 end and every container is killed at once, as when a machine loses power.
 """
@@ -13,35 +13,19 @@ end and every container is killed at once, as when a machine loses power.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime
 import logging
 from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.core_v1 import NodeSpec, Taint
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import names
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import config, dra, events, pods, server, services
+from compute_domains.sim.kubelet import config, dra, events, nodestatus, pods, server, services
 
 logger = logging.getLogger(__name__)
-
-GPU_RESOURCE = "nvidia.com/gpu"
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-"""kubeadm's role label of a control-plane node (value ``""``); also the key of its taint."""
-CONTROL_PLANE_TAINT = Taint(key=CONTROL_PLANE_LABEL, effect="NoSchedule")
-
-
-def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class SimNode:
@@ -86,144 +70,10 @@ class SimNode:
             release_ip=self._release_ip,
             logs_dir=settings.root / "var/log/pods",
         )
-        self.registered = asyncio.Event()
         self._log = logging.LoggerAdapter(logger, {"node": self.name})
-
-    def labels(self) -> dict[str, str]:
-        """The labels a GB200 node of the seeds carries (GPU operator and GFD style); the
-        control-plane node has only the kubelet's own (its role label comes from an admin,
-        ``mark_control_plane``)."""
-        spec = self._s.spec
-        labels = {
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-        }
-        if spec.control_plane:
-            return labels
-        labels |= {
-            names.GPU_PRESENT_LABEL: "true",
-            "nvidia.com/gpu.count": str(len(spec.gpus)),
-            "nvidia.com/gpu.product": "NVIDIA-GB200" if spec.rack is not None else "NVIDIA-H200",
-        }
-        if spec.rack is not None:
-            labels["nvidia.com/gpu.clusteruuid"] = spec.cluster_uuid
-            if spec.clique:
-                labels["nvidia.com/gpu.clique"] = spec.clique
-        return labels
-
-    def _status(self) -> dict[str, Any]:
-        gpus = len(self._s.spec.gpus)
-        cap = {"cpu": "72", "memory": "480Gi", "pods": "110", "ephemeral-storage": "1Ti"}
-        if gpus:
-            cap[GPU_RESOURCE] = str(gpus)
-        now = _stamp()
-        return {
-            "capacity": cap,
-            "allocatable": cap,
-            "addresses": [
-                {"type": "InternalIP", "address": self._s.spec.address},
-                {"type": "Hostname", "address": self.name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._s.kubelet_port}},
-            "conditions": [
-                {
-                    "type": t,
-                    "status": "False",
-                    "reason": r,
-                    "message": m,
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-                for t, r, m in (
-                    ("MemoryPressure", "KubeletHasSufficientMemory", "ok"),
-                    ("DiskPressure", "KubeletHasNoDiskPressure", "ok"),
-                    ("PIDPressure", "KubeletHasSufficientPID", "ok"),
-                )
-            ]
-            + [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "simulated kubelet is posting ready status",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-            "nodeInfo": {
-                "kubeletVersion": "v1.34.4-sim",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "containerRuntimeVersion": "sim://1",
-                "osImage": "simulated control plane" if gpus == 0 else "simulated GB200",
-                "kernelVersion": "sim",
-                "machineID": self.name,
-                "systemUUID": self.name,
-                "bootID": self.dra.boot_id(),
-            },
-        }
-
-    async def _register(self) -> None:
-        delay = 0.5
-        while True:
-            try:
-                await self._register_once()
-                return
-            except (OSError, httpx.HTTPError) as err:
-                self._log.warning("registration failed (%s); retrying in %.1fs", err, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-    async def _register_once(self) -> None:
-        # Taints are set at registration (``--register-with-taints``): NodeRestriction lets a
-        # kubelet create its Node with taints but never change them afterwards.
-        taints = [CONTROL_PLANE_TAINT] if self._s.spec.control_plane else None
-        node = Node(
-            metadata=ObjectMeta(name=self.name, labels=self.labels()),
-            spec=NodeSpec(taints=taints),
-        )
-        try:
-            with kube.translated(f"create node {self.name}"):
-                await self._client.create(node)
-        except kube.AlreadyExists:
-            await self._client.patch(Node, self.name, {"metadata": {"labels": self.labels()}})
-        await self._client.patch(Node.Status, self.name, {"status": self._status()})
-        self.registered.set()
-        self._log.info("registered")
-
-    async def _lease_loop(self) -> None:
-        ns, renew = "kube-node-lease", self._s.lease_renew_s
-        lease = Lease(
-            metadata=ObjectMeta(name=self.name, namespace=ns),
-            spec=LeaseSpec(
-                holderIdentity=self.name,
-                leaseDurationSeconds=max(int(renew * 4), 10),
-                renewTime=datetime.datetime.now(datetime.UTC),
-            ),
-        )
-        with contextlib.suppress(kube.KubeError), kube.translated("create lease"):
-            await self._client.create(lease)
-        last_status = asyncio.get_running_loop().time()
-        while True:
-            await asyncio.sleep(renew)
-            try:
-                await self._client.patch(
-                    Lease,
-                    self.name,
-                    {"spec": {"renewTime": _stamp(), "holderIdentity": self.name}},
-                    namespace=ns,
-                )
-                now = asyncio.get_running_loop().time()
-                if now - last_status >= self._s.status_update_s:
-                    conditions = self._status()["conditions"]
-                    await self._client.patch(
-                        Node.Status, self.name, {"status": {"conditions": conditions}}
-                    )
-                    last_status = now
-            except httpx.HTTPError as err:
-                self._log.warning("heartbeat failed: %s", kube.server_message(err))
+        self._status = nodestatus.NodeStatus(settings, client, self._log)
+        self.registered = self._status.registered
+        """Set once the Node object exists."""
 
     def _allocate_ip(self, pod: Pod) -> str:
         if pod.spec is not None and pod.spec.hostNetwork:
@@ -315,13 +165,13 @@ class SimNode:
 
     async def run(self) -> None:
         """Register, then serve heartbeats, pods, DRA and logs until cancelled."""
-        await self._register()
+        await self._status.register()
         logs = server.KubeletApi(
             self._s.spec.address, self._s.kubelet_port, self._tls, self.worker, self._runtime
         )
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._lease_loop(), name=f"lease:{self.name}")
+                tg.create_task(self._status.heartbeat(), name=f"lease:{self.name}")
                 tg.create_task(self.dra.run(), name=f"dra:{self.name}")
                 tg.create_task(logs.run(), name=f"kubelet-api:{self.name}")
                 tg.create_task(self._pod_watch(), name=f"pods:{self.name}")
@@ -332,9 +182,3 @@ class SimNode:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def mark_control_plane(admin: AsyncClient, name: str) -> None:
-    """Give the control-plane node its role label, as ``kubeadm init`` does with admin
-    credentials: NodeRestriction forbids a kubelet to set ``node-role.kubernetes.io/*``."""
-    await admin.patch(Node, name, {"metadata": {"labels": {CONTROL_PLANE_LABEL: ""}}})
