@@ -23,7 +23,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import errors, podstatus, probes, services, volumes
+from compute_domains.sim.kubelet import environment, errors, podstatus, probes, services
 
 Claims = dict[str, list[tuple[list[str], list[str]]]]
 """Pod claim name → [(request names, CDI device ids)], as DRA preparation returned them."""
@@ -70,14 +70,14 @@ class ContainerRunner:
         return f"{self._pod.uid}_{container}"
 
     async def _config(
-        self, c: Any, ctx: volumes.PodContext, vol_paths: dict[str, str], claims: Claims
+        self, c: Any, ctx: environment.PodContext, vol_paths: dict[str, str], claims: Claims
     ) -> runtime.ContainerConfig:
-        env = await volumes.container_env(self._svc.client, ctx, c)
+        env = await environment.container_env(self._svc.client, ctx, c)
         # The kubelet expands command and args from the container's own environment; the
         # runtime adds the CDI edits' env later, so they are no source of ``$(VAR)`` values.
-        command = [volumes.expand(a, env) for a in c.command or []]
-        args = [volumes.expand(a, env) for a in c.args or []]
-        mounts = volumes.container_mounts(c, vol_paths)
+        command = [environment.expand(a, env) for a in c.command or []]
+        args = [environment.expand(a, env) for a in c.args or []]
+        mounts = environment.container_mounts(c, vol_paths)
         mounts.append(runtime.Mount(source=str(self._pod.hosts_path()), target="/etc/hosts"))
         cdi_ids: list[str] = []
         for ref in c.resources.claims if c.resources and c.resources.claims else []:
@@ -118,7 +118,7 @@ class ContainerRunner:
         self,
         c: Any,
         rec: podstatus.ContainerRecord,
-        ctx: volumes.PodContext,
+        ctx: environment.PodContext,
         vol_paths: dict[str, str],
         claims: Claims,
     ) -> int:
@@ -127,9 +127,9 @@ class ContainerRunner:
         while True:
             try:
                 cfg = await self._config(c, ctx, vol_paths, claims)
-            except (volumes.EnvError, images.ImageError, errors.CreateError) as err:
+            except (environment.EnvError, images.ImageError, errors.CreateError) as err:
                 reason = {
-                    volumes.EnvError: "CreateContainerConfigError",
+                    environment.EnvError: "CreateContainerConfigError",
                     images.ImageError: "ErrImagePull",
                     errors.CreateError: "CreateContainerError",
                 }[type(err)]

@@ -22,7 +22,14 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
-from compute_domains.sim.kubelet import containers, errors, podstatus, services, volumes
+from compute_domains.sim.kubelet import (
+    containers,
+    environment,
+    errors,
+    podstatus,
+    services,
+    volumes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +200,7 @@ class PodWorker:
             except (
                 volumes.VolumeError,
                 errors.PrepareError,
-                volumes.EnvError,
+                environment.EnvError,
                 httpx.HTTPError,
             ) as err:
                 # An API refusal here is usually transient (e.g. the Node authorizer has not
@@ -215,7 +222,7 @@ class PodWorker:
 
     async def _lifecycle(self) -> None:
         self.changed()
-        ctx = volumes.PodContext(
+        ctx = environment.PodContext(
             pod=self.pod,
             node_name=self._svc.name,
             node_ip=self._svc.ip,

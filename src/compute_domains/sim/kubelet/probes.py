@@ -17,7 +17,7 @@ from typing import Any
 import httpx2 as httpx
 
 from compute_domains.containers import runtime
-from compute_domains.sim.kubelet import podstatus, volumes
+from compute_domains.sim.kubelet import environment, podstatus
 
 
 def probe_command(container: Any, command: list[str]) -> list[str]:
@@ -29,7 +29,7 @@ def probe_command(container: Any, command: list[str]) -> list[str]:
     literal ``$`` and unknown names stay as written.
     """
     static = {str(e.name): e.value or "" for e in container.env or []}
-    return [volumes.expand(arg, static) for arg in command]
+    return [environment.expand(arg, static) for arg in command]
 
 
 class Prober:

@@ -1,6 +1,6 @@
 import pytest
 
-from compute_domains.sim.kubelet import volumes
+from compute_domains.sim.kubelet import environment
 
 
 @pytest.mark.parametrize(
@@ -16,4 +16,4 @@ from compute_domains.sim.kubelet import volumes
     ],
 )
 def test_expand_follows_kubernetes_rules(text: str, expected: str) -> None:
-    assert volumes.expand(text, {"A": "1", "B": "two"}) == expected
+    assert environment.expand(text, {"A": "1", "B": "two"}) == expected
