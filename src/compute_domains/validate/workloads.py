@@ -8,10 +8,9 @@ A workload container gets two kinds of CDI devices, as a ComputeDomain pod does:
 - an IMEX channel, from **our** plugin's per-claim spec: ``plugin.cdi.channel_edits`` with the
   real char major from ``/proc/devices``, wrapped by ``plugin.cdi.build_claim_spec`` and written
   by ``plugin.cdi.CdiWriter``, exactly the calls the plugin's prepare makes.
-``resolve`` reads the spec folder back and injects the devices with ``infra.cdispec`` (the
-runtime's rules, shared with the simulated runtime) and maps the result onto
-``containers.runtime`` device nodes; nodes without numbers take the host node's (under
-``host_root``).
+``resolve`` reads the spec folder back and injects the devices with ``containers.cdi`` (the
+runtime's CDI step, shared with the simulated runtime) into ``containers.runtime`` device
+nodes; nodes without numbers take the host node's (under ``host_root``).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from compute_domains.containers import cdi as runtime_cdi
 from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, cdispec, errors
 from compute_domains.plugin import cdi, discovery
@@ -129,12 +129,10 @@ def resolve(cdi_dir: Path, device_ids: Sequence[str], *, host_root: Path = Path(
         path, err = next(iter(bad.items()))
         raise WorkloadError(f"invalid CDI spec {path}: {err}")
     try:
-        applied = cdispec.inject(device_ids, specs, host=cdispec.RootedHost(root=host_root))
+        injected = runtime_cdi.inject(device_ids, specs, host=cdispec.RootedHost(root=host_root))
     except (cdispec.UnresolvableDevicesError, cdispec.InjectionError) as err:
         raise WorkloadError(str(err)) from err
-    return Resolved(
-        env=applied.env_map(), devices=tuple(_runtime_node(n) for n in applied.device_nodes)
-    )
+    return Resolved(env=injected.env, devices=injected.devices)
 
 
 def container_config(
@@ -161,15 +159,4 @@ def _host_node(dev_root: Path, name: str) -> cdispec.DeviceNode:
         raise WorkloadError(f"{dev_root / name} is not a character device on this host")
     return cdispec.DeviceNode(
         path=f"/dev/{name}", type="c", major=numbers[0], minor=numbers[1], file_mode=0o666
-    )
-
-
-def _runtime_node(node: cdispec.DeviceNode) -> runtime.DeviceNode:
-    # ``inject`` completed the node: type and numbers are set, the mode when spec or host had one.
-    return runtime.DeviceNode(
-        path=node.path,
-        major=node.major or 0,
-        minor=node.minor or 0,
-        type=node.type or "c",
-        mode=node.file_mode if node.file_mode is not None else 0o666,
     )

@@ -3,9 +3,9 @@
 A container runtime (containerd's CDI support over the CDI library) loads the specs of the
 host's ``/etc/cdi`` and ``/var/run/cdi``, resolves the requested devices and applies their
 edits to the container's config (its env and mounts from the pod included). Resolving and the
-merge rules are ``infra.cdispec``'s, the one implementation the plugin and ``validate`` share;
-this module says only where a simulated node's host paths lie and converts between the
-runtime's types and CDI's.
+merge rules are ``infra.cdispec``'s and the conversion to the runtime's types is
+``containers.cdi``'s, both shared with ``validate``; this module says only where a simulated
+node's specs and host paths lie.
 
 The node root plays the host's filesystem: a host device node P is ``<node root>/P`` when that
 exists (the node's driver root and its ``/dev``), else this machine's P (``/dev/null`` and the
@@ -23,12 +23,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from compute_domains.containers import cdi as runtime_cdi
 from compute_domains.containers import runtime
 from compute_domains.infra import cdispec
 from compute_domains.sim.kubelet import errors
-
-_DEFAULT_MODE = 0o666
-"""File mode of a device node neither the spec nor the host node gives one (the OCI default)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,40 +66,10 @@ def resolve(
             device node to no host device.
     """
     specs, _bad = cdispec.load_spec_dirs([node_root / "etc/cdi", node_root / "var/run/cdi"])
-    base = cdispec.OciConfig(
-        env=tuple(f"{name}={value}" for name, value in (env or {}).items()),
-        mounts=tuple(_cdi_mount(m) for m in mounts),
-    )
     try:
-        applied = cdispec.inject(ids, specs, base, host=NodeHost(root=node_root))
+        injected = runtime_cdi.inject(
+            ids, specs, host=NodeHost(root=node_root), env=env, mounts=mounts
+        )
     except (cdispec.UnresolvableDevicesError, cdispec.InjectionError) as err:
         raise errors.CreateError(f"CDI device injection failed: {err}") from err
-    return (
-        applied.env_map(),
-        [_runtime_node(n) for n in applied.device_nodes],
-        [_runtime_mount(m) for m in applied.mounts],
-    )
-
-
-def _runtime_node(node: cdispec.DeviceNode) -> runtime.DeviceNode:
-    return runtime.DeviceNode(
-        path=node.path,
-        major=node.major or 0,
-        minor=node.minor or 0,
-        type=node.type or "c",
-        mode=node.file_mode if node.file_mode is not None else _DEFAULT_MODE,
-    )
-
-
-def _cdi_mount(mount: runtime.Mount) -> cdispec.Mount:
-    return cdispec.Mount(
-        host_path=mount.source,
-        container_path=mount.target,
-        options=("ro",) if mount.readonly else (),
-    )
-
-
-def _runtime_mount(mount: cdispec.Mount) -> runtime.Mount:
-    return runtime.Mount(
-        source=mount.host_path, target=mount.container_path, readonly="ro" in mount.options
-    )
+    return injected.env, list(injected.devices), list(injected.mounts)
