@@ -2,7 +2,8 @@
 
 The binaries are the pinned upstream builds from ``sim.toolchain``. Everything listens on
 free loopback ports, so several control planes run side by side; certificates, keys and
-kubeconfigs are generated into the sim's own folder; each component logs to its own file.
+kubeconfigs are generated into the sim's own folder (``pki.ControlPlanePki``); each component
+runs with the command line ``components`` gives it and logs to its own file.
 ``ControlPlane.run()`` starts the components in dependency order, waits for each one's health
 endpoint, publishes the endpoints, and then watches them: a component that dies ends the run
 with its log tail (``restart`` is a fault drill that takes one down and up on purpose).
@@ -24,12 +25,9 @@ from pathlib import Path
 import httpx2 as httpx
 
 from compute_domains.containers import procs
-from compute_domains.sim import errors, pki
+from compute_domains.sim import components, errors, pki
 
 logger = logging.getLogger(__name__)
-
-SERVICE_CIDR = "10.0.0.0/24"
-"""Virtual ClusterIP range; nothing is ever sent there, the API server only allocates from it."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,46 +90,6 @@ def check_port_free(port: int) -> None:
             ) from err
 
 
-class _Pki:
-    """The files one control plane needs, generated once per state folder."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-
-    def generate(self) -> None:
-        ca = pki.new_ca()
-        ca.write(self.dir, "ca")
-        pki.issue(
-            ca,
-            "kube-apiserver",
-            server=True,
-            dns_names=(
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            ),
-            ip_addresses=("127.0.0.1", "10.0.0.1"),
-        ).write(self.dir, "apiserver")
-        pki.issue(
-            ca, "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
-        ).write(self.dir, "apiserver-kubelet-client")
-        pki.new_service_account_keys().write(self.dir, "sa")
-
-    def ca(self) -> pki.KeyPair:
-        return pki.KeyPair((self.dir / "ca.crt").read_bytes(), (self.dir / "ca.key").read_bytes())
-
-    def client_kubeconfig(
-        self, server: str, user: str, groups: tuple[str, ...], path: Path
-    ) -> Path:
-        ca = self.ca()
-        client = pki.issue(ca, user, organizations=groups, client=True)
-        path.touch(mode=0o600)
-        path.write_text(pki.kubeconfig(server=server, ca_pem=ca.cert_pem, client=client, user=user))
-        return path
-
-
 class ControlPlane:
     """One control plane; ``run()`` serves until cancelled, ``ready`` is set when healthy."""
 
@@ -148,12 +106,6 @@ class ControlPlane:
     def _logs(self) -> Path:
         return self._s.state_dir / "logs"
 
-    def _bin(self, name: str) -> str:
-        path = self._s.bin_dir / name
-        if not path.exists():
-            raise errors.SimError(f"{name} is not built ({path} missing): run `make setup`")
-        return str(path)
-
     async def run(self) -> None:
         """Start everything, wait for health, then serve until cancelled or a component dies."""
         try:
@@ -167,7 +119,7 @@ class ControlPlane:
     async def _start_all(self) -> None:
         s = self._s
         s.state_dir.mkdir(parents=True, exist_ok=True)
-        tls = _Pki(s.state_dir / "pki")
+        tls = pki.ControlPlanePki(s.state_dir / "pki")
         if not (tls.dir / "ca.crt").exists():
             await asyncio.to_thread(tls.generate)
         if s.api_port is not None:
@@ -192,10 +144,12 @@ class ControlPlane:
         )
 
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        await self._start("etcd", self._etcd_argv(etcd_url, etcd_peer), health=f"{etcd_url}/health")
+        await self._start(
+            "etcd", components.etcd_argv(s, etcd_url, etcd_peer), health=f"{etcd_url}/health"
+        )
         await self._start(
             "kube-apiserver",
-            self._apiserver_argv(api_port, etcd_url, tls.dir),
+            components.apiserver_argv(s, api_port, etcd_url, tls.dir),
             health=f"{server}/readyz",
             ca=tls.dir / "ca.crt",
         )
@@ -203,12 +157,12 @@ class ControlPlane:
         await asyncio.gather(
             self._start(
                 "kube-controller-manager",
-                self._kcm_argv(kcm_port, kcm, tls.dir),
+                components.controller_manager_argv(s, kcm_port, kcm, tls.dir),
                 health=f"https://127.0.0.1:{kcm_port}/healthz",
             ),
             self._start(
                 "kube-scheduler",
-                self._scheduler_argv(sched_port, sched),
+                components.scheduler_argv(s, sched_port, sched),
                 health=f"https://127.0.0.1:{sched_port}/healthz",
             ),
         )
@@ -220,95 +174,6 @@ class ControlPlane:
             pids={c.name: c.pid for c in self._children},
         )
         (s.state_dir / "endpoints.json").write_text(self.endpoints.to_json())
-
-    def _etcd_argv(self, url: str, peer_port: int) -> list[str]:
-        peer = f"http://127.0.0.1:{peer_port}"
-        return [
-            self._bin("etcd"),
-            "--name",
-            "sim",
-            "--data-dir",
-            str(self._s.state_dir / "etcd"),
-            "--listen-client-urls",
-            url,
-            "--advertise-client-urls",
-            url,
-            "--listen-peer-urls",
-            peer,
-            "--initial-advertise-peer-urls",
-            peer,
-            "--initial-cluster",
-            f"sim={peer}",
-            "--initial-cluster-state",
-            "new",
-            # A throw-away test store: durability costs fsyncs the simulator does not need.
-            "--unsafe-no-fsync",
-            "--log-level",
-            "warn",
-        ]
-
-    def _apiserver_argv(self, port: int, etcd_url: str, tls: Path) -> list[str]:
-        tol = str(self._s.eviction_toleration_s)
-        return [
-            self._bin("kube-apiserver"),
-            f"--etcd-servers={etcd_url}",
-            f"--secure-port={port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--cert-dir={self._s.state_dir / 'apiserver-certs'}",
-            f"--tls-cert-file={tls / 'apiserver.crt'}",
-            f"--tls-private-key-file={tls / 'apiserver.key'}",
-            f"--client-ca-file={tls / 'ca.crt'}",
-            f"--kubelet-client-certificate={tls / 'apiserver-kubelet-client.crt'}",
-            f"--kubelet-client-key={tls / 'apiserver-kubelet-client.key'}",
-            f"--kubelet-certificate-authority={tls / 'ca.crt'}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={tls / 'sa.crt'}",
-            f"--service-account-signing-key-file={tls / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
-            "--allow-privileged=true",
-            f"--default-not-ready-toleration-seconds={tol}",
-            f"--default-unreachable-toleration-seconds={tol}",
-            "--profiling=false",
-            f"--v={self._s.verbosity}",
-        ]
-
-    def _kcm_argv(self, port: int, kubeconfig: Path, tls: Path) -> list[str]:
-        return [
-            self._bin("kube-controller-manager"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--secure-port={port}",
-            "--bind-address=127.0.0.1",
-            f"--cert-dir={self._s.state_dir / 'controller-manager-certs'}",
-            f"--service-account-private-key-file={tls / 'sa.key'}",
-            f"--root-ca-file={tls / 'ca.crt'}",
-            "--use-service-account-credentials=true",
-            "--controllers=*",
-            "--leader-elect=false",
-            "--node-monitor-period=1s",
-            f"--node-monitor-grace-period={self._s.node_monitor_grace_s}s",
-            "--profiling=false",
-            f"--v={self._s.verbosity}",
-        ]
-
-    def _scheduler_argv(self, port: int, kubeconfig: Path) -> list[str]:
-        return [
-            self._bin("kube-scheduler"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--secure-port={port}",
-            "--bind-address=127.0.0.1",
-            f"--cert-dir={self._s.state_dir / 'scheduler-certs'}",
-            "--leader-elect=false",
-            "--profiling=false",
-            f"--v={self._s.verbosity}",
-        ]
 
     async def _start(
         self, name: str, argv: Sequence[str], *, health: str, ca: Path | None = None

@@ -3,7 +3,7 @@
 One CA signs the API server's serving certificate and every client certificate (admin,
 scheduler, controller-manager, the API server's kubelet client, simulated nodes). A separate
 RSA key pair signs ServiceAccount tokens. Everything is PEM in the sim's own folder; keys are
-written with mode 0600.
+written with mode 0600. ``ControlPlanePki`` is the set one control plane needs, in its folder.
 """
 
 from __future__ import annotations
@@ -183,3 +183,46 @@ def kubeconfig(
         "preferences": {},
     }
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+class ControlPlanePki:
+    """The files one control plane needs, generated once per state folder."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    def generate(self) -> None:
+        """The CA, the API server's serving and kubelet-client certificates, the SA keys."""
+        ca = new_ca()
+        ca.write(self.dir, "ca")
+        issue(
+            ca,
+            "kube-apiserver",
+            server=True,
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ip_addresses=("127.0.0.1", "10.0.0.1"),
+        ).write(self.dir, "apiserver")
+        issue(
+            ca, "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
+        ).write(self.dir, "apiserver-kubelet-client")
+        new_service_account_keys().write(self.dir, "sa")
+
+    def ca(self) -> KeyPair:
+        """The CA written by ``generate``."""
+        return KeyPair((self.dir / "ca.crt").read_bytes(), (self.dir / "ca.key").read_bytes())
+
+    def client_kubeconfig(
+        self, server: str, user: str, groups: tuple[str, ...], path: Path
+    ) -> Path:
+        """A kubeconfig at ``path`` for ``user`` in ``groups``, with a new client certificate."""
+        ca = self.ca()
+        client = issue(ca, user, organizations=groups, client=True)
+        path.touch(mode=0o600)
+        path.write_text(kubeconfig(server=server, ca_pem=ca.cert_pem, client=client, user=user))
+        return path

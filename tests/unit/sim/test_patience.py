@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compute_domains.sim import controlplane, lifecycle, state, topology
+from compute_domains.sim import components, controlplane, lifecycle, state, topology
 
 
 def _argv(patience: bool) -> list[str]:
@@ -24,10 +24,10 @@ def test_controller_manager_and_api_server_get_the_timings(tmp_path: Path) -> No
         (tmp_path / tool).touch()
 
     def api(settings: controlplane.ControlPlaneSettings) -> list[str]:
-        return controlplane.ControlPlane(settings)._apiserver_argv(1, "http://e", tmp_path)
+        return components.apiserver_argv(settings, 1, "http://e", tmp_path)
 
     def kcm(settings: controlplane.ControlPlaneSettings) -> list[str]:
-        return controlplane.ControlPlane(settings)._kcm_argv(1, tmp_path / "kc", tmp_path)
+        return components.controller_manager_argv(settings, 1, tmp_path / "kc", tmp_path)
 
     fast = kcm(controlplane.ControlPlaneSettings(state_dir=tmp_path, bin_dir=tmp_path))
     patient = kcm(
