@@ -15,7 +15,7 @@ node's one IMEX session) and ``--sim-version``.
 ``nvidia-imex-ctl`` accepts ``-c <cfg>``, ``-i <ip> <port>``, ``-u/--u <path>``, one of
 ``-q``/``-N``/``-n``, ``-j``, ``-H`` and ``-t <ms>``.
 
-The modules behind this one: ``imex_config`` (config, nodes file, resolution, faults),
+The modules behind this one: ``imex_config`` (options, config, nodes file, resolution, faults),
 ``imex_wire`` (frames and states), ``imex_log`` (IMEX log lines), ``imex_daemon`` (the daemon),
 ``imex_links`` (outgoing peer links), ``imex_cmd`` (command service), ``imex_ctl`` and
 ``imex_report`` (the client and its output).
@@ -79,13 +79,13 @@ def main_imex(argv: Sequence[str]) -> int:
     _ignore_early_signals()
     import asyncio
 
-    from compute_domains.sim import imex_daemon
+    from compute_domains.sim import imex_config, imex_daemon
 
     args = _imex_parser().parse_args(list(argv))
     if args.version:
         sys.stdout.write(f"IMEX version: {args.sim_version}\n")
         return 0
-    options = imex_daemon.ImexOptions(
+    options = imex_config.ImexOptions(
         config_path=args.config,
         nogpu=args.nogpu,
         port=args.port,

@@ -1,4 +1,6 @@
-"""Inputs of the simulated nvidia-imex: its config file, the nodes file, name resolution, faults.
+"""Inputs of the simulated nvidia-imex: options, config file, nodes file, name resolution, faults.
+
+``ImexOptions`` are the daemon's command-line settings (``imex`` parses them).
 
 The config is IMEX's ``KEY=value`` format (``#`` comments, blank lines, empty value = unset), read
 once at start with IMEX's defaults for missing keys. The nodes file lists one address or host name
@@ -34,6 +36,34 @@ from collections.abc import Mapping
 from pathlib import Path
 
 DEFAULT_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ImexOptions:
+    """Command-line settings of one simulated daemon."""
+
+    config_path: Path
+    """``-c``: the daemon config file."""
+    nogpu: bool = False
+    """``--nogpu``: NO GPU mode; peers and ``-N`` see the version ``NO_GPU``."""
+    port: int | None = None
+    """``-p``: overrides ``SERVER_PORT``."""
+    hosts_file: Path | None = None
+    """Hosts file for name resolution; None uses the system resolver."""
+    local_addresses: tuple[str, ...] = ()
+    """Addresses of this simulated node's interfaces."""
+    fault_dir: Path | None = None
+    """Folder of fault flag files (see ``imex_config``); re-read on SIGHUP."""
+    session_file: Path | None = None
+    """Lock file standing for the node's single IMEX session (held while running)."""
+    version: str = "595.71.05"
+    """The IMEX version this stand-in claims (``--version``, peer version check)."""
+    reload_interval: float = 5.0
+    """Seconds within which a second SIGUSR1 is ignored."""
+    peer_query_timeout: float = 4.0
+    """Seconds to wait for a peer's command port during a domain query (a live real peer
+    answers in milliseconds; simulated ones on a starved 2-core machine can take seconds,
+    which made formed domains flap DEGRADED; stays under the ctl's usual ``-t 5000``)."""
 
 
 def parse_config_text(text: str) -> dict[str, str]:

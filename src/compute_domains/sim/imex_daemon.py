@@ -33,45 +33,18 @@ import random
 import signal
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from compute_domains.sim import imex_cmd, imex_config, imex_links, imex_log, imex_peers
 from compute_domains.sim.imex_wire import LocalState
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ImexOptions:
-    """Command-line settings of one simulated daemon."""
-
-    config_path: Path
-    """``-c``: the daemon config file."""
-    nogpu: bool = False
-    """``--nogpu``: NO GPU mode; peers and ``-N`` see the version ``NO_GPU``."""
-    port: int | None = None
-    """``-p``: overrides ``SERVER_PORT``."""
-    hosts_file: Path | None = None
-    """Hosts file for name resolution; None uses the system resolver."""
-    local_addresses: tuple[str, ...] = ()
-    """Addresses of this simulated node's interfaces."""
-    fault_dir: Path | None = None
-    """Folder of fault flag files (see ``imex_config``); re-read on SIGHUP."""
-    session_file: Path | None = None
-    """Lock file standing for the node's single IMEX session (held while running)."""
-    version: str = "595.71.05"
-    """The IMEX version this stand-in claims (``--version``, peer version check)."""
-    reload_interval: float = 5.0
-    """Seconds within which a second SIGUSR1 is ignored."""
-    peer_query_timeout: float = 4.0
-    """Seconds to wait for a peer's command port during a domain query (a live real peer
-    answers in milliseconds; simulated ones on a starved 2-core machine can take seconds,
-    which made formed domains flap DEGRADED; stays under the ctl's usual ``-t 5000``)."""
-
-
 class ImexDaemon:
     """One simulated daemon process; :meth:`run` returns its exit status."""
 
-    def __init__(self, options: ImexOptions, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, options: imex_config.ImexOptions, *, rng: random.Random | None = None
+    ) -> None:
         self._opts = options
         self._rng = rng or random.Random()
         self._state = LocalState.INITIALIZING
