@@ -46,8 +46,20 @@ def _stub(plugin: Plugin) -> tuple[Any, Any]:
     return v1beta1, v1beta1_grpc.DRAPluginStub(plugin.channel)
 
 
-def _claims(pb: Any, entries: Sequence[claimcache.ClaimInfo]) -> list[Any]:
-    return [pb.Claim(namespace=e.namespace, uid=e.uid, name=e.name) for e in entries]
+async def _call(
+    plugin: Plugin, method: str, entries: Sequence[claimcache.ClaimInfo], timeout: float
+) -> Any:
+    """``method`` (``NodePrepareResources`` or ``NodeUnprepareResources``) for ``entries``;
+    an RPC failure is ``PrepareError`` with the kubelet's text."""
+    pb, stub = _stub(plugin)
+    claims = [pb.Claim(namespace=e.namespace, uid=e.uid, name=e.name) for e in entries]
+    req = getattr(pb, f"{method}Request")(claims=claims)
+    try:
+        return await getattr(stub, method)(req, timeout=timeout)
+    except grpc.aio.AioRpcError as err:
+        raise errors.PrepareError(
+            f"{method}: rpc error: code = {err.code().name} desc = {err.details()}"
+        ) from err
 
 
 async def prepare(
@@ -58,14 +70,7 @@ async def prepare(
     Raises:
         errors.PrepareError: the call failed, or any claim failed or was left out.
     """
-    pb, stub = _stub(plugin)
-    req = pb.NodePrepareResourcesRequest(claims=_claims(pb, entries))
-    try:
-        resp = await stub.NodePrepareResources(req, timeout=timeout)
-    except grpc.aio.AioRpcError as err:
-        raise errors.PrepareError(
-            f"NodePrepareResources: rpc error: code = {err.code().name} desc = {err.details()}"
-        ) from err
+    resp = await _call(plugin, "NodePrepareResources", entries, timeout)
     by_uid = {e.uid: e for e in entries}
     for uid in resp.claims:
         if uid not in by_uid:
@@ -103,14 +108,7 @@ async def unprepare(
     Raises:
         errors.PrepareError: the call failed, or a claim failed.
     """
-    pb, stub = _stub(plugin)
-    req = pb.NodeUnprepareResourcesRequest(claims=_claims(pb, entries))
-    try:
-        resp = await stub.NodeUnprepareResources(req, timeout=timeout)
-    except grpc.aio.AioRpcError as err:
-        raise errors.PrepareError(
-            f"NodeUnprepareResources: rpc error: code = {err.code().name} desc = {err.details()}"
-        ) from err
+    resp = await _call(plugin, "NodeUnprepareResources", entries, timeout)
     for e in entries:
         result = resp.claims.get(e.uid)
         if result is not None and result.error:
