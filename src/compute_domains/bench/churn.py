@@ -10,7 +10,8 @@ Checks while formed: ``status.nodes`` has ``n`` distinct nodes, all Ready; ``(cl
 pairs are unique and every index is below the per-clique maximum; each node carries this CD's
 label; the clique objects list the same nodes and indices as the status. Checks after teardown:
 no daemon pod, workload pod, clique, node label, claim or ComputeDomain left (``leftovers``), and
-on every simulated node no CDI spec file and no prepared checkpoint entry of this cycle's claims.
+on every simulated node no CDI spec file and no prepared checkpoint entry of this cycle's claims,
+and no per-CD folder (``domains/<cdUID>``, the IMEX config) of this cycle's CD.
 """
 
 from __future__ import annotations
@@ -79,10 +80,13 @@ def _formed_problems(
     return problems
 
 
-def _file_problems(roots: list[Path], claim_uids: set[str]) -> list[str]:
-    """CDI spec files or prepared checkpoint entries of ``claim_uids`` left on any node."""
+def _file_problems(roots: list[Path], claim_uids: set[str], cd_uid: str) -> list[str]:
+    """CDI spec files or prepared checkpoint entries of ``claim_uids``, or the folder of CD
+    ``cd_uid``, left on any node."""
     problems: list[str] = []
     for root in roots:
+        for folder in (root / "var/lib/kubelet/plugins").glob(f"*/domains/{cd_uid}"):
+            problems.append(f"folder {folder.parent.name}/{cd_uid} left on {root.name}")
         for uid in claim_uids:
             for spec in (root / "var/run/cdi").glob(f"*claim_{uid}*"):
                 problems.append(f"CDI spec {spec.name} left on {root.name}")
@@ -159,7 +163,7 @@ async def one_cycle(
     except TimeoutError:
         left = await observe.leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
         problems.append(f"not torn down in {timeout:.0f}s: {left}")
-    problems += await asyncio.to_thread(_file_problems, node_roots(), claim_uids)
+    problems += await asyncio.to_thread(_file_problems, node_roots(), claim_uids, uid)
     return Cycle(
         lane=lane, cycle=cycle, formation_s=formation, teardown_s=teardown, problems=problems
     )

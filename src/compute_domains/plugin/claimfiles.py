@@ -7,6 +7,7 @@ it read-only, and a bind mount of a missing folder fails); a daemon claim also g
 config template copied there when the plugin has one, and, on a fabric node, the
 fabric-imex-mgmt capability read fresh. The claim's CDI spec is written, or removed when no
 device has edits. Every step is idempotent, so a retried prepare redoes it safely.
+``remove_domain_dir`` is the unprepare side: the folder goes with the CD's last claim here.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def write(
     else:
         writer.remove_claim_spec(claim_uid)
     return prepared
+
+
+def remove_domain_dir(paths: PathSettings, domain_uid: str) -> bool:
+    """Blocking: remove the per-CD folder of ``domain_uid`` and what is in it (the daemon's
+    ``imexd.cfg``, ``nodes.cfg``); whether it was there."""
+    local_dir = paths.local(paths.domains_dir / domain_uid)
+    if not local_dir.exists():
+        return False
+    shutil.rmtree(local_dir, ignore_errors=True)
+    return True
 
 
 def _read_capability(paths: PathSettings) -> discovery.CapabilityDevice:

@@ -14,7 +14,10 @@ prepare, only for not leaving things behind). Steps:
 4. A node label ``resource.nvidia.com/computeDomain`` that no live channel claim holds is
    removed (left by a reboot or a crash); the daemon of that CD then leaves the node.
 5. Per-CD folders ``domains/<domain UID>`` are removed once no live claim uses them and the
-   ComputeDomain no longer exists (upstream removes them 10 minutes after the CD is gone).
+   ComputeDomain no longer exists (upstream removes them 10 minutes after the CD is gone). The
+   unprepare of a CD's last claim on the node removes its folder already; this step is the
+   safety net for a crash in between (it runs outside the claim locks, so it leaves the folder
+   of an existing CD alone: a prepare may be creating it).
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ class Cleanup:
 
     async def _domain_dirs(self) -> None:
         cp = await self._snapshot()
-        used = {d.domain_uid for e in cp.claims.values() if e.state.live for d in e.devices}
+        used = holder.domains_in_use(cp)
         root = self._state.domain_dir("")
         found = await asyncio.to_thread(
             lambda: [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

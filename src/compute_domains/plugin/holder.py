@@ -27,6 +27,18 @@ def claims_by_holder(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[st
     return out
 
 
+def domains_in_use(cp: checkpoint.Checkpoint, *, exclude: str = "") -> set[str]:
+    """UIDs of the CDs whose devices (channel or daemon) live entries hold (``exclude`` left
+    out): the CDs whose per-CD folder this node still needs."""
+    return {
+        device.domain_uid
+        for uid, entry in cp.claims.items()
+        if uid != exclude and entry.state.live
+        for device in entry.devices
+        if device.domain_uid
+    }
+
+
 def holder_of(cp: checkpoint.Checkpoint) -> str:
     """The UID of the CD holding the node ("" when free); the lowest UID if, wrongly, several."""
     holders = sorted(claims_by_holder(cp))

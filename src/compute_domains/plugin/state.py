@@ -22,6 +22,11 @@ Invariants:
   entry holds a channel device of ``X``): it is written after the entry, and unprepare removes
   it when the last such entry goes (reference count per CD, beyond upstream's one claim per node).
 - Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
+- The per-CD folder ``domains/<domain UID>`` (IMEX config the daemon writes, workloads read)
+  exists only while a live entry holds a device of that CD: prepare creates it, and the
+  unprepare of the last such entry removes it, under the locks, so a concurrent prepare of the
+  same CD either counts as a holder or creates it again afterwards (cleanup's sweep is only a
+  safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
 Size: about 320 lines for one state machine; prepare, unprepare and the locked transaction they
@@ -300,6 +305,17 @@ class DeviceState:
                     await self._domains.unlabel(held_by)
                     others[held_by] = set()  # once per CD
             await asyncio.to_thread(self.writer.remove_claim_spec, uid)
+            used = holder.domains_in_use(txn.current, exclude=uid)
+            for domain_uid in sorted({d.domain_uid for d in entry.devices if d.domain_uid} - used):
+                if not await asyncio.to_thread(
+                    claimfiles.remove_domain_dir, self._paths, domain_uid
+                ):
+                    continue  # never made (a channel claim on a node without a clique)
+                logger.info(
+                    "removed the folder of ComputeDomain %s: its last claim here was unprepared",
+                    domain_uid,
+                    extra={"claim_uid": uid, "node": self._node},
+                )
             tombstone = dataclasses.replace(
                 entry, state=State.UNPREPARED, devices=(), status={}, updated_at=self._now()
             )

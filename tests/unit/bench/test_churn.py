@@ -63,12 +63,15 @@ def test_files_left_on_a_node_are_found(tmp_path: Path) -> None:
         "other": {"state": "PrepareCompleted"},
     }
     (plugin / "checkpoint.json").write_text(json.dumps({"claims": claims}))
-    problems = churn._file_problems([root], {"u1", "u2", "u3"})
+    (plugin / "domains" / UID).mkdir(parents=True)
+    (plugin / "domains" / "other-cd").mkdir()
+    problems = churn._file_problems([root], {"u1", "u2", "u3"}, UID)
     assert sorted(problems) == [
         "CDI spec k8s.compute-domain.nvidia.com-claim_u1.json left on node-a",
         "checkpoint on node-a still holds claim u2 (PrepareCompleted)",
+        f"folder domains/{UID} left on node-a",
     ]
-    assert churn._file_problems([root], {"other-claim"}) == []
+    assert churn._file_problems([root], {"other-claim"}, "gone-cd") == []
 
 
 def test_percentiles_and_summary_ignore_failed_cycles_in_timings() -> None:

@@ -104,6 +104,21 @@ async def test_label_is_reference_counted_per_domain(
     assert not (tmp_path / "var/run/cdi" / cdi.claim_spec_file_name("c2")).exists()
 
 
+async def test_the_domain_folder_goes_with_the_last_claim_of_its_domain(
+    tmp_path: Path, domains: fakes.FakeDomains
+) -> None:
+    s = fakes.device_state(tmp_path, domains)
+    await s.prepare(_channel_claim("c1", slot=0), wait_s=1)
+    await s.prepare(_channel_claim("c2", slot=1), wait_s=1)
+    folder = s.domain_dir(CD_A)
+    assert folder.is_relative_to(tmp_path)
+    (folder / "imexd.cfg").write_text("# what the daemon writes\n")
+    assert await s.unprepare("c1") is not None
+    assert (folder / "imexd.cfg").exists(), "another claim of the CD still uses it"
+    assert await s.unprepare("c2") is not None
+    assert not folder.exists()
+
+
 async def test_unprepare_logs_the_claim_leaving_the_checkpoint_in_nvidias_words(
     tmp_path: Path, domains: fakes.FakeDomains, caplog: pytest.LogCaptureFixture
 ) -> None:
