@@ -129,6 +129,14 @@ def group() -> None:
     help="Seconds between SIGTERM and SIGKILL when stopping IMEX.",
 )
 @click.option(
+    "--metrics-port",
+    envvar="METRICS_PORT",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="Port of /metrics on the pod IP; 0 serves none. Env METRICS_PORT.",
+)
+@click.option(
     "--unfilled-slot-address",
     default="",
     help="Map names of unfilled slots to this address (never a pod's); unset: unresolvable.",
@@ -167,6 +175,7 @@ def run(**opts: Any) -> None:
         kube=kube.KubeSettings(
             kubeconfig=opts["kubeconfig"], field_manager="compute-domain-daemon"
         ),
+        metrics_port=opts["metrics_port"],
     )
     settings.validate()
     asyncio.run(_serve(settings, opts["shutdown_timeout"]))

@@ -29,10 +29,15 @@ class DaemonSettings:
     """Log format of the daemons (``CD_LOG_FORMAT``): ``text`` or ``json``."""
     image_pull_secrets: tuple[str, ...] = ()
     """Names of Secrets in the driver namespace used to pull the daemon image; none by default."""
+    metrics_port: int = 8082
+    """Port of the daemons' ``/metrics`` on their pod IP (``METRICS_PORT``, a container port
+    named ``metrics``, Prometheus scrape annotations); 0 renders none."""
 
     def __post_init__(self) -> None:
         if not self.image:
             raise errors.ConfigError("the daemon image must be set (IMAGE_NAME)")
+        if not 0 <= self.metrics_port <= 65535:
+            raise errors.ConfigError(f"daemon metrics port out of range: {self.metrics_port}")
         if self.max_nodes_per_imex_domain < 1:
             raise errors.ConfigError(
                 f"max nodes per IMEX domain must be >= 1, got {self.max_nodes_per_imex_domain}"

@@ -7,7 +7,9 @@ Rendering follows upstream (spec §7.3) field for field, with these deliberate d
   service does; afterwards the readiness probe runs every 5 s (upstream: 10 s) — each run costs
   a process start on the node, which matters with 18 daemons on a small machine;
 - no ``FEATURE_GATES`` env (we have no feature gates); ``CD_LOG_LEVEL``/``CD_LOG_FORMAT`` are
-  added so the daemon's ``cdctl`` logs at the controller's chosen level and format.
+  added so the daemon's ``cdctl`` logs at the controller's chosen level and format;
+- ``METRICS_PORT``, a container port ``metrics`` and Prometheus scrape annotations: the daemon
+  serves ``/metrics`` on its pod IP (``daemon.metrics``).
 
 Identity: name ``computedomain-daemon-<cdUID>`` in the driver namespace, label and finalizer
 ``resource.nvidia.com/computeDomain``, no owner references (the controller deletes it). The
@@ -22,6 +24,7 @@ from typing import Final
 from lightkube.models.apps_v1 import DaemonSetSpec
 from lightkube.models.core_v1 import (
     Container,
+    ContainerPort,
     EnvVar,
     EnvVarSource,
     ExecAction,
@@ -75,7 +78,18 @@ def _env(settings: config.DaemonSettings) -> list[EnvVar]:
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         EnvVar(name="NVIDIA_VISIBLE_DEVICES", value="void"),
+        *(
+            [EnvVar(name="METRICS_PORT", value=str(port))]
+            if (port := settings.metrics_port)
+            else []
+        ),
     ]
+
+
+def _scrape(settings: config.DaemonSettings) -> dict[str, str] | None:
+    if not settings.metrics_port:
+        return None
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.metrics_port)}
 
 
 def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
@@ -87,6 +101,9 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
         image=settings.image,
         command=list(DAEMON_COMMAND),
         env=_env(settings),
+        ports=[ContainerPort(name="metrics", containerPort=settings.metrics_port)]
+        if settings.metrics_port
+        else None,
         resources=ResourceRequirements(claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)]),
         startupProbe=_probe(period=1, failures=1200),
         livenessProbe=_probe(period=60, failures=20),
@@ -112,6 +129,9 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
         ),
         spec=DaemonSetSpec(
             selector=LabelSelector(matchLabels=dict(labels)),
-            template=PodTemplateSpec(metadata=ObjectMeta(labels=dict(labels)), spec=pod_spec),
+            template=PodTemplateSpec(
+                metadata=ObjectMeta(labels=dict(labels), annotations=_scrape(settings)),
+                spec=pod_spec,
+            ),
         ),
     )

@@ -9,7 +9,8 @@
    (``compute-domain-daemon-0000`` … ``<max-1>``), both atomically;
 4. run, as named guarded tasks of one TaskGroup: the IMEX supervisor, the peer updater (hosts
    block, first start, paced SIGUSR1), the clique membership (register, follow, report
-   readiness), our pod's readiness watch, and the Event recorder.
+   readiness), our pod's readiness watch, the Event recorder, and (with a metrics port) the
+   ``/metrics`` endpoint on the pod IP (``daemon.metrics``).
 
 Any task failing cancels the others, and the error propagates (the container restarts). On
 cancellation (SIGTERM) the IMEX process is stopped (SIGTERM, bounded wait, SIGKILL) while, at
@@ -30,12 +31,14 @@ from compute_domains.daemon import (
     events,
     imexconfig,
     membership,
+    metrics,
     peers,
     probe,
     readiness,
     supervisor,
 )
 from compute_domains.daemon.config import DaemonSettings
+from compute_domains.infra import metrics as infra_metrics
 from compute_domains.infra import tasks
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,8 @@ class Daemon:
         """The IMEX supervisor, once built (for tests and diagnostics)."""
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
+        self.metrics = metrics.DaemonMetrics()
+        """This daemon's metrics (its own registry)."""
         self._controller_ref: dict[str, str] | None = None
 
     async def run(self) -> None:
@@ -140,6 +145,7 @@ class Daemon:
             deregister_timeout=s.deregister_timeout,
             rng=self._rng,
             co_owner=self._controller_ref,
+            meter=self.metrics,
         )
         own = probe.CheckSettings(
             clique_id=ident.clique_id,
@@ -161,6 +167,11 @@ class Daemon:
             "pod-readiness": pod.run(),
             "events": recorder.run(),
         }
+        if s.metrics_port:
+            endpoint = infra_metrics.HttpEndpoint(
+                host=ident.pod_ip, port=s.metrics_port, render=self.metrics.render, checks={}
+            )
+            work["metrics-http"] = endpoint.run()
         async with asyncio.TaskGroup() as tg:
             for name, coro in work.items():
                 tasks.spawn(tg, name, coro, log=logger)

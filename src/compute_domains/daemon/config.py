@@ -109,6 +109,9 @@ class DaemonSettings:
     we start at 50 ms so a conflict storm among 18 daemons settles without hammering)."""
     deregister_timeout: float = 10.0
     """Seconds the shutdown may spend removing our clique entry (upstream: 10 s)."""
+    metrics_port: int = 0
+    """Port of ``/metrics`` on the pod IP (``METRICS_PORT``; the controller's DaemonSet sets
+    it); 0 serves none."""
     kube: kube.KubeSettings = dataclasses.field(
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )
@@ -135,6 +138,8 @@ class DaemonSettings:
         ]
         if missing:
             raise errors.ConfigError(f"missing daemon identity: {', '.join(missing)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise errors.ConfigError(f"METRICS_PORT out of range: {self.metrics_port}")
         if not ident.has_clique:
             return
         try:

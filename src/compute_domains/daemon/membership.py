@@ -12,8 +12,10 @@ The clique protocol (who writes what):
   garbage collector deletes the clique once every daemon pod that registered is gone.
 * Writes are full updates with optimistic concurrency: a 409 re-reads the object and retries
   with backoff, so concurrent joins never take the same index (the list-map key keeps node names
-  unique). A full clique is reported (log line + Event on our pod) and retried on every clique
-  change and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
+  unique). A 409 is an expected race, not news: it is counted
+  (``compute_domains_daemon_clique_conflicts_total``) and logged at debug level only. A full
+  clique is reported (log line + Event on our pod) and retried on every clique change and with
+  backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
 * On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
   terminating predecessor never removes the entry its replacement already took over. Entries of
   daemons that died without this are pruned by the controller.
@@ -43,9 +45,9 @@ from compute_domains.api.clique import (
     ComputeDomainCliqueResource,
 )
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import cliqueentry, events, kubeio
+from compute_domains.daemon import cliqueentry, events, kubeio, metrics
 from compute_domains.daemon.config import Identity
-from compute_domains.infra import backoff, errors
+from compute_domains.infra import backoff, errors, kube
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Membership:
         recorder: Events on our pod (clique full).
         on_peers: called with each new peer mapping that includes us; must not block.
         deregister_timeout: bound of the removal at shutdown, in seconds.
+        meter: where lost write races are counted (a fresh registry of its own when None).
     """
 
     def __init__(
@@ -75,8 +78,10 @@ class Membership:
         deregister_timeout: float = 10.0,
         rng: random.Random | None = None,
         co_owner: dict[str, str] | None = None,
+        meter: metrics.DaemonMetrics | None = None,
     ) -> None:
         self._client = client
+        self._meter = meter or metrics.DaemonMetrics()
         self._ident = ident
         self._max = max_nodes
         self._retry = retry
@@ -168,6 +173,13 @@ class Membership:
                 attempt += 1
                 if isinstance(err, CliqueFullError):
                     self._report_full(err)
+                elif isinstance(err, kube.Conflict | kube.AlreadyExists):
+                    self._log.debug(
+                        "clique sync: another daemon wrote first (409): %s; retrying on the "
+                        "fresh state in %.2fs",
+                        err,
+                        delay,
+                    )
                 else:
                     self._log.info("clique sync: %s; retrying in %.2fs", err, delay)
                 # Retry after the delay, or at once when the clique changes meanwhile.
@@ -205,7 +217,7 @@ class Membership:
             self._log.info("clique %s has a free slot again; joined", current.name)
 
     async def _write(self, want: ComputeDomainClique, *, create: bool) -> None:
-        verb = "create" if create else "update"
+        verb = metrics.CREATE if create else metrics.UPDATE
         try:
             if create:
                 raw = await self._client.create(want.to_resource())
@@ -213,6 +225,8 @@ class Membership:
                 raw = await self._client.replace(want.to_resource())
         except (httpx.HTTPError, OSError) as err:
             classified = kubeio.classify(err, f"{verb} clique {want.name}")
+            if kubeio.status_code(err) == 409:
+                self._meter.clique_conflicts.labels(verb=verb).inc()
             if kubeio.status_code(err) in (404, 409):
                 await self._reread()  # lost a race: take the server's state and try again
             raise classified from err

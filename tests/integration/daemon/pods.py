@@ -39,6 +39,8 @@ from compute_domains.sim import driverroot
 from tests.integration.helpers import wait_for
 
 IMAGE = f"ghcr.io/compute-domains/compute-domains:{compute_domains.__version__}"
+METRICS_PORT = 8082
+"""The daemons' /metrics port (the controller's DaemonSet default)."""
 NODES = ("gb200-r0-n00", "gb200-r0-n01", "gb200-r0-n02")
 CHECK = ["cdctl", "daemon", "check"]
 
@@ -80,6 +82,7 @@ def daemon_pod(
     env = [
         EnvVar(name="LOG_VERBOSITY", value="info"),
         EnvVar(name="MAX_NODES_PER_IMEX_DOMAIN", value=str(max_nodes)),
+        EnvVar(name="METRICS_PORT", value=str(METRICS_PORT)),
         _field("NODE_NAME", "spec.nodeName"),
         _field("POD_IP", "status.podIP"),
         _field("POD_UID", "metadata.uid"),

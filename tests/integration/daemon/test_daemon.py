@@ -14,6 +14,7 @@ import asyncio
 import re
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -68,6 +69,12 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
         f"compute-domain-daemon-000{i}" for i in range(3)
     }
     await _workload_sees_the_domain(admin, ns, running[0].status.podIP, indices[NODES[0]])
+    for pod in running.values():  # each daemon serves its metrics on its pod IP
+        async with httpx.AsyncClient() as http:
+            url = f"http://{pod.status.podIP}:{pods.METRICS_PORT}/metrics"
+            page = (await http.get(url, timeout=10)).text
+        for verb in ("create", "update"):
+            assert f'compute_domains_daemon_clique_conflicts_total{{verb="{verb}"}}' in page, page
 
     # Force-delete node 1's daemon (SIGKILL, no deregistration): its IMEX dies with it, and
     # the replacement on the same node keeps the node's index.

@@ -24,7 +24,10 @@ def test_identity_labels_finalizer_no_owner() -> None:
         "namespace": "cd-system",
     }
     assert ds["spec"]["selector"] == {"matchLabels": {names.COMPUTE_DOMAIN_LABEL: UID}}
-    assert ds["spec"]["template"]["metadata"] == {"labels": {names.COMPUTE_DOMAIN_LABEL: UID}}
+    assert ds["spec"]["template"]["metadata"] == {
+        "labels": {names.COMPUTE_DOMAIN_LABEL: UID},
+        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8082"},
+    }
     assert "updateStrategy" not in ds["spec"]
 
 
@@ -67,7 +70,9 @@ def test_container_command_env_and_probes() -> None:
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
         "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
         "NVIDIA_VISIBLE_DEVICES": "void",
+        "METRICS_PORT": "8082",
     }
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8082}]
     check = {"command": ["cdctl", "daemon", "check"]}
     common = {"exec": check, "initialDelaySeconds": 0, "timeoutSeconds": 10, "successThreshold": 1}
     assert c["startupProbe"] == {**common, "periodSeconds": 1, "failureThreshold": 1200}
@@ -78,3 +83,10 @@ def test_container_command_env_and_probes() -> None:
 def test_image_pull_secrets_are_rendered_when_set() -> None:
     pod = _render(image_pull_secrets=("a", "b"))["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}]
+
+
+def test_metrics_port_zero_renders_no_port_env_or_annotations() -> None:
+    ds = _render(metrics_port=0)
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "ports" not in c and "METRICS_PORT" not in {e["name"] for e in c["env"]}
+    assert "annotations" not in ds["spec"]["template"]["metadata"]

@@ -69,3 +69,8 @@ def test_a_node_without_clique_needs_no_pod_ip() -> None:
 
 def test_the_clique_object_name_joins_domain_uid_and_clique_id() -> None:
     assert GOOD.clique_name == "cd.cluster.1"
+
+
+def test_a_metrics_port_out_of_range_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="METRICS_PORT out of range: 65536"):
+        DaemonSettings(identity=GOOD, metrics_port=65536).validate()
