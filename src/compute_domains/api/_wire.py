@@ -10,7 +10,9 @@ Invariants:
 - Booleans are never accepted as integers and floats never as integers, even ``1.0``
   (Go rejects both when decoding into an ``int``).
 - ``loads_strict`` rejects duplicate object keys at every depth; Python's ``json`` would silently
-  keep the last one.
+  keep the last one. ``loads_marking`` parses a whole API object instead, keeping the last value
+  as everyone does but marking each object that repeated a key (``MarkedObject``), so a decoder
+  can reject duplicates in the part it owns (our driver's opaque parameters) and only there.
 """
 
 from __future__ import annotations
@@ -56,13 +58,61 @@ def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _duplicate(path: str) -> DecodeError:
+    # Go's strict decoder (sigs.k8s.io/json) says "duplicate field"; k8s prefixes its phrase.
+    return DecodeError(f'strict decoding error: duplicate field "{path}"')
+
+
 def _reject_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     result: dict[str, object] = {}
     for key, value in pairs:
         if key in result:
-            raise DecodeError(f'duplicate field "{key}"')
+            raise _duplicate(key)
         result[key] = value
     return result
+
+
+class MarkedObject(dict[str, object]):
+    """A JSON object from ``loads_marking``: last value wins, repeated keys are remembered."""
+
+    __slots__ = ("repeated",)
+
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        repeated: list[str] = []
+        for key, _ in pairs:
+            if key in seen:
+                repeated.append(key)
+            seen.add(key)
+        self.repeated = tuple(repeated)
+        """Keys the document gave more than once, in document order."""
+
+
+def loads_marking(raw: bytes) -> object:
+    """Parse JSON text as ``json`` does (last value wins), every object a ``MarkedObject``.
+
+    Raises:
+        DecodeError: the text is not one well-formed UTF-8 JSON document.
+    """
+    try:
+        return cast(object, json.loads(raw.decode("utf-8"), object_pairs_hook=MarkedObject))
+    except UnicodeDecodeError as err:
+        raise DecodeError(f"invalid UTF-8: {err}") from err
+    except json.JSONDecodeError as err:
+        raise DecodeError(f"invalid JSON: {err}") from err
+
+
+def reject_repeated(value: object, path: str) -> None:
+    """Raise for the first key repeated in ``value`` or below (only ``MarkedObject`` knows)."""
+    if isinstance(value, MarkedObject) and value.repeated:
+        raise _duplicate(join(path, value.repeated[0]))
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            reject_repeated(item, join(path, str(key)))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            reject_repeated(item, f"{path}[{index}]")
 
 
 def loads_strict(raw: bytes | str) -> object:

@@ -4,7 +4,11 @@ The controller embeds one of these in each generated ResourceClaimTemplate
 (``opaque.parameters``); the kubelet plugin decodes it when preparing a claim. Anything a user
 or a stale template got wrong must fail the claim *permanently* with a message a person can act
 on, because the kubelet shows it verbatim in a pod event. Decoding is therefore strict:
-- the document must be one JSON object with unique keys (duplicates are rejected, not "last wins");
+- the document must be one JSON object with unique keys (duplicates are rejected, not "last wins",
+  as NVIDIA's strict decoder does). The API server keeps a claim's opaque parameters byte for
+  byte, repeated keys included, but any JSON decoder keeps only the last: so the plugin reads the
+  claim's bytes and parses them with ``parse_marking``, whose objects remember repeated keys, and
+  ``decode`` rejects them; a plain mapping carries no such mark;
 - ``apiVersion`` and ``kind`` are required and dispatched through an explicit table;
 - an unknown field fails with ``strict decoding error: unknown field "<name>"`` (Go's phrase);
 - wrong types and a missing or empty ``domainID`` fail;
@@ -97,16 +101,27 @@ _DECODERS: Final[Mapping[tuple[str, str], Callable[[Mapping[str, object]], Opaqu
 """The dispatch table: (apiVersion, kind) → strict decoder. Read-only."""
 
 
+def parse_marking(raw: bytes) -> Mapping[str, object]:
+    """An API object's JSON (a ResourceClaim as the API server sent it), each object marked
+    with the keys it repeated, so that ``decode`` of its opaque parameters rejects them.
+
+    Raises:
+        DecodeError: the text is not one JSON object.
+    """
+    return _wire.as_object(_wire.loads_marking(raw), "")
+
+
 def decode(raw: bytes | str | Mapping[str, object]) -> OpaqueConfig:
     """Strictly decode an opaque config from JSON text or an already-parsed object.
 
-    Pass the raw bytes whenever you have them: only then can duplicate keys be detected.
+    Duplicate keys are detected in text, and in a mapping that ``parse_marking`` produced.
 
     Raises:
         DecodeError: the config is malformed; the message says how.
     """
     data = raw if isinstance(raw, Mapping) else _wire.loads_strict(raw)
     try:
+        _wire.reject_repeated(data, "")
         obj = _wire.as_object(data, "")
         api_version = _wire.req_str(obj, "apiVersion", "")
         kind = _wire.req_str(obj, "kind", "")

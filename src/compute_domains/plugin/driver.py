@@ -2,7 +2,9 @@
 
 One NodePrepareResources call may carry several claims. Each claim is handled in its own task,
 so one slow or failing claim never delays or fails another, and every claim gets a result:
-- the claim is read fresh from the API (a missing claim, a new UID or no allocation fail it);
+- the claim is read fresh from the API (a missing claim, a new UID or no allocation fail it), as
+  the bytes the API server sent, so that a repeated key in our opaque parameters is seen and
+  refused (``api.configs.parse_marking``) instead of silently losing to the last value;
 - temporary errors are retried with capped exponential backoff (250 ms doubling to 3 s) until
   the call's budget (below the kubelet's 45 s) is spent; the last error is then returned, so
   the kubelet's event says what the claim is waiting for;
@@ -19,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, TypeVar
 
@@ -28,6 +31,7 @@ import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from compute_domains.api import configs as api_configs
 from compute_domains.api import names
 from compute_domains.infra import backoff, errors, filelock, kube
 from compute_domains.plugin import checkpoint, configs, metrics, state
@@ -36,6 +40,8 @@ from compute_domains.plugin.config import RetrySettings
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+ClaimReader = Callable[[str, str], Awaitable[bytes]]
+"""(namespace, name) → the ResourceClaim's JSON as the API server sent it."""
 _DRIVER = names.DRIVER_NAME
 _VERB: Final = MappingProxyType({metrics.PREPARE: "preparing", metrics.UNPREPARE: "unpreparing"})
 
@@ -68,8 +74,9 @@ class Driver:
         node: str,
         retry: RetrySettings,
         metrics: metrics.PluginMetrics,
+        read_claim: ClaimReader | None = None,
     ) -> None:
-        self._client = client
+        self._read_claim = read_claim or functools.partial(_read_claim, client)
         self._state = device_state
         self._node = node
         self._retry = retry
@@ -199,27 +206,36 @@ class Driver:
             await asyncio.sleep(delay)
 
     async def _fetch(self, ref: ClaimRef) -> configs.Claim:
+        where = f"{ref.namespace}/{ref.name}"
         try:
-            with kube.translated(f"reading claim {ref.namespace}/{ref.name}"):
-                obj = await self._client.get(ResourceClaim, ref.name, namespace=ref.namespace)
+            with kube.translated(f"reading claim {where}"):
+                body = await self._read_claim(ref.namespace, ref.name)
         except kube.NotFound as err:
-            raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not found") from err
-        meta = obj.metadata
-        if meta is None or meta.uid != ref.uid:
-            found = meta.uid if meta else None
+            raise errors.PermanentError(f"claim {where} not found") from err
+        doc = api_configs.parse_marking(body)
+        meta = _mapping(doc.get("metadata"))
+        if meta.get("uid") != ref.uid:
             raise errors.PermanentError(
-                f"claim {ref.namespace}/{ref.name} got replaced (UID {found}, expected {ref.uid})"
+                f"claim {where} got replaced (UID {meta.get('uid')}, expected {ref.uid})"
             )
-        status = obj.status.to_dict() if obj.status is not None else {}
+        status = _mapping(doc.get("status"))
         if not status.get("allocation"):
-            raise errors.PermanentError(f"claim {ref.namespace}/{ref.name} not allocated")
+            raise errors.PermanentError(f"claim {where} not allocated")
         return configs.Claim(
             uid=ref.uid,
             namespace=ref.namespace,
             name=ref.name,
-            resource_version=meta.resourceVersion or "",
+            resource_version=str(meta.get("resourceVersion") or ""),
             status=status,
         )
+
+
+async def _read_claim(client: AsyncClient, namespace: str, name: str) -> bytes:
+    return await kube.get_raw(client, ResourceClaim, name, namespace=namespace)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
 
 
 class _Failure(str):

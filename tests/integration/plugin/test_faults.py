@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from compute_domains.plugin import (
     nvidia_checkpoint,
     takeover,
 )
-from compute_domains.sim import driverroot, state
+from compute_domains.sim import driverroot, state, toolchain
 from tests.integration.helpers import wait_for
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import (
@@ -130,6 +131,65 @@ async def test_g1_g2_unknown_field_fails_at_once_and_the_stale_claim_is_cleaned_
         timeout=60,
         what="the kubelet's unprepare",
     )
+
+
+async def test_a_repeated_key_in_the_opaque_config_fails_the_claim(
+    admin: AsyncClient,
+    spaces: Namespaces,
+    start_plugin: StartPlugin,
+    plugin_sim: state.SimPaths,
+    toolset: toolchain.Toolset,
+) -> None:
+    """The API server keeps opaque parameters byte for byte, so a claim sent as raw JSON keeps
+    a repeated ``domainID``; the plugin refuses it as NVIDIA's strict decoder does, rather than
+    using the last value (here the real CD's UID, which would prepare fine)."""
+    await start_plugin(NODE_A)
+    uid = await objects.compute_domain(admin, spaces.user, "dup")
+    await objects.ready_clique(admin, spaces.driver, uid, node_info(NODE_A).clique_id, [NODE_A])
+    params = {"apiVersion": names.API_VERSION, "kind": names.CHANNEL_CONFIG_KIND, "domainID": "X"}
+    request = {"name": "chan", "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS}}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "dup", "namespace": spaces.user},
+        "spec": {
+            "devices": {
+                "requests": [request],
+                "config": [
+                    {
+                        "requests": ["chan"],
+                        "opaque": {"driver": names.DRIVER_NAME, "parameters": params},
+                    }
+                ],
+            }
+        },
+    }
+    body = json.dumps(claim).replace('"domainID": "X"', f'"domainID": "other", "domainID": "{uid}"')
+    kubectl = [str(toolset.path("kubectl")), "--kubeconfig", str(plugin_sim.kubeconfig)]
+    path = f"/apis/resource.k8s.io/v1/namespaces/{spaces.user}/resourceclaims"
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*kubectl, "create", "--raw", path, "-f", "-"],
+        input=body,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f'"domainID":"other","domainID":"{uid}"' in done.stdout, "stored as sent"
+    await objects.pod(admin, spaces.user, "p", "sleep 3600", claim="dup", node=NODE_A)
+
+    async def refused() -> str:
+        while True:
+            for e in await objects.events(admin, spaces.user, "p"):
+                if e.reason == "FailedPrepareDynamicResources" and "duplicate field" in (
+                    e.message or ""
+                ):
+                    return e.message or ""
+            await asyncio.sleep(0.3)
+
+    message = await asyncio.wait_for(refused(), 30)
+    assert 'strict decoding error: duplicate field "domainID"' in message, message
+    assert await objects.node_label(admin, NODE_A) is None
 
 
 async def test_slice_is_republished_when_deleted_or_changed(

@@ -196,3 +196,48 @@ def test_any_extra_field_of_a_daemon_config_is_rejected(field: str) -> None:
     raw = {"apiVersion": V, "kind": "ComputeDomainDaemonConfig", "domainID": "u", field: 1}
     with pytest.raises(DecodeError, match="unknown field"):
         configs.decode(json.dumps(raw))
+
+
+def _claim_with(params: str, driver: str = "compute-domain.nvidia.com") -> bytes:
+    """A ResourceClaim body as the API server sends it, opaque ``params`` kept byte for byte."""
+    config = '{"source":"FromClaim","requests":["chan"],"opaque":{"driver":"' + driver + '",'
+    config += '"parameters":' + params + "}}"
+    return (
+        '{"metadata":{"uid":"c1"},"status":{"allocation":{"devices":{"config":[' + config + "]}}}}"
+    ).encode()
+
+
+def _params(claim: dict[str, Any]) -> Any:
+    return claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (_channel('"domainID":"a","domainID":"b"'), 'duplicate field "domainID"'),
+        (_daemon('"domainID":"u","kind":"ComputeDomainDaemonConfig"'), 'duplicate field "kind"'),
+        (_channel('"domainID":"u","extra":{"x":1,"x":2}'), 'duplicate field "extra.x"'),
+    ],
+    ids=["domain-id", "kind", "nested"],
+)
+def test_a_repeated_key_in_parameters_of_a_marked_claim_is_rejected(
+    params: str, message: str
+) -> None:
+    claim = configs.parse_marking(_claim_with(params))
+    assert _params(claim) == json.loads(params), "as any decoder reads it: the last value wins"
+    with pytest.raises(DecodeError, match=f"strict decoding error: {message}"):
+        configs.decode(_params(claim))
+
+
+def test_a_marked_claim_without_repeated_keys_decodes_and_plain_mappings_are_not_checked() -> None:
+    claim = configs.parse_marking(_claim_with(_channel('"domainID":"u1"')))
+    assert configs.decode(_params(claim)) == ComputeDomainChannelConfig(domain_uid="u1")
+    plain = json.loads(_channel('"domainID":"a","domainID":"b"'))
+    assert configs.decode(plain) == ComputeDomainChannelConfig(domain_uid="b")
+
+
+def test_parse_marking_refuses_what_is_not_one_json_object() -> None:
+    with pytest.raises(DecodeError, match="expected object, got array"):
+        configs.parse_marking(b"[]")
+    with pytest.raises(DecodeError, match="invalid JSON"):
+        configs.parse_marking(b"{")

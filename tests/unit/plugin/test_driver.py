@@ -7,6 +7,7 @@ plugin log by ``Permanent error`` plus the same decoding text.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +46,10 @@ class _OneClaim:
         assert (namespace, name) == (self._obj.metadata.namespace, self._obj.metadata.name)
         return self._obj
 
+    async def raw(self, namespace: str, name: str) -> bytes:
+        """The claim's JSON, as the plugin reads it (``Driver``'s ``read_claim``)."""
+        return json.dumps((await self.get(None, name, namespace=namespace)).to_dict()).encode()
+
 
 async def test_a_bad_opaque_config_fails_with_nvidias_words_in_event_and_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -60,6 +65,7 @@ async def test_a_bad_opaque_config_fails_with_nvidias_words_in_event_and_log(
     client = _OneClaim(dict(bad.status), "u1", "default", "batssuite-rc-bad-opaque-config")
     plugin = driver.Driver(
         client=cast(AsyncClient, client),
+        read_claim=client.raw,
         device_state=fakes.device_state(tmp_path, domains),
         node=fakes.NODE,
         retry=RetrySettings(budget_s=2.0),
@@ -104,6 +110,10 @@ class _Claims:
             raise self._failure
         return self._objs[name]
 
+    async def raw(self, namespace: str, name: str) -> bytes:
+        """The claim's JSON, as the plugin reads it (``Driver``'s ``read_claim``)."""
+        return json.dumps((await self.get(None, name, namespace=namespace)).to_dict()).encode()
+
 
 @pytest.mark.parametrize(
     ("failure", "expected"),
@@ -123,8 +133,10 @@ async def test_one_claims_failing_api_call_fails_only_that_claim(
     ]
     domains = fakes.FakeDomains(fakes.compute_domain(CD))
     domains.make_ready(CD)
+    api = _Claims(claims, "claim-u2", failure)
     plugin = driver.Driver(
-        client=cast(AsyncClient, _Claims(claims, "claim-u2", failure)),
+        client=cast(AsyncClient, api),
+        read_claim=api.raw,
         device_state=fakes.device_state(tmp_path, domains),
         node=fakes.NODE,
         retry=RetrySettings(budget_s=0.6, initial_backoff_s=0.05, max_backoff_s=0.1),
@@ -139,3 +151,45 @@ async def test_one_claims_failing_api_call_fails_only_that_claim(
     assert results["u2"].devices == ()
     assert results["u2"].error.startswith("error preparing devices for claim ns/claim-u2 (u2): ")
     assert expected in results["u2"].error
+
+
+async def test_a_repeated_key_fails_the_claim_only_in_our_own_parameters(tmp_path: Path) -> None:
+    other = {"source": "FromClaim", "opaque": {"driver": "gpu.example.com", "parameters": {}}}
+    ours = fakes.config_entry(fakes.channel_config(CD))
+    claims = {
+        "u1": fakes.claim("u1", [fakes.result("channel-0")], [other, ours]),
+        "u2": fakes.claim("u2", [fakes.result("channel-1")], [ours]),
+    }
+    bodies = {
+        # Another driver's parameters repeat a key: not ours to judge.
+        "claim-u1": ('"parameters": {}', '"parameters": {"k": 1, "k": 2}'),
+        # Our own repeat domainID; the last value is a valid CD, but it is refused all the same.
+        "claim-u2": (f'"domainID": "{CD}"', f'"domainID": "x", "domainID": "{CD}"'),
+    }
+
+    async def read(namespace: str, name: str) -> bytes:
+        c = claims[name.removeprefix("claim-")]
+        meta = {"name": name, "namespace": namespace, "uid": c.uid, "resourceVersion": "7"}
+        text = json.dumps({"metadata": meta, "status": dict(c.status)})
+        old, new = bodies[name]
+        assert text.count(old) == 1
+        return text.replace(old, new).encode()
+
+    domains = fakes.FakeDomains(fakes.compute_domain(CD))
+    domains.make_ready(CD)
+    plugin = driver.Driver(
+        client=cast(AsyncClient, None),
+        read_claim=read,
+        device_state=fakes.device_state(tmp_path, domains),
+        node=fakes.NODE,
+        retry=RetrySettings(budget_s=2.0),
+        metrics=metrics.PluginMetrics(fakes.NODE),
+    )
+    results = await plugin.prepare(
+        [driver.ClaimRef(namespace="ns", name=f"claim-{u}", uid=u) for u in claims]
+    )
+    assert results["u1"].error == "" and [d.device_name for d in results["u1"].devices] == [
+        "channel-0"
+    ]
+    assert results["u2"].devices == ()
+    assert 'strict decoding error: duplicate field "domainID"' in results["u2"].error

@@ -228,6 +228,10 @@ class _Claims:
         meta = {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "9"}
         return ResourceClaim.from_dict({"metadata": meta, "spec": {}, "status": status})
 
+    async def raw(self, namespace: str, name: str) -> bytes:
+        """The claim's JSON, as the plugin reads it (``Driver``'s ``read_claim``)."""
+        return json.dumps((await self.get(None, name, namespace=namespace)).to_dict()).encode()
+
 
 async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale_claims_go(
     tmp_path: Path,
@@ -262,6 +266,7 @@ async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale
     # The kubelet: a repeated prepare returns NVIDIA's devices; then pods go and it unprepares.
     plugin = driver.Driver(
         client=cast(AsyncClient, client),
+        read_claim=client.raw,
         device_state=s,
         node=fx.NODE,
         retry=RetrySettings(budget_s=2.0),

@@ -6,7 +6,8 @@ One package, one module per job:
 - ``errors``: the one classifier of API failures (typed, temporary or permanent);
 - ``watch``: one resumable list+watch stream (resourceVersion resume, 410 → re-list);
 - ``cache``: an indexed, read-your-writes cache over that stream, shared by subscribers;
-- ``events``: a bounded Event recorder that aggregates repeats as the kubelet's does.
+- ``events``: a bounded Event recorder that aggregates repeats as the kubelet's does;
+- ``raw``: one object's JSON as the API server sent it (repeated keys kept).
 
 This ``__init__`` re-exports the names callers use (``kube.client(...)``, ``kube.NotFound``,
 ``kube.translated(...)``), so a call site reads as ``kube.<thing>`` whichever module holds it;
@@ -34,6 +35,7 @@ from compute_domains.infra.kube.errors import (
     translate,
     translated,
 )
+from compute_domains.infra.kube.raw import get_raw
 
 __all__ = [
     "RAW_FAILURES",
@@ -52,6 +54,7 @@ __all__ = [
     "client",
     "code_of",
     "forbidden_is_permanent",
+    "get_raw",
     "is_not_found",
     "load_config",
     "server_message",
