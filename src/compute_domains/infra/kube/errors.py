@@ -5,7 +5,7 @@ transport errors, the OS raises ``OSError``. :func:`translate` turns any of them
 :class:`KubeError` that also says whether retrying can help (``infra.errors.TemporaryError`` or
 ``PermanentError``); nothing outside ``infra/kube`` needs to know lightkube's types.
 
-The classifier table (the *default* policy; see :data:`TABLE` and the unit test that pins it):
+The classifier table (the *default* policy; ``tests/unit/infra/test_kube_errors.py`` pins each row):
 
 =======================  ======================  ==========  ===================================
 status / failure         type                    retry?      why
@@ -106,10 +106,6 @@ _BY_CODE: Final[dict[int, type[KubeError]]] = {
     422: Invalid,
     429: Unavailable,
 }
-
-TABLE: Final = dict(_BY_CODE)
-"""Status code → error type for the codes with a fixed meaning (409 also by reason)."""
-
 
 def _for_status(code: int, reason: str) -> type[KubeError]:
     if code == 409 and reason == "AlreadyExists":
