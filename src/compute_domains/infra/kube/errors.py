@@ -107,6 +107,7 @@ _BY_CODE: Final[dict[int, type[KubeError]]] = {
     429: Unavailable,
 }
 
+
 def _for_status(code: int, reason: str) -> type[KubeError]:
     if code == 409 and reason == "AlreadyExists":
         return AlreadyExists
