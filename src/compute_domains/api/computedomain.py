@@ -5,9 +5,10 @@ Wire compatibility (upstream ``resource.nvidia.com/v1beta1``, field for field):
   ``spec.channel.allocationMode`` (the API server defaults both, so what we write equals what we
   read back), always writes ``nodes[].index`` (0 is meaningful) and ``nodes[].cliqueID`` (empty
   means "not fabric-attached"), and omits ``status.nodes`` when empty, as upstream does.
-- Our one addition to the wire shape: ``status.readyNodes`` and ``status.totalNodes``, derived from
+- Our additions to the wire shape: ``status.readyNodes`` and ``status.totalNodes``, derived from
   ``status.nodes`` by ``to_dict`` (never stored separately, so they cannot disagree with the list)
-  and ignored by ``from_dict``. They exist for ``kubectl get`` printer columns (see ``crds``).
+  and ignored by ``from_dict``, for ``kubectl get`` printer columns (see ``crds``); and the
+  standard ``status.conditions`` (``api.conditions``), written only when there are any.
 - ``from_dict`` tolerates unknown fields (the API server prunes them; a newer schema must not
   break an older reader) but rejects wrong types and missing required fields with ``DecodeError``,
   a ``PermanentError``. A CD without ``spec`` (possible with upstream's CRD) is such an error.
@@ -32,6 +33,7 @@ from lightkube.generic_resource import (
 from lightkube.models.meta_v1 import ObjectMeta
 
 from compute_domains.api import _wire, names
+from compute_domains.api.conditions import Condition, find
 
 DecodeError = _wire.DecodeError
 """Raised by every ``from_dict`` in this package; a ``PermanentError``."""
@@ -171,6 +173,8 @@ class ComputeDomainStatus:
 
     status: Readiness = Readiness.NOT_READY
     nodes: tuple[ComputeDomainNode, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+    """Standard conditions (``Ready``, ``Deleting``); ``status`` agrees with ``Ready``."""
 
     @property
     def ready_nodes(self) -> int:
@@ -198,6 +202,10 @@ class ComputeDomainStatus:
         """The entry of node ``name``, if any."""
         return next((n for n in self.nodes if n.name == name), None)
 
+    def condition(self, kind: str) -> Condition | None:
+        """The condition of type ``kind``, if any."""
+        return find(self.conditions, kind)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, object], path: str = "status") -> Self:
         """Decode from wire form; the derived counters are ignored."""
@@ -210,7 +218,12 @@ class ComputeDomainStatus:
             )
             for i, item in enumerate(raw_nodes)
         )
-        return cls(status=status or Readiness.NOT_READY, nodes=nodes)
+        conds_path = _wire.join(path, "conditions")
+        conds = tuple(
+            Condition.from_dict(_wire.as_object(item, f"{conds_path}[{i}]"), f"{conds_path}[{i}]")
+            for i, item in enumerate(_wire.opt_list(data, "conditions", path))
+        )
+        return cls(status=status or Readiness.NOT_READY, nodes=nodes, conditions=conds)
 
     def to_dict(self) -> dict[str, Any]:
         """Encode to wire form, with ``readyNodes``/``totalNodes`` derived from ``nodes``."""
@@ -219,6 +232,8 @@ class ComputeDomainStatus:
             out["nodes"] = [node.to_dict() for node in self.nodes]
         out["readyNodes"] = self.ready_nodes
         out["totalNodes"] = self.total_nodes
+        if self.conditions:
+            out["conditions"] = [c.to_dict() for c in self.conditions]
         return out
 
 

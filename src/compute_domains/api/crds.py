@@ -7,8 +7,10 @@ on ``spec``), so every manifest written for upstream is accepted unchanged. On t
 - ``spec.channel.resourceClaimTemplate.name`` must be a DNS subdomain (``pattern``/``maxLength``
   from ``names``), so a bad name fails at ``kubectl apply``, not later at template creation;
 - ``status.readyNodes``/``status.totalNodes`` (integers, derived by ``computedomain``) and printer
-  columns, so ``kubectl get computedomains`` shows NAME, STATUS, READY, NODES, AGE (and MODE and
-  TEMPLATE with ``-o wide``).
+  columns, so ``kubectl get computedomains`` shows NAME, STATUS, READY, NODES, REASON, AGE (and
+  MODE and TEMPLATE with ``-o wide``);
+- ``status.conditions`` in the standard ``metav1.Condition`` schema (``api.conditions``), so
+  ``kubectl wait --for=condition=Ready`` works and REASON says why a domain is not Ready.
 
 Why two count columns rather than one "ready/total" column: a printer column is a single
 JSONPath and JSONPath cannot count or concatenate, so "17/18" would need a preformatted string
@@ -125,14 +127,55 @@ def _spec_schema() -> dict[str, Any]:
     }
 
 
+def _conditions_schema() -> dict[str, Any]:
+    """Kubernetes' ``metav1.Condition`` list, as every built-in API declares it."""
+    item = {
+        "type": "object",
+        "properties": {
+            "lastTransitionTime": _string(
+                "When the condition last changed its status.", format="date-time"
+            ),
+            "message": _string("What happened, for a person.", maxLength=32768),
+            "observedGeneration": _integer(
+                "metadata.generation the condition was derived from.", format="int64", minimum=0
+            ),
+            "reason": _string(
+                "Why, in one CamelCase word that scripts can filter on.",
+                maxLength=1024,
+                minLength=1,
+                pattern="^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+            ),
+            "status": _string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+            "type": _string(
+                "Ready, or Deleting while a deletion waits for the workload.",
+                maxLength=316,
+                pattern=(
+                    "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                    "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+                ),
+            ),
+        },
+        "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+    }
+    return {
+        "description": "Standard conditions: Ready (with the reason when it is not), Deleting.",
+        "type": "array",
+        "items": item,
+        "x-kubernetes-list-map-keys": ["type"],
+        "x-kubernetes-list-type": "map",
+    }
+
+
 def _status_schema() -> dict[str, Any]:
     nodes = {
-        "description": "One entry per node that runs an IMEX daemon of this domain.",
+        "description": "One entry per node that runs an IMEX daemon of this domain or holds one "
+        "of its workload claims (NotReady until that node's daemon is Ready).",
         "type": "array",
         "items": _member(
             "name",
             "Name of the node.",
-            "Slot of the daemon within its clique (IMEX peer name); -1 for nodes without a clique.",
+            "Slot of the daemon within its clique (IMEX peer name); -1 for nodes without a clique "
+            "or whose daemon has no slot yet.",
         ),
         "x-kubernetes-list-map-keys": ["name"],
         "x-kubernetes-list-type": "map",
@@ -141,9 +184,13 @@ def _status_schema() -> dict[str, Any]:
         "description": "Observed state of the domain, written by the controller.",
         "type": "object",
         "properties": {
+            "conditions": _conditions_schema(),
             "nodes": nodes,
             "readyNodes": _integer("Number of entries in nodes whose status is Ready.", minimum=0),
-            "status": _readiness("Overall readiness of the domain; advisory only."),
+            "status": _readiness(
+                "Overall readiness: Ready when every node holding a workload claim has a Ready "
+                "IMEX daemon (and numNodes are listed); the Ready condition says why not."
+            ),
             "totalNodes": _integer("Number of entries in nodes.", minimum=0),
         },
         "required": ["status"],
@@ -164,6 +211,12 @@ def _printer_columns() -> list[dict[str, Any]]:
             "type": "integer",
             "description": "Nodes that run an IMEX daemon of this domain.",
             "jsonPath": ".status.totalNodes",
+        },
+        {
+            "name": "Reason",
+            "type": "string",
+            "description": "Why the domain is (not) Ready (the Ready condition's reason).",
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         },
         {
             "name": "Mode",

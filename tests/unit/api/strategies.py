@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from lightkube.models.meta_v1 import ObjectMeta
 
-from compute_domains.api import names
+from compute_domains.api import conditions, names
 from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import (
     AllocationMode,
@@ -44,10 +44,25 @@ nodes = st.builds(
     index=indices,
     status=st.sampled_from(Readiness),
 )
+reasons = st.from_regex(r"[A-Za-z]([A-Za-z0-9_,:]{0,20}[A-Za-z0-9_])?", fullmatch=True)
+condition_list = st.lists(
+    st.builds(
+        conditions.Condition,
+        type=st.sampled_from([conditions.READY, conditions.DELETING]),
+        status=st.sampled_from(["True", "False", "Unknown"]),
+        reason=reasons,
+        message=texts,
+        last_transition_time=st.just("2026-12-01T10:00:00Z"),
+        observed_generation=st.integers(min_value=0, max_value=2**31 - 1),
+    ),
+    max_size=2,
+    unique_by=lambda c: c.type,
+).map(tuple)
 statuses = st.builds(
     ComputeDomainStatus,
     status=st.sampled_from(Readiness),
     nodes=st.lists(nodes, max_size=5, unique_by=lambda n: n.name).map(tuple),
+    conditions=condition_list,
 )
 metas = st.builds(
     lambda name, ns, uid: ObjectMeta(name=name, namespace=ns, uid=str(uid)),

@@ -148,15 +148,20 @@ def test_printer_columns_show_status_ready_nodes_and_age() -> None:
         ("Status", ".status.status"),
         ("Ready", ".status.readyNodes"),
         ("Nodes", ".status.totalNodes"),
+        ("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
         ("Age", ".metadata.creationTimestamp"),
     ]
     schema = _schema(crds.computedomain_crd())
     for column in columns:
         node = schema
-        for part in column["jsonPath"].lstrip(".").split("."):
+        # A filter (``[?(@.type=="Ready")]``) selects list items: step into ``items``.
+        path = re.sub(r"\[\?\(@\.[^]]*\)\]", "[]", column["jsonPath"])
+        for part in path.lstrip(".").split("."):
             if node.get("type") == "object" and "properties" not in node:
                 break  # metadata: schema-less, known to the API server
-            node = node["properties"][part]
+            node = node["properties"][part.removesuffix("[]")]
+            if part.endswith("[]"):
+                node = node["items"]
 
 
 @settings(max_examples=60, deadline=None)
