@@ -6,11 +6,14 @@ Watched (spec §5, narrowed to what we use):
   present; pods also indexed by node;
 - ResourceClaimTemplates, all namespaces, with that label (both targets);
 - ComputeDomainCliques in the driver namespace;
-- Nodes, all (a daemon's node may already have lost its label); indexed by that label.
+- Nodes, all (a daemon's node may already have lost its label); indexed by that label;
+- ResourceClaims, all namespaces, indexed by the CD UID of their channel config
+  (``claims.domain_ids``): the workload claims that make a node part of a CD's status, and
+  that a CD's deletion waits for.
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
-and template changes are enqueued at once; pod, clique and node-health changes after the short
-coalescing delay, so a burst of them becomes one status write per CD. A Node matters only when
+and template changes are enqueued at once; pod, clique, claim and node-health changes after the
+short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only when
 its readiness or its CD label changed, or it was deleted.
 """
 
@@ -24,12 +27,12 @@ from typing import Any
 from lightkube import operators
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
-from compute_domains.controller import config, informer, kubeapi
+from compute_domains.controller import claims, config, informer, kubeapi
 from compute_domains.controller.status import node_is_ready
 from compute_domains.infra import logs
 
@@ -125,10 +128,27 @@ class Caches:
             **common,
         )
 
+        self.claims: informer.Informer[ResourceClaim] = informer.Informer(
+            api,
+            ResourceClaim,
+            name="resourceclaims",
+            indexers={CD_INDEX: claims.domain_uids},
+            on_change=self._claim_changed,
+            **common,
+        )
+
     @property
     def all(self) -> tuple[informer.Informer[Any], ...]:
         """Every informer."""
-        return (self.cds, self.daemonsets, self.templates, self.pods, self.cliques, self.nodes)
+        return (
+            self.cds,
+            self.daemonsets,
+            self.templates,
+            self.pods,
+            self.cliques,
+            self.nodes,
+            self.claims,
+        )
 
     async def wait_synced(self) -> None:
         """Until every informer has stored its first list."""
@@ -148,6 +168,11 @@ class Caches:
             for t in self.templates.by_index(CD_INDEX, domain_uid)
             if (t.metadata.labels or {}).get(names.TARGET_LABEL) == target  # type: ignore[union-attr]
         ]
+
+    def workload_of(self, domain_uid: str) -> list[claims.WorkloadClaim]:
+        """The cached workload claims of CD ``domain_uid``."""
+        found = self.claims.by_index(CD_INDEX, domain_uid)
+        return [claims.WorkloadClaim.from_claim(c) for c in found]
 
     def referenced_domain_uids(self) -> set[str]:
         """CD UIDs named by any cached object other than a CD (candidates for orphans)."""
@@ -208,6 +233,16 @@ class Caches:
     def _later(self, old: Any, new: Any) -> None:
         for domain_uid in {_label(old), _label(new)} - {None}:
             self._enqueue(str(domain_uid), self._coalesce)
+
+    def _claim_changed(self, old: Any, new: Any) -> None:
+        domain_uids = set(claims.domain_uids(old) if old is not None else ())
+        domain_uids |= set(claims.domain_uids(new) if new is not None else ())
+        if old is not None and new is not None:
+            summary = claims.WorkloadClaim.from_claim
+            if summary(old) == summary(new):
+                return  # e.g. only the plugin's device status changed
+        for domain_uid in domain_uids:
+            self._enqueue(domain_uid, self._coalesce)
 
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
         labels = {_label(old), _label(new)} - {None}

@@ -25,10 +25,15 @@ WARNING: Final = kube_events.WARNING
 DAEMONSET_CREATED: Final = "DaemonSetCreated"
 NODE_JOINED: Final = "NodeJoined"
 NODE_LEFT: Final = "NodeLeft"
-NODE_LOST: Final = "NodeLost"
+NODE_NOT_READY: Final = "NodeNotReady"
+"""A listed node's entry went from Ready to NotReady (node, daemon gone or restarting)."""
+NODE_READY: Final = "NodeReady"
+"""A member node that had gone NotReady is Ready again."""
 CLIQUE_FULL: Final = "CliqueFull"
 TEMPLATE_CONFLICT: Final = "TemplateNameConflict"
 INVALID_SPEC: Final = "InvalidSpec"
+WAITING_FOR_WORKLOAD: Final = "WaitingForWorkload"
+"""A deleted ComputeDomain waits for the pods that still hold its workload claims."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -5,17 +5,24 @@ once the finalizer is in place:
 1. our finalizer on the CD (precondition for creating anything);
 2. the daemon ResourceClaimTemplate, then the DaemonSet, in the driver namespace;
 3. the workload ResourceClaimTemplate in the CD's namespace. A same-named template that is not
-   labelled for this CD is never touched: a ``TemplateNameConflict`` Event, and a retry with
-   backoff (the other template may go away);
+   labelled for this CD is never touched: a ``TemplateNameConflict`` Event, the status
+   NotReady with reason ``TemplateConflict``, and a retry with backoff (the other template may
+   go away);
 4. the status, derived from cache (``status.derive``) and written only when it differs, as one
    JSON-patch replace of ``/status``; node transitions become Events;
 5. pruning of clique entries whose daemon pod is gone (confirmed by a live list first).
 Existing objects are never updated (spec is immutable); ours found terminating while the CD
 lives lose our finalizer so they go, and are created again on the next pass.
 
-A CD being deleted goes to ``teardown.finalize``; a UID with no cached CD but leftovers goes to
-``teardown.orphan``. Failures are collected and the first is raised after all steps ran, so
-the work queue retries with backoff while every other step (and every other CD) proceeds.
+A CD being deleted *waits for its workload*, as Kubernetes' PVC protection does: while any of
+its workload claims is allocated to a node (cache first; when the cache says none, a live list
+of the claims in the CD's namespace confirms it), its finalizer stays, its workload template is
+deleted (no new claims), its daemons keep running (the job keeps its IMEX domain), its status
+says ``Deleting``/``WaitingForWorkload`` naming the pods, and a ``WaitingForWorkload`` Event
+names them whenever that list changes. Once no claim is left, ``teardown.finalize`` runs. A UID
+with no cached CD but leftovers goes to ``teardown.orphan``. Failures are collected and the
+first is raised after all steps ran, so the work queue retries with backoff while every other
+step (and every other CD) proceeds.
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ import logging
 from typing import Any
 
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import names
+from compute_domains.api import conditions, names
 from compute_domains.api.computedomain import ComputeDomain, DecodeError
 from compute_domains.controller import (
     caches,
+    claims,
     claimtemplates,
     config,
     daemonset,
@@ -80,6 +88,8 @@ class Reconciler:
         log = {"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"}
         if raw.metadata.deletionTimestamp is not None:
             if names.FINALIZER in (raw.metadata.finalizers or []):
+                if await self._wait_for_workload(raw):
+                    return
                 await self._teardown.finalize(raw)
                 logger.info("ComputeDomain deleted; everything it owned is gone", extra=log)
             return
@@ -92,17 +102,55 @@ class Reconciler:
             raise errors.PermanentError(str(err)) from err
         await self._ensure_finalizer(raw)
         failures: list[errors.ComputeDomainsError] = []
-        for step in (
-            self._ensure_daemon_objects,
-            self._ensure_workload_template,
-            self._status.sync,
-        ):
-            try:
-                await step(cd)
-            except errors.ComputeDomainsError as err:
-                failures.append(err)
+        conflict = ""
+        try:
+            await self._ensure_daemon_objects(cd)
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        try:
+            conflict = await self._ensure_workload_template(cd)
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        try:
+            await self._status.sync(cd, template_conflict=conflict)
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        if conflict:
+            failures.append(errors.TemporaryError(conflict))  # the other template may go away
         if failures:
             raise errors.TemporaryError(str(failures[0])) from failures[0]
+
+    async def _wait_for_workload(self, raw: Any) -> bool:
+        """While pods hold claims of the deleted CD ``raw``: keep it, say so; True if waiting."""
+        domain_uid = raw.metadata.uid
+        holders = claims.holder_pods(self._cache.workload_of(domain_uid))
+        if not holders:
+            # The cache may lag behind a claim allocated a moment ago: ask the API server.
+            live = await self._api.list(ResourceClaim, namespace=raw.metadata.namespace)
+            mine = [c for c in live if domain_uid in claims.domain_uids(c)]
+            holders = claims.holder_pods(claims.WorkloadClaim.from_claim(c) for c in mine)
+        if not holders:
+            return False
+        # No new claims from its template while it waits (pods of a controller that replaces
+        # them stay Pending); its daemons stay, so the running job keeps its IMEX domain.
+        await self._teardown.workload_templates(domain_uid)
+        try:
+            cd = ComputeDomain.from_resource(raw)
+        except DecodeError:
+            cd = None
+        before = _deleting_message(raw)
+        if cd is not None:
+            derived = await self._status.sync(cd, holders=holders)
+            cond = derived.condition(conditions.DELETING)
+            message = cond.message if cond is not None else ""
+        else:
+            message = f"deletion waits for pods that still hold its claims: {', '.join(holders)}"
+        if message and message != before:
+            logger.info(message, extra={"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"})
+            await self._events.emit(
+                statussync.target(raw), events.NORMAL, events.WAITING_FOR_WORKLOAD, message
+            )
+        return True
 
     async def _ensure_finalizer(self, raw: Any) -> None:
         if names.FINALIZER in (raw.metadata.finalizers or []):
@@ -144,21 +192,22 @@ class Reconciler:
         cache.observe(created)
         return True
 
-    async def _ensure_workload_template(self, cd: ComputeDomain) -> None:
+    async def _ensure_workload_template(self, cd: ComputeDomain) -> str:
+        """Make the workload template exist; returns why it cannot ("" when it is ours)."""
         existing = self._cache.templates_of(cd.uid, names.TARGET_WORKLOAD)
         if existing:
             if existing[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
                 await self._release_terminating(ResourceClaimTemplate, existing[0])
-            return
+            return ""
         rct = claimtemplates.workload_template(cd)
         try:
             created = await self._api.create(rct)
-        except kubeapi.AlreadyExists as err:
+        except kubeapi.AlreadyExists:
             name = cd.spec.channel.resource_claim_template.name
             other: Any = await self._api.get(ResourceClaimTemplate, name, namespace=cd.namespace)
             if other is not None and _label_of(other) == cd.uid:
                 self._cache.templates.observe(other)
-                return
+                return ""
             message = (
                 f"ResourceClaimTemplate {cd.namespace}/{name} already exists and does not "
                 "belong to this ComputeDomain; rename one of them"
@@ -166,8 +215,18 @@ class Reconciler:
             await self._events.emit(
                 statussync.target(cd), events.WARNING, events.TEMPLATE_CONFLICT, message
             )
-            raise errors.TemporaryError(message) from err
+            return message
         self._cache.templates.observe(created)
+        return ""
+
+
+def _deleting_message(raw: Any) -> str:
+    """The message of the stored ``Deleting`` condition ("" when there is none)."""
+    stored = raw.get("status") or {}
+    for cond in stored.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == conditions.DELETING:
+            return str(cond.get("message") or "")
+    return ""
 
 
 def _label_of(obj: Any) -> str | None:

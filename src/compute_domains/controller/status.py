@@ -1,17 +1,21 @@
-"""Pure derivation of a ComputeDomain's status from cliques, daemon pods and node health.
+"""Pure derivation of a ComputeDomain's status entries from cliques, daemon pods, claims and nodes.
 
-Rules (ours; upstream's §8.2 plus the truthfulness it lacks):
+Rules (ours; upstream's §8.2 plus the truthfulness it lacks; docs/status.md for people):
 - Fabric entries come from the CD's cliques (``daemons[]``, in clique-name then index order);
   their ``(cliqueID, index)`` is copied, never reassigned here, so it stays stable while the
   daemon lives and never swaps between nodes.
-- An entry is listed only while a daemon pod of this CD exists on its node; an entry whose pod
-  is gone is left out and pruned from its clique (``stale_clique_nodes``).
-- An entry is Ready only when its clique entry says Ready AND that daemon pod is Ready AND the
-  Node is Ready; a NotReady or deleted Node makes it NotReady.
+- An entry from a clique is listed while a daemon pod of this CD exists on its node; it is
+  Ready only when its clique entry says Ready AND that daemon pod is Ready AND the Node is
+  Ready; a NotReady or deleted Node makes it NotReady.
 - Non-fabric nodes (pod label ``cliqueID`` present and empty) get an entry built from the pod:
   cliqueID "", index -1, Ready when the pod and the Node are.
+- A node that holds (or waits for) a workload claim of the CD is always listed: with no entry
+  from the rules above (its daemon pod is gone, restarting after a reboot, not registered yet,
+  or its clique is full) it gets its entry of the previous status, or a new one (the Node's
+  clique label, index -1, no IP), NotReady either way. So a member never drops out of the
+  status while its workload is there; it leaves with its workload (and daemon).
 - Node names are unique (the list-map key); the first entry of a node wins.
-- ``status.status`` is upstream's §8.1 rule (``ComputeDomainStatus.computed``).
+- ``status.status`` and the conditions are ``verdict.judge``'s.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from compute_domains.api import names
+from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
+from compute_domains.controller import claims, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +43,8 @@ class DaemonPod:
     """Phase Running and condition Ready True."""
     clique_id: str | None
     """The pod's ``cliqueID`` label: None until the daemon set it, "" on non-fabric nodes."""
+    restarts: int = 0
+    """The highest ``restartCount`` of its containers (a reboot counts as a restart)."""
 
     @classmethod
     def from_pod(cls, pod: Any) -> DaemonPod:
@@ -49,12 +56,14 @@ class DaemonPod:
             and status.phase == "Running"
             and any(c.type == "Ready" and c.status == "True" for c in conditions)
         )
+        containers = (status.containerStatuses or []) if status is not None else []
         return cls(
             name=meta.name or "",
             node_name=(spec.nodeName or "") if spec is not None else "",
             ip=(status.podIP or "") if status is not None else "",
             ready=ready,
             clique_id=(meta.labels or {}).get(names.CLIQUE_ID_LABEL),
+            restarts=max((c.restartCount or 0 for c in containers), default=0),
         )
 
 
@@ -68,18 +77,19 @@ def _ready(flag: bool) -> Readiness:
     return Readiness.READY if flag else Readiness.NOT_READY
 
 
-def derive(
-    *,
-    num_nodes: int,
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Derived:
+    """A derived status and, for each NotReady entry, why (for conditions and Events)."""
+
+    status: ComputeDomainStatus
+    why: Mapping[str, verdict.Why]
+
+
+def _daemon_entries(
     cliques: Iterable[ComputeDomainClique],
-    pods: Iterable[DaemonPod],
+    by_node: Mapping[str, list[DaemonPod]],
     node_ready: Mapping[str, bool],
-) -> ComputeDomainStatus:
-    """The status of one CD; ``node_ready`` maps node name to readiness (absent = deleted)."""
-    by_node: dict[str, list[DaemonPod]] = {}
-    for pod in pods:
-        if pod.node_name:
-            by_node.setdefault(pod.node_name, []).append(pod)
+) -> dict[str, ComputeDomainNode]:
     entries: dict[str, ComputeDomainNode] = {}
     for clique in sorted(cliques, key=lambda c: c.name):
         for daemon in sorted(clique.daemons, key=lambda d: d.index):
@@ -107,7 +117,142 @@ def derive(
             index=names.NON_FABRIC_INDEX,
             status=_ready(ready),
         )
-    return ComputeDomainStatus.computed(entries.values(), num_nodes=num_nodes)
+    return entries
+
+
+def _held_entry(
+    node: str,
+    previous: ComputeDomainStatus | None,
+    pods: Sequence[DaemonPod],
+    node_cliques: Mapping[str, str],
+) -> ComputeDomainNode:
+    """The NotReady entry of a node that holds workload but has no daemon entry."""
+    before = previous.node(node) if previous is not None else None
+    if before is not None:
+        return dataclasses.replace(before, status=Readiness.NOT_READY)
+    pod = next((p for p in pods if p.clique_id is not None), pods[0] if pods else None)
+    clique = pod.clique_id if pod is not None and pod.clique_id is not None else None
+    return ComputeDomainNode(
+        name=node,
+        ip_address=pod.ip if pod is not None else "",
+        clique_id=clique if clique is not None else node_cliques.get(node, ""),
+        index=names.NON_FABRIC_INDEX,
+        status=Readiness.NOT_READY,
+    )
+
+
+def derive(
+    *,
+    num_nodes: int,
+    cliques: Iterable[ComputeDomainClique],
+    pods: Iterable[DaemonPod],
+    node_ready: Mapping[str, bool],
+    workload: Iterable[claims.WorkloadClaim] = (),
+    previous: ComputeDomainStatus | None = None,
+    node_cliques: Mapping[str, str] | None = None,
+    max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+    template_conflict: str = "",
+    holders: Sequence[str] | None = None,
+    generation: int = 0,
+) -> Derived:
+    """The status of one CD.
+
+    ``node_ready`` maps node name to readiness (absent = deleted); ``node_cliques`` a node's
+    ``nvidia.com/gpu.clique`` label; ``holders`` the pods a deletion waits for (None: the CD
+    is not being deleted). Conditions come without ``lastTransitionTime`` (see
+    ``conditions.merged``).
+    """
+    cliques, pods = list(cliques), list(pods)
+    by_node: dict[str, list[DaemonPod]] = {}
+    for pod in pods:
+        if pod.node_name:
+            by_node.setdefault(pod.node_name, []).append(pod)
+    entries = _daemon_entries(cliques, by_node, node_ready)
+    held = sorted({c.node for c in workload if c.holds})
+    for node in held:
+        if node not in entries:
+            entries[node] = _held_entry(node, previous, by_node.get(node, []), node_cliques or {})
+    full = full_clique_nodes(cliques, pods, max_nodes)
+    registered = {d.node_name for c in cliques for d in c.daemons}
+    context = _Context(
+        node_ready=node_ready,
+        by_node=by_node,
+        registered=registered,
+        full={node: clique for node, clique in full},
+        max_nodes=max_nodes,
+        previous=previous,
+    )
+    why = {e.name: _why(e, context) for e in entries.values() if e.status is Readiness.NOT_READY}
+    judged = verdict.judge(
+        verdict.Facts(
+            entries=tuple(entries.values()),
+            why=why,
+            held=tuple(held),
+            num_nodes=num_nodes,
+            full=tuple(full),
+            max_nodes=max_nodes,
+            template_conflict=template_conflict,
+            holders=None if holders is None else tuple(holders),
+            generation=generation,
+        )
+    )
+    st = ComputeDomainStatus(
+        status=Readiness.READY if judged.ready else Readiness.NOT_READY,
+        nodes=tuple(entries.values()),
+        conditions=judged.conditions,
+    )
+    return Derived(status=st, why=why)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Context:
+    node_ready: Mapping[str, bool]
+    by_node: Mapping[str, list[DaemonPod]]
+    registered: Collection[str]
+    full: Mapping[str, str]
+    max_nodes: int
+    previous: ComputeDomainStatus | None
+
+
+def _member(node: str, previous: ComputeDomainStatus | None) -> bool:
+    """Whether ``node`` belonged to the formed domain: Ready in the previous status, or still
+    NotReady there while the domain's reason was already ``NodeNotReady`` (a member that went
+    away stays one until it is back or leaves)."""
+    before = previous.node(node) if previous is not None else None
+    if before is None or previous is None:
+        return False
+    if before.status is Readiness.READY:
+        return True
+    ready = previous.condition(conditions.READY)
+    return ready is not None and ready.reason == conditions.NODE_NOT_READY
+
+
+def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
+    """Why the NotReady ``entry`` is NotReady."""
+    node = entry.name
+    lost, forming = verdict.Cause.LOST, verdict.Cause.FORMING
+    if node not in ctx.node_ready:
+        return verdict.Why(cause=lost, text="the node is gone")
+    if not ctx.node_ready[node]:
+        return verdict.Why(cause=lost, text="the node is NotReady")
+    if node in ctx.full:
+        return verdict.Why(
+            cause=verdict.Cause.FULL,
+            text=f"clique {ctx.full[node]} is full ({ctx.max_nodes} slots)",
+        )
+    cause = lost if _member(node, ctx.previous) else forming
+    pods = ctx.by_node.get(node) or []
+    if not pods:
+        text = "its IMEX daemon pod is gone" if cause is lost else "waiting for its IMEX daemon pod"
+        return verdict.Why(cause=cause, text=text)
+    pod = next((p for p in pods if p.ip == entry.ip_address), pods[0])
+    if pod.restarts and not pod.ready:
+        return verdict.Why(
+            cause=lost, text=f"its IMEX daemon is restarting (restart {pod.restarts})"
+        )
+    if pod.clique_id != "" and node not in ctx.registered:
+        return verdict.Why(cause=cause, text="its IMEX daemon has not registered yet")
+    return verdict.Why(cause=cause, text="its IMEX daemon is not Ready yet")
 
 
 def stale_clique_nodes(clique: ComputeDomainClique, pod_nodes: Collection[str]) -> list[str]:
@@ -134,11 +279,13 @@ def _normalise(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     if not raw:
         return {}
     nodes = {n.get("name"): dict(n) for n in raw.get("nodes") or []}
-    return {**{k: v for k, v in raw.items() if k != "nodes"}, "nodes": nodes}
+    conds = {c.get("type"): dict(c) for c in raw.get("conditions") or []}
+    rest = {k: v for k, v in raw.items() if k not in ("nodes", "conditions")}
+    return {**rest, "nodes": nodes, "conditions": conds}
 
 
 def differs(current: Mapping[str, Any] | None, desired: ComputeDomainStatus) -> bool:
-    """Whether the stored raw status differs from ``desired`` (node order does not matter)."""
+    """Whether the stored raw status differs from ``desired`` (list order does not matter)."""
     return _normalise(current) != _normalise(desired.to_dict())
 
 
@@ -148,27 +295,27 @@ class Transition:
 
     node: str
     kind: str
-    """``joined`` (new entry), ``lost`` (was Ready, node now NotReady or deleted) or ``left``."""
+    """``joined`` (new entry), ``left`` (entry gone), ``not-ready`` (was Ready, now NotReady)
+    or ``ready`` (a member that had gone NotReady is Ready again)."""
     entry: ComputeDomainNode | None
+    why: str = ""
+    """For ``not-ready``: what is wrong."""
 
 
-def transitions(
-    old: Sequence[ComputeDomainNode],
-    new: Sequence[ComputeDomainNode],
-    node_ready: Mapping[str, bool],
-) -> list[Transition]:
-    """Entries that joined, left, or were lost with their node between two statuses."""
-    before = {n.name: n for n in old}
-    after = {n.name: n for n in new}
+def transitions(old: ComputeDomainStatus | None, new: Derived) -> list[Transition]:
+    """Entries that joined, left, went NotReady or came back between two statuses."""
+    before = {n.name: n for n in (old.nodes if old is not None else ())}
+    after = {n.name: n for n in new.status.nodes}
     out = [Transition(node=k, kind="joined", entry=v) for k, v in after.items() if k not in before]
     out += [Transition(node=k, kind="left", entry=v) for k, v in before.items() if k not in after]
     for name, entry in after.items():
         prev = before.get(name)
-        if (
-            prev is not None
-            and prev.status is Readiness.READY
-            and entry.status is Readiness.NOT_READY
-            and not node_ready.get(name, False)
-        ):
-            out.append(Transition(node=name, kind="lost", entry=entry))
+        if prev is None or prev.status is entry.status:
+            continue
+        if entry.status is Readiness.NOT_READY:
+            why = new.why.get(name)
+            text = why.text if why is not None else ""
+            out.append(Transition(node=name, kind="not-ready", entry=entry, why=text))
+        elif _member(name, old):
+            out.append(Transition(node=name, kind="ready", entry=entry))
     return sorted(out, key=lambda t: (t.node, t.kind))

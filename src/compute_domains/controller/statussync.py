@@ -1,10 +1,14 @@
 """The status half of a reconcile: derive, write when changed, announce, prune cliques.
 
-Reads only the caches (cliques, daemon pods, nodes of one CD) and derives the status with
-``status.derive``. The write is one JSON-patch replace of ``/status`` (so an empty node list
-really clears ``nodes``), made only when the stored status differs, and is put back into the
-cache at once so the next pass does not write it again. Node transitions between the stored and
-the new status become Events (joined, left, lost with its node).
+Reads only the caches (cliques, daemon pods, workload claims, nodes of one CD) and derives the
+status with ``status.derive`` from them and the stored status (which keeps the entries of
+members whose daemon is gone, and says who was a member). Conditions keep their
+``lastTransitionTime`` while their status holds (``conditions.merged``). The write is one
+JSON-patch replace of ``/status`` (so an empty node list really clears ``nodes``), made only
+when the stored status differs, and is put back into the cache at once so the next pass does
+not write it again. Node transitions between the stored and the new status become Events:
+``NodeJoined``, ``NodeLeft``, ``NodeNotReady`` (an entry went from Ready to NotReady, with
+what is wrong) and ``NodeReady`` (a member that had gone NotReady is back).
 
 Clique entries whose daemon pod is gone are removed from the clique (optimistic concurrency on
 its resourceVersion, so a daemon's concurrent write is never lost), but only after a live list
@@ -16,13 +20,14 @@ Event.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from compute_domains.api import names
+from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import (
     ComputeDomain,
@@ -34,6 +39,12 @@ from compute_domains.controller import caches, config, events, kubeapi, metrics,
 from compute_domains.infra import errors
 
 logger = logging.getLogger(__name__)
+
+
+def _ready_reason(st: ComputeDomainStatus | None) -> str:
+    """``reason: message`` of the Ready condition ("" when there is none)."""
+    cond = st.condition(conditions.READY) if st is not None else None
+    return f"{cond.reason}: {cond.message}" if cond is not None else ""
 
 
 def target(cd: Any) -> events.Target:
@@ -60,8 +71,18 @@ class StatusSync:
         self._events = recorder
         self._metrics = meter
 
-    async def sync(self, cd: ComputeDomain) -> None:
+    async def sync(
+        self,
+        cd: ComputeDomain,
+        *,
+        template_conflict: str = "",
+        holders: list[str] | None = None,
+    ) -> ComputeDomainStatus:
         """Write CD ``cd``'s status if it changed, then prune dead clique entries.
+
+        ``template_conflict`` is the reason its workload template could not be made;
+        ``holders`` the pods its deletion waits for (None while it is not being deleted).
+        Returns the status it derived.
 
         Raises:
             errors.ComputeDomainsError: the status write or a prune failed.
@@ -70,25 +91,41 @@ class StatusSync:
         pods = [
             status.DaemonPod.from_pod(p) for p in self._cache.pods.by_index(caches.CD_INDEX, cd.uid)
         ]
+        workload = self._cache.workload_of(cd.uid)
+        previous = self._stored(cd)
         nodes = {n.name for c in cliques for n in c.to_nodes()} | {p.node_name for p in pods}
-        node_ready = {}
-        for name in nodes:
+        nodes |= {c.node for c in workload if c.node}
+        nodes |= {n.name for n in (previous.nodes if previous is not None else ())}
+        node_ready, node_cliques = {}, {}
+        for name in nodes - {""}:
             node = self._cache.nodes.get("", name)
             if node is not None:
                 node_ready[name] = status.node_is_ready(node)
-        desired = status.derive(
-            num_nodes=cd.spec.num_nodes, cliques=cliques, pods=pods, node_ready=node_ready
+                labels = (node.metadata.labels if node.metadata else None) or {}
+                node_cliques[name] = labels.get(names.GPU_CLIQUE_LABEL, "")
+        max_nodes = self._settings.daemon.max_nodes_per_imex_domain
+        derived = status.derive(
+            num_nodes=cd.spec.num_nodes,
+            cliques=cliques,
+            pods=pods,
+            node_ready=node_ready,
+            workload=workload,
+            previous=previous,
+            node_cliques=node_cliques,
+            max_nodes=max_nodes,
+            template_conflict=template_conflict,
+            holders=holders,
+            generation=cd.metadata.generation or 0,
         )
         failures: list[errors.ComputeDomainsError] = []
         try:
-            await self._write_status(cd, desired, node_ready)
+            await self._write_status(cd, previous, derived)
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:
             await self._prune(cd, cliques, {p.node_name for p in pods if p.node_name})
         except errors.ComputeDomainsError as err:
             failures.append(err)
-        max_nodes = self._settings.daemon.max_nodes_per_imex_domain
         for full_node, clique_id in status.full_clique_nodes(cliques, pods, max_nodes):
             message = (
                 f"clique {clique_id} is full ({max_nodes} nodes); the daemon on node "
@@ -97,6 +134,19 @@ class StatusSync:
             await self._events.emit(target(cd), events.WARNING, events.CLIQUE_FULL, message)
         if failures:
             raise failures[0]
+        return derived.status
+
+    def _stored(self, cd: ComputeDomain) -> ComputeDomainStatus | None:
+        """The status as stored now (the cache, which holds our own last write)."""
+        raw = self._cache.cd(cd.uid)
+        current = raw.get("status") if raw is not None else None
+        if not current:
+            return None
+        try:
+            return ComputeDomainStatus.from_dict(current)
+        except DecodeError as err:
+            logger.warning("ignoring malformed stored status: %s", err)
+            return None
 
     def _cliques(self, domain_uid: str) -> list[ComputeDomainClique]:
         out = []
@@ -108,10 +158,16 @@ class StatusSync:
         return out
 
     async def _write_status(
-        self, cd: ComputeDomain, desired: ComputeDomainStatus, node_ready: dict[str, bool]
+        self, cd: ComputeDomain, previous: ComputeDomainStatus | None, derived: status.Derived
     ) -> None:
         raw = self._cache.cd(cd.uid)
         current = raw.get("status") if raw is not None else None
+        stamped = conditions.merged(
+            previous.conditions if previous is not None else (),
+            derived.status.conditions,
+            at=conditions.now(),
+        )
+        desired = dataclasses.replace(derived.status, conditions=stamped)
         if not status.differs(current, desired):
             return
         patch = [{"op": "add", "path": "/status", "value": desired.to_dict()}]
@@ -125,30 +181,40 @@ class StatusSync:
         self._metrics.status_writes.inc()
         self._cache.cds.observe(updated)
         log = {"cd": f"{cd.namespace}/{cd.name}"}
-        old = cd.status or ComputeDomainStatus()
-        if current is None or old.status is not desired.status:
+        old_reason = _ready_reason(previous)
+        new_reason = _ready_reason(desired)
+        if previous is None or previous.status is not desired.status or old_reason != new_reason:
             logger.info(
-                "status %s (%d/%d nodes ready)",
+                "status %s (%d/%d nodes ready, %s)",
                 desired.status.value,
                 desired.ready_nodes,
                 desired.total_nodes,
+                new_reason,
                 extra=log,
             )
-        for change in status.transitions(old.nodes, desired.nodes, node_ready):
+        for change in status.transitions(previous, derived):
             await self._announce(cd, change)
 
     async def _announce(self, cd: ComputeDomain, change: status.Transition) -> None:
         entry = change.entry
-        where = f"clique {entry.clique_id!r}, index {entry.index}" if entry else ""
+        if entry is not None and entry.index != names.NON_FABRIC_INDEX:
+            where = f"clique {entry.clique_id!r}, index {entry.index}"
+        elif entry is not None and entry.clique_id:
+            where = f"clique {entry.clique_id!r}, no slot yet"
+        else:
+            where = "no clique"
         if change.kind == "joined":
             kind, reason = events.NORMAL, events.NODE_JOINED
             message = f"node {change.node} joined ({where})"
         elif change.kind == "left":
             kind, reason = events.NORMAL, events.NODE_LEFT
-            message = f"node {change.node} left (its daemon is gone)"
+            message = f"node {change.node} left (its workload and daemon are gone)"
+        elif change.kind == "ready":
+            kind, reason = events.NORMAL, events.NODE_READY
+            message = f"node {change.node} is Ready again ({where})"
         else:
-            kind, reason = events.WARNING, events.NODE_LOST
-            message = f"node {change.node} is not Ready; its daemon entry is NotReady"
+            kind, reason = events.WARNING, events.NODE_NOT_READY
+            message = f"node {change.node} is not Ready: {change.why or 'its daemon is not Ready'}"
         logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": change.node})
         await self._events.emit(target(cd), kind, reason, message)
 

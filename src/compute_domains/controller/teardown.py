@@ -50,7 +50,7 @@ class Teardown:
         """
         failures: list[errors.ComputeDomainsError] = []
         steps = (
-            self._workload_templates,
+            self.workload_templates,
             self._daemon_templates,
             self._daemonsets,
             self._cliques,
@@ -110,7 +110,8 @@ class Teardown:
                 res, meta.name, names.FINALIZER, namespace=meta.namespace
             )
 
-    async def _workload_templates(self, domain_uid: str) -> None:
+    async def workload_templates(self, domain_uid: str) -> None:
+        """Delete (and release) the workload templates of ``domain_uid``: no new workload claims."""
         found = await self._api.list(
             ResourceClaimTemplate,
             namespace=kubeapi.ALL_NAMESPACES,

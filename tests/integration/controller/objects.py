@@ -1,9 +1,12 @@
-"""Hand-made cluster objects for controller tests: CDs, Nodes with heartbeats, daemon pods, cliques.
+"""Hand-made cluster objects for controller tests: CDs, Nodes with heartbeats, daemon pods, cliques,
+workload claims.
 
-No kubelet, plugin or daemon runs in these tests: a test plays their parts by writing the
-objects they would write (a Node that stays Ready while its Lease is renewed, a daemon pod
-bound to a node with a Ready status, a clique entry). Daemon pods are owned (as controller)
-by a ConfigMap so the real DaemonSet controller never adopts or deletes them.
+No kubelet, plugin, scheduler or daemon runs in these tests: a test plays their parts by writing
+the objects they would write (a Node that stays Ready while its Lease is renewed, a daemon pod
+bound to a node with a Ready status, a clique entry, a workload claim allocated to a node and
+reserved for a pod bound there). Daemon pods are owned (as controller) by a ConfigMap so the
+real DaemonSet controller never adopts or deletes them; workload pods have no owner and never
+run (no kubelet), so the claim controller keeps their reservations.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
@@ -232,6 +236,88 @@ async def set_clique_status(
     clique = ComputeDomainClique.from_resource(raw)
     clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
     await client.replace(clique.to_resource())
+
+
+async def workload_pod(client: AsyncClient, ns: str, name: str, *, node: str) -> Pod:
+    """A workload pod bound to ``node`` (it never runs: no kubelet plays it)."""
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10"}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    return await client.create(Pod.from_dict(body))
+
+
+async def workload_claim(
+    client: AsyncClient,
+    ns: str,
+    name: str,
+    *,
+    domain_uid: str,
+    node: str,
+    pod: Pod | None = None,
+) -> ResourceClaim:
+    """A workload (channel) claim of CD ``domain_uid``, allocated to ``node`` as the scheduler
+    would, and reserved for ``pod`` when given."""
+    config = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.CHANNEL_CONFIG_KIND,
+        "domainID": domain_uid,
+        "allocationMode": "Single",
+    }
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": names.CHANNEL_REQUEST,
+                        "exactly": {"deviceClassName": names.CHANNEL_DEVICE_CLASS},
+                    }
+                ],
+                "config": [
+                    {
+                        "requests": [names.CHANNEL_REQUEST],
+                        "opaque": {"driver": names.DRIVER_NAME, "parameters": config},
+                    }
+                ],
+            }
+        },
+    }
+    await client.create(ResourceClaim.from_dict(body))
+    status: dict[str, Any] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": names.CHANNEL_REQUEST,
+                        "driver": names.DRIVER_NAME,
+                        "pool": node,
+                        "device": "channel-0",
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
+    if pod is not None:
+        meta = pod.metadata
+        assert meta is not None
+        status["reservedFor"] = [{"resource": "pods", "name": meta.name, "uid": meta.uid}]
+    return await client.patch(ResourceClaim.Status, name, {"status": status}, namespace=ns)
+
+
+async def release_claim(client: AsyncClient, ns: str, name: str) -> None:
+    """What the claim controller does once the claim's pods are gone: delete the claim."""
+    with contextlib.suppress(ApiError):
+        await client.delete(ResourceClaim, name, namespace=ns)
 
 
 @contextlib.asynccontextmanager

@@ -74,6 +74,12 @@ async def _eventually(
         raise AssertionError(f"not within {timeout:.0f} s: {what}") from None
 
 
+def _reason(cd: Any) -> str | None:
+    """The Ready condition's reason of a CD ("NoWorkload" for a fresh one)."""
+    conds = (cd.get("status") or {}).get("conditions") or []
+    return next((c["reason"] for c in conds if c["type"] == "Ready"), None)
+
+
 async def _names(client: AsyncClient, res: Any, ns: str) -> list[str]:
     return sorted([o.metadata.name async for o in client.list(res, namespace=ns)])
 
@@ -115,7 +121,7 @@ async def test_apiserver_restart_mid_reconcile_and_mid_teardown(
                 and await _names(client, ResourceClaimTemplate, "drv") == want_ds
                 and await _names(client, ResourceClaimTemplate, "user") == want_wl
                 and all(names.FINALIZER in (c.metadata.finalizers or []) for c in cds)
-                and all((c.get("status") or {}).get("status") == "Ready" for c in cds)
+                and all(_reason(c) == "NoWorkload" for c in cds)
             )
 
         await _eventually(formed, f"{CDS} CDs with finalizer, DaemonSet, both templates, status")

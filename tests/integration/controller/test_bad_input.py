@@ -2,8 +2,9 @@
 
 Schema-level mistakes never reach the controller: the API server rejects them with a message
 naming the field. Conflicts only visible at run time (a template name already taken) become a
-Warning Event and retries with backoff, while the controller keeps serving every other CD and
-never touches the object that is not its own.
+Warning Event, a NotReady status whose Ready condition says ``TemplateConflict``, and retries
+with backoff, while the controller keeps serving every other CD and never touches the object
+that is not its own.
 """
 
 from __future__ import annotations
@@ -117,8 +118,19 @@ async def test_template_name_taken_by_a_foreign_object(
     await wait_for(
         client, DaemonSet, names.daemon_object_name(uid), lambda _d: True, namespace=driver_ns
     )
-    await wait_for(
+    cdo = await wait_for(
         client, ComputeDomainResource, "cd-c", lambda c: bool(c.get("status")), namespace=user_ns
+    )
+    assert cdo["status"]["status"] == "NotReady"
+    (ready,) = cdo["status"]["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == (
+        "Ready",
+        "False",
+        "TemplateConflict",
+    )
+    assert ready["message"] == (
+        f"ResourceClaimTemplate {user_ns}/taken already exists and does not belong to this "
+        "ComputeDomain; rename one of them"
     )
     await objects.create_cd(client, "cd-ok", user_ns, "cd-ok-channel")
     await wait_for(
@@ -165,6 +177,14 @@ async def test_second_cd_naming_the_same_template(
         timeout=120,
     )
     assert taken_over.metadata.finalizers == [names.FINALIZER]
+    # ... and its status no longer says TemplateConflict.
+    await wait_for(
+        client,
+        ComputeDomainResource,
+        "cd-two",
+        lambda c: [x["reason"] for x in c["status"].get("conditions") or []] == ["NoWorkload"],
+        namespace=user_ns,
+    )
 
 
 async def test_concurrent_writers_do_not_stop_convergence(
@@ -188,4 +208,5 @@ async def test_concurrent_writers_do_not_stop_convergence(
         lambda c: names.FINALIZER in (c.metadata.finalizers or []) and bool(c.get("status")),
         namespace=user_ns,
     )
-    assert cd["status"]["status"] == "Ready"
+    assert cd["status"]["status"] == "NotReady"  # no workload yet
+    assert [c["reason"] for c in cd["status"]["conditions"]] == ["NoWorkload"]

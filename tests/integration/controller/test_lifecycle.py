@@ -1,9 +1,11 @@
 """Creation and deletion of ComputeDomains against the real control plane.
 
 Creation: finalizer, DaemonSet and both ResourceClaimTemplates rendered as specified, the first
-status, an Event. Deletion: the upstream order (workload template, daemon template, DaemonSet,
-node labels, CD finalizer), read from the etcd revisions at which each step happened, and
-nothing of the CD left behind, including its cliques.
+status (NotReady, ``NoWorkload``), an Event. Deletion: the upstream order (workload template,
+daemon template, DaemonSet, node labels, CD finalizer), read from the etcd revisions at which
+each step happened, and nothing of the CD left behind, including its cliques. Deletion under a
+running workload waits (finalizer kept, daemons kept, ``Deleting`` condition and an Event
+naming the pods) until the last workload claim is gone.
 """
 
 from __future__ import annotations
@@ -49,14 +51,23 @@ async def test_creation_renders_objects_and_first_status(
     ds_name = f"computedomain-daemon-{uid}"
 
     cd = await wait_for(
-        client,
-        ComputeDomainResource,
-        "cd-a",
-        lambda c: (c.get("status") or {}).get("status") == "Ready",
-        namespace=user_ns,
+        client, ComputeDomainResource, "cd-a", lambda c: bool(c.get("status")), namespace=user_ns
     )
     assert names.FINALIZER in cd.metadata.finalizers
-    assert cd["status"] == {"status": "Ready", "readyNodes": 0, "totalNodes": 0}
+    st = cd["status"]
+    assert {k: v for k, v in st.items() if k != "conditions"} == {
+        "status": "NotReady",
+        "readyNodes": 0,
+        "totalNodes": 0,
+    }
+    (ready,) = st["conditions"]
+    assert {k: ready[k] for k in ("type", "status", "reason", "observedGeneration")} == {
+        "type": "Ready",
+        "status": "False",
+        "reason": "NoWorkload",
+        "observedGeneration": cd.metadata.generation,
+    }
+    assert ready["lastTransitionTime"] and "no workload claim" in ready["message"]
 
     ds = await wait_for(client, DaemonSet, ds_name, lambda _d: True, namespace=driver_ns)
     assert ds.metadata.labels == {names.COMPUTE_DOMAIN_LABEL: uid}
@@ -221,5 +232,74 @@ async def test_deletion_order_and_nothing_left_behind(
         await _gone(client, ResourceClaimTemplate, ds_name, driver_ns)
         await _gone(client, DaemonSet, ds_name, driver_ns)
         await _gone(client, ComputeDomainCliqueResource, f"{uid}.cluster.0", driver_ns)
+        labelled = [n async for n in client.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: uid})]
+        assert labelled == []
+
+
+async def test_deletion_waits_for_the_workload(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    """Like PVC protection: the CD, its daemons and status stay while a pod holds its claim."""
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-w", user_ns, "cd-w-channel")
+    uid = cd.metadata.uid
+    ds_name = f"computedomain-daemon-{uid}"
+    await wait_for(client, DaemonSet, ds_name, lambda _d: True, namespace=driver_ns)
+    await wait_for(
+        client, ResourceClaimTemplate, "cd-w-channel", lambda _r: True, namespace=user_ns
+    )
+    node = f"node-{uid[:6]}"
+    async with objects.nodes(client, node):
+        pod = await objects.workload_pod(client, user_ns, "job-0", node=node)
+        await objects.workload_claim(
+            client, user_ns, "job-0-channel", domain_uid=uid, node=node, pod=pod
+        )
+        await client.patch(Node, node, {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: uid}}})
+        await objects.daemon_pod(
+            client, driver_ns, domain_uid=uid, node=node, ip="10.4.0.1", clique_id="c.0", ready=True
+        )
+        await objects.register(
+            client, driver_ns, domain_uid=uid, clique_id="c.0", node=node, ip="10.4.0.1", ready=True
+        )
+        await wait_for(
+            client,
+            ComputeDomainResource,
+            "cd-w",
+            lambda c: (c.get("status") or {}).get("status") == "Ready",
+            namespace=user_ns,
+        )
+
+        await client.delete(ComputeDomainResource, "cd-w", namespace=user_ns)
+
+        def deleting(c: Any) -> list[Any]:
+            conds = (c.get("status") or {}).get("conditions") or []
+            return [x for x in conds if x["type"] == "Deleting"]
+
+        cdo = await wait_for(
+            client, ComputeDomainResource, "cd-w", lambda c: bool(deleting(c)), namespace=user_ns
+        )
+        (cond,) = deleting(cdo)
+        assert (cond["status"], cond["reason"]) == ("True", "WaitingForWorkload")
+        assert f"{user_ns}/job-0" in cond["message"]
+        assert names.FINALIZER in cdo.metadata.finalizers
+        assert cdo["status"]["status"] == "Ready", "the running job keeps its domain"
+        ds = await client.get(DaemonSet, ds_name, namespace=driver_ns)
+        assert ds.metadata.deletionTimestamp is None, "its daemons keep running"
+        await _gone(client, ResourceClaimTemplate, "cd-w-channel", user_ns)  # no new claims
+
+        async def waiting_event() -> Any:
+            while True:
+                async for e in client.list(Event, namespace=user_ns):
+                    if e.involvedObject.uid == uid and e.reason == "WaitingForWorkload":
+                        return e
+                await asyncio.sleep(0.2)
+
+        event = await asyncio.wait_for(waiting_event(), 30)
+        assert f"{user_ns}/job-0" in event.message
+
+        # The last claim goes (its pod ended): the teardown proceeds.
+        await objects.release_claim(client, user_ns, "job-0-channel")
+        await _gone(client, ComputeDomainResource, "cd-w", user_ns)
+        await _gone(client, DaemonSet, ds_name, driver_ns)
         labelled = [n async for n in client.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: uid})]
         assert labelled == []

@@ -3,7 +3,8 @@
 The chart's ``rbac-controller.yaml`` and ``rbac-daemon.yaml`` are rendered with the built
 ``helm`` and applied; the controller then runs in-process with a token of the chart's controller
 ServiceAccount (not the admin), leader election and metrics on, through a CD's whole life:
-creation, status from a daemon, clique pruning, node-label removal, deletion. A missing verb
+creation, status from a daemon and a workload claim, clique pruning, a deletion that waits for
+the workload, node-label removal, deletion. A missing verb
 fails this test as it would fail a user. The daemon account is checked with
 SubjectAccessReviews for what a daemon does, and for what it must not do.
 """
@@ -148,6 +149,8 @@ async def test_controller_runs_under_its_chart_service_account(
         await asyncio.wait_for(event_recorded(), 30)
         node = f"r-{uid[:6]}"
         async with objects.nodes(client, node):
+            # A workload claim on the node (read under the controller's account too).
+            await objects.workload_claim(client, user_ns, "w-0", domain_uid=uid, node=node)
             label = {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: uid}}}
             await client.patch(Node, node, label)
             await objects.daemon_pod(
@@ -193,7 +196,17 @@ async def test_controller_runs_under_its_chart_service_account(
                 namespace=driver_ns,
             )
 
+            # Deleted while its workload claim is held: it waits (status write and Event under
+            # the controller's account), then goes once the claim is gone.
             await client.delete(ComputeDomainResource, "cd-r", namespace=user_ns)
+            await wait_for(
+                client,
+                ComputeDomainResource,
+                "cd-r",
+                lambda c: any(x["type"] == "Deleting" for x in c["status"].get("conditions") or []),
+                namespace=user_ns,
+            )
+            await objects.release_claim(client, user_ns, "w-0")
             await wait_for(
                 client,
                 Node,

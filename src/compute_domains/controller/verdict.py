@@ -1,0 +1,154 @@
+"""Is a ComputeDomain Ready, and if not, why: the ``Ready`` and ``Deleting`` conditions (pure).
+
+The definition a job can trust (docs/status.md): a CD is Ready exactly when
+- at least one of its workload claims is allocated to a node (``NoWorkload`` otherwise: with
+  no pod placed yet there is nothing a job could start on, whatever ``numNodes`` says);
+- every listed node is Ready, and every node that holds or waits for a workload claim is
+  listed (``status.derive`` makes sure of that), so a NotReady member keeps the CD NotReady;
+- with ``numNodes > 0``, at least that many nodes are listed;
+- its workload ResourceClaimTemplate is its own (``TemplateConflict`` otherwise).
+
+Reasons when not Ready, first match wins: ``TemplateConflict``, ``CliqueFull`` (a node's daemon
+cannot get a slot: the message names the node and the clique), ``NodeNotReady`` (a member
+node or its daemon went away: node NotReady or deleted, daemon gone or restarting; the message
+names each node and what is wrong), ``NoWorkload``, ``Forming`` (daemons still starting, or fewer
+than ``numNodes`` listed). A per-node ``Why`` is computed by ``status``; this module only
+chooses and words the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+
+from compute_domains.api import conditions
+from compute_domains.api.computedomain import ComputeDomainNode, Readiness
+
+_LISTED = 5
+"""How many nodes a message names before it says "and N more"."""
+
+
+class Cause(enum.StrEnum):
+    """Why one listed node is NotReady."""
+
+    LOST = conditions.NODE_NOT_READY
+    """A member went away: its node, or its daemon (gone, restarting)."""
+    FULL = conditions.CLIQUE_FULL
+    """Its daemon cannot get a slot in its clique."""
+    FORMING = conditions.FORMING
+    """Its daemon is on its way (not placed, not registered, not Ready yet)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Why:
+    """Why one node's entry is NotReady."""
+
+    cause: Cause
+    text: str
+    """What is wrong, for a person: "the node is NotReady", "its IMEX daemon pod is gone"."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Facts:
+    """Everything the verdict depends on."""
+
+    entries: Sequence[ComputeDomainNode]
+    why: Mapping[str, Why]
+    """For each NotReady entry."""
+    held: Sequence[str]
+    """Nodes that hold or wait for a workload claim."""
+    num_nodes: int
+    full: Sequence[tuple[str, str]]
+    """``(node, cliqueID)`` of daemons that cannot join a full clique."""
+    max_nodes: int
+    template_conflict: str = ""
+    holders: Sequence[str] | None = None
+    """Pods a deletion waits for; None while the CD is not being deleted."""
+    generation: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """The conditions (``lastTransitionTime`` unset) and whether the CD is Ready."""
+
+    ready: bool
+    conditions: tuple[conditions.Condition, ...]
+
+
+def _some(items: Sequence[str], sep: str = ", ") -> str:
+    """The first few ``items``, and how many more there are."""
+    shown = sep.join(items[:_LISTED])
+    if len(items) > _LISTED:
+        shown += f"{sep}and {len(items) - _LISTED} more"
+    return shown
+
+
+def _nodes(facts: Facts, cause: Cause) -> list[str]:
+    found = sorted(facts.why.items())
+    return [f"node {name}: {why.text}" for name, why in found if why.cause is cause]
+
+
+def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
+    """``(ready, reason, message)`` of the Ready condition."""
+    listed = len(facts.entries)
+    ready_count = sum(1 for e in facts.entries if e.status is Readiness.READY)
+    counts = f"{ready_count} of {listed} nodes Ready"
+    if facts.template_conflict:
+        return False, conditions.TEMPLATE_CONFLICT, facts.template_conflict
+    if facts.full:
+        parts = [
+            f"node {node} cannot join clique {clique}: it is full ({facts.max_nodes} of "
+            f"{facts.max_nodes} slots, maxNodesPerIMEXDomain)"
+            for node, clique in facts.full
+        ]
+        return False, conditions.CLIQUE_FULL, "; ".join(parts)
+    lost = _nodes(facts, Cause.LOST)
+    if lost:
+        return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost, '; ')}"
+    if not facts.held:
+        wanted = f" (numNodes {facts.num_nodes})" if facts.num_nodes else ""
+        return (
+            False,
+            conditions.NO_WORKLOAD,
+            "no workload claim of this ComputeDomain is allocated to a node yet: Ready needs "
+            f"its pods placed and their nodes' IMEX daemons Ready{wanted}",
+        )
+    forming = _nodes(facts, Cause.FORMING)
+    if forming or listed < facts.num_nodes:
+        parts = [counts]
+        if listed < facts.num_nodes:
+            parts.append(f"{listed} of numNodes {facts.num_nodes} nodes listed")
+        if forming:
+            parts.append("waiting for " + _some(forming, "; "))
+        return False, conditions.FORMING, "; ".join(parts)
+    return True, conditions.ALL_NODES_READY, f"all {listed} nodes Ready"
+
+
+def judge(facts: Facts) -> Verdict:
+    """The Ready (and, during a waiting deletion, Deleting) conditions of one CD."""
+    ready, reason, message = _ready_condition(facts)
+    out = [
+        conditions.Condition(
+            type=conditions.READY,
+            status=conditions.TRUE if ready else conditions.FALSE,
+            reason=reason,
+            message=message,
+            observed_generation=facts.generation,
+        )
+    ]
+    if facts.holders:
+        pods = list(facts.holders)
+        out.append(
+            conditions.Condition(
+                type=conditions.DELETING,
+                status=conditions.TRUE,
+                reason=conditions.WAITING_FOR_WORKLOAD,
+                message=(
+                    f"deletion waits for {len(pods)} pod(s) that still hold its claims: "
+                    f"{_some(pods)}; it finishes once they are gone (delete them to finish now)"
+                ),
+                observed_generation=facts.generation,
+            )
+        )
+    return Verdict(ready=ready, conditions=tuple(out))
