@@ -14,6 +14,9 @@
   a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
   written by the daemon; on a node without one it is the CD's ``status.nodes`` entry, which the
   controller derives from the daemon pod.
+- A wait that times out says why when the controller knows: if the CD's ``Ready`` condition is
+  ``CliqueFull`` naming this node, the error (which the kubelet shows as the pod's event) names
+  the full clique and its limit instead of "IMEX daemon not Ready yet".
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from compute_domains.api import names
+from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
@@ -213,12 +216,26 @@ class Domains:
                 with kube.translated(f"watching {where}"):
                     await waiting
         except TimeoutError as err:
+            blocked = await self._blocked(cd)
+            why = blocked or f"waiting for {where}: IMEX daemon not Ready yet"
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
-                f"{timeout:g}s (waiting for {where}: IMEX daemon not Ready yet)"
+                f"{timeout:g}s ({why})"
             ) from err
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err
+
+    async def _blocked(self, cd: ComputeDomain) -> str:
+        """What the controller says keeps this node out of ``cd`` ("" when nothing specific)."""
+        try:
+            fresh = await self.find(cd.uid, cd.namespace)
+        except errors.TemporaryError:
+            return ""
+        ready = fresh.status.condition(conditions.READY) if fresh and fresh.status else None
+        if ready is None or ready.reason != conditions.CLIQUE_FULL:
+            return ""
+        mine = f"node {self._node} "
+        return next((p for p in ready.message.split("; ") if p.startswith(mine)), "")
 
 
 async def _follow(

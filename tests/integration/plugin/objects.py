@@ -98,6 +98,27 @@ async def cd_status_ready(admin: AsyncClient, ns: str, name: str, node: str) -> 
     )
 
 
+async def cd_condition(
+    admin: AsyncClient, ns: str, name: str, kind: str, status: str, reason: str, message: str
+) -> None:
+    """A status with one condition, as the controller writes it."""
+    cond = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-12-01T10:00:00Z",
+        "observedGeneration": 1,
+    }
+    await admin.patch(
+        ComputeDomainResource.Status,
+        name,
+        {"status": {"status": "NotReady", "conditions": [cond]}},
+        namespace=ns,
+        patch_type=PatchType.MERGE,
+    )
+
+
 async def set_ready(
     admin: AsyncClient, driver_ns: str, domain_uid: str, clique_id: str, node: str
 ) -> None:

@@ -280,6 +280,34 @@ async def test_a_node_labelled_for_another_domain_refuses_with_a_clear_error(
         )
 
 
+async def test_a_node_that_cannot_join_a_full_clique_says_so_in_the_pod_event(
+    admin: AsyncClient, spaces: Namespaces, start_plugin: StartPlugin
+) -> None:
+    """The 19th node of an 18-slot clique: the controller's CliqueFull condition names it, and
+    the pod's event carries that (the clique and its limit), not "IMEX daemon not Ready yet"."""
+    await start_plugin(NODE_B, retry=RetrySettings(budget_s=3.0, readiness_timeout_s=2.0))
+    clique = node_info(NODE_B).clique_id
+    uid = await objects.compute_domain(admin, spaces.user, "full")
+    await objects.ready_clique(admin, spaces.driver, uid, clique, [NODE_A])
+    await objects.workload_template(admin, spaces.user, "full", uid)
+    why = (
+        f"node {NODE_B} cannot join clique {clique}: it is full (18 of 18 slots, "
+        "maxNodesPerIMEXDomain)"
+    )
+    await objects.cd_condition(admin, spaces.user, "full", "Ready", "False", "CliqueFull", why)
+    await objects.pod(admin, spaces.user, "w", LS, template="full", node=NODE_B)
+
+    async def reported() -> str:
+        while True:
+            for e in await objects.events(admin, spaces.user, "w"):
+                if e.reason == "FailedPrepareDynamicResources" and "full" in (e.message or ""):
+                    return e.message or ""
+            await asyncio.sleep(0.3)
+
+    message = await asyncio.wait_for(reported(), 60)
+    assert why in message and "not Ready yet" not in message, message
+
+
 async def test_a_node_without_clique_waits_on_the_domain_status_and_gets_no_device_nodes(
     admin: AsyncClient, spaces: Namespaces, start_plugin: StartPlugin
 ) -> None:
