@@ -47,6 +47,21 @@ def _uses_template(pod: Obj, namespace: str, template: str) -> bool:
     )
 
 
+def _conditions(status: Obj) -> list[Obj]:
+    return [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+
+
+def _verdict(status: Obj) -> list[str]:
+    """What the controller says: the Ready condition when False, a waiting deletion."""
+    out = []
+    for cond in _conditions(status):
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            out.append(f"{cond.get('reason')}: {cond.get('message')}")
+        elif cond.get("type") == "Deleting" and cond.get("status") == "True":
+            out.append(f"deleting ({cond.get('reason')}): {cond.get('message')}")
+    return out
+
+
 def status_view(
     cds: Iterable[Obj], daemon_pods: Iterable[Obj], pods: Iterable[Obj], events: Iterable[Obj]
 ) -> list[dict[str, Any]]:
@@ -83,6 +98,7 @@ def status_view(
         if cd_events:
             last = cd_events[-1]
             reasons.insert(0, f"event {last.get('reason')}: {last.get('message')}")
+        verdict = _verdict(status)
         cliques: dict[str, list[int]] = defaultdict(list)
         for n in nodes:
             cliques[n.get("cliqueID", "")].append(n.get("index", 0))
@@ -92,6 +108,10 @@ def status_view(
                 "name": meta.get("name"),
                 "uid": uid,
                 "status": status.get("status") or "Unknown",
+                "reason": next(
+                    (c.get("reason") for c in _conditions(status) if c.get("type") == "Ready"),
+                    None,
+                ),
                 "readyNodes": sum(1 for n in nodes if n.get("status") == "Ready"),
                 "totalNodes": len(nodes),
                 "template": template,
@@ -123,7 +143,7 @@ def status_view(
                     }
                     for p in workload
                 ],
-                "reasons": reasons if status.get("status") != "Ready" else [],
+                "reasons": verdict + (reasons if status.get("status") != "Ready" else []),
             }
         )
     return out

@@ -1,4 +1,9 @@
-"""``cdctl status [CD]`` and ``cdctl topology``: read-only views of any cluster (``KUBECONFIG``)."""
+"""``cdctl status [CD]`` and ``cdctl topology``: read-only views of any cluster (``KUBECONFIG``).
+
+The text views fit an 80-column terminal: node names are never cut (their column does not
+wrap and is as wide as the longest name), the node IP shows only from 120 columns on (it is
+in ``-o json`` always), and the long texts (why a CD is not Ready, the workload pods) wrap.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 import click
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -94,14 +100,31 @@ def status(
     if not view:
         console.print("no ComputeDomains found")
         return
+    render_status(view, console)
+
+
+def render_status(view: list[dict[str, Any]], console: Console) -> None:
+    """The text form of ``viewmodel.status_view`` (readable at 80 columns)."""
+    wide = console.width >= 120
     for entry in view:
         color = "green" if entry["status"] == "Ready" else "yellow"
+        reason = f" ({entry['reason']})" if entry.get("reason") else ""
         console.print(
             f"[bold]{entry['namespace']}/{entry['name']}[/]  [{color}]"
-            f"{entry['status']}[/]  nodes {entry['readyNodes']}/{entry['totalNodes']}"
-            f"  template {entry['template']}"
+            f"{entry['status']}{reason}[/]  nodes {entry['readyNodes']}/{entry['totalNodes']}"
+            f"  template {entry['template']}",
+            overflow="fold",
         )
-        table = Table("NODE", "CLIQUE", "INDEX", "IP", "STATUS", "DAEMON", "WORKLOAD")
+        names = [n["name"] or "" for n in entry["nodes"]]
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("NODE", no_wrap=True, min_width=max(map(len, names), default=4))
+        table.add_column("CLIQUE", overflow="ellipsis", max_width=14)
+        table.add_column("IDX", justify="right", no_wrap=True)
+        if wide:
+            table.add_column("IP", no_wrap=True)
+        table.add_column("STATUS", no_wrap=True)
+        table.add_column("DAEMON", no_wrap=True)
+        table.add_column("WORKLOAD", overflow="fold", ratio=1)
         daemons = {d["node"]: d for d in entry["daemonPods"]}
         workloads: dict[str, list[str]] = {}
         for w in entry["workloadPods"]:
@@ -110,18 +133,19 @@ def status(
             )
         for n in entry["nodes"]:
             d = daemons.get(n["name"])
-            table.add_row(
+            cells = [
                 n["name"],
                 (n["cliqueID"] or "-")[-12:],
-                str(n["index"]),
-                n["ipAddress"] or "-",
+                "-" if n["index"] is None or n["index"] < 0 else str(n["index"]),
+                *([n["ipAddress"] or "-"] if wide else []),
                 n["status"],
-                ("ready" if d["ready"] else "not ready") if d else "-",
+                ("ready" if d["ready"] else "no") if d else "-",
                 ", ".join(workloads.get(n["name"], [])) or "-",
-            )
+            ]
+            table.add_row(*cells)
         console.print(table)
-        for reason in entry["reasons"]:
-            console.print(f"  [yellow]why:[/] {reason}")
+        for why in entry["reasons"]:
+            console.print(f"  [yellow]why:[/] {why}", overflow="fold")
 
 
 @click.command("topology")

@@ -1,5 +1,12 @@
+"""``cdctl status``/``topology`` views: the data, and the text at 80 columns."""
+
+import io
+import re
+
+from rich.console import Console
+
 from compute_domains.api import names
-from compute_domains.cli import viewmodel
+from compute_domains.cli import viewmodel, views
 
 CD_UID = "11111111-2222-3333-4444-555555555555"
 
@@ -143,3 +150,71 @@ def test_topology_groups_by_clique_and_shows_holders() -> None:
     assert c2["free"] == 0  # one NotReady, one held by a CD that no longer exists
     assert c2["heldBy"] == ["<deleted CD gone-uid>"]
     assert [n["name"] for n in plain["nodes"]] == ["d"]
+
+
+def _rack_view(nodes: int, reason: str, message: str) -> list[dict[str, object]]:
+    entries: list[dict[str, object]] = [
+        {
+            "name": f"gb200-r0-n{i:02d}",
+            "cliqueID": "c0ffee00-0000-0000-0000-000000000001.7",
+            "index": i,
+            "ipAddress": f"127.0.0.{i + 10}",
+            "status": "Ready",
+        }
+        for i in range(nodes)
+    ]
+    entries.append(
+        {
+            "name": "gb200-r0-n18",
+            "cliqueID": "c0ffee00-0000-0000-0000-000000000001.7",
+            "index": -1,
+            "ipAddress": "",
+            "status": "NotReady",
+        }
+    )
+    cd = _cd("NotReady", entries)
+    cd["status"]["conditions"] = [  # type: ignore[index]
+        {"type": "Ready", "status": "False", "reason": reason, "message": message}
+    ]
+    pods = [
+        _pod(
+            f"worker-{i}",
+            f"gb200-r0-n{i:02d}",
+            True,
+            spec={"resourceClaims": [{"name": "c", "resourceClaimTemplateName": "cd0-rct"}]},
+        )
+        for i in range(nodes + 1)
+    ]
+    return viewmodel.status_view([cd], [], pods, [])
+
+
+def test_status_says_what_the_controller_says() -> None:
+    message = "node gb200-r0-n18 cannot join clique c.7: it is full (18 of 18 slots)"
+    [view] = _rack_view(18, "CliqueFull", message)
+    assert view["reason"] == "CliqueFull"
+    assert view["reasons"][0] == f"CliqueFull: {message}"
+    deleting = _cd("Ready", [])
+    deleting["status"]["conditions"] = [  # type: ignore[index]
+        {"type": "Ready", "status": "True", "reason": "AllNodesReady", "message": "all"},
+        {"type": "Deleting", "status": "True", "reason": "WaitingForWorkload", "message": "w"},
+    ]
+    [view] = viewmodel.status_view([deleting], [], [], [])
+    assert view["reasons"] == ["deleting (WaitingForWorkload): w"]
+
+
+def test_status_text_fits_80_columns_with_whole_node_names() -> None:
+    message = (
+        "node gb200-r0-n18 cannot join clique c0ffee00-0000-0000-0000-000000000001.7: "
+        "it is full (18 of 18 slots, maxNodesPerIMEXDomain)"
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None, legacy_windows=False)
+    views.render_status(_rack_view(18, "CliqueFull", message), console)
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    for i in range(19):  # each node's row starts with its whole name
+        assert re.search(rf"^\s*gb200-r0-n{i:02d}\s", text, re.M), text
+    assert "why: CliqueFull: node gb200-r0-n18 cannot join clique" in " ".join(lines)
+    assert "maxNodesPerIMEXDomain" in text.replace("\n", "")
+    assert "worker-18" in text
