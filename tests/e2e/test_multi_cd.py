@@ -5,10 +5,12 @@
 * B3 "two jobs with distinct CDs at the same time" + §1.L.3 clique boundaries: two CDs created
   at once, each with one pod per rack, so each spans both cliques; each gets one
   ComputeDomainClique per clique, indices restart per clique, daemons only on its own nodes.
-* §1.L.5 deletion ordering (#380, #725, PR #384, PR #518): deleting one CD while its workload
-  still runs removes its daemons, cliques and node labels (and the CD itself, no stuck
-  finalizer), leaves the other CD untouched (its labels, daemons and status), and the orphaned
-  workload pods still delete within upstream's 10 s, their claims with them.
+* §1.L.5 deletion ordering (#380, #725, PR #384, PR #518), with our "wait" decision (issue 18,
+  docs/status.md): deleting one CD while its workload still runs keeps it (finalizer), its
+  daemons and its node labels while the pods hold its claims, says so (``Deleting``
+  condition naming the pods), and leaves the other CD untouched (its labels, daemons and
+  status); the workload pods still delete within upstream's 10 s, and then the CD, its
+  daemons, cliques, node labels, claims and CDI specs go (no stuck finalizer).
 * §1.L.6 late prepare after unprepare (#1162 -> PR #1188): a pod deleted while its claim's
   prepare is still waiting for the daemon leaves nothing behind, also after the kubelet's 45 s
   prepare window has passed: no node label, daemon, CDI spec, or claim still prepared in the
@@ -125,12 +127,51 @@ async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
     assert await _labels(admin) == {n: uids[cd] for cd, ns in PLACEMENT.items() for n in ns}
     b_daemons = {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])}  # type: ignore[union-attr]
 
-    # Delete cd-a while its workload still runs: its daemons go, cd-b is untouched.
+    # Delete cd-a while its workload still runs: it waits for its pods, and says so; its
+    # daemons and labels stay (the job keeps its IMEX domain), cd-b is untouched.
+    a_daemons = {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-a"])}  # type: ignore[union-attr]
     await admin.delete(computedomain.ComputeDomainResource, "cd-a", namespace="default")
+    waiting: dict[str, Any] = {}
+
+    async def a_waits() -> bool:
+        nonlocal waiting
+        waiting = await helpers.cd_status(admin, "cd-a")
+        conds = [c for c in waiting.get("conditions") or [] if c["type"] == "Deleting"]
+        return bool(conds) and all(f"default/cd-a-{i}" in conds[0]["message"] for i in range(2))
+
+    await helpers.within(30, a_waits, "cd-a waits for its two pods")
+    assert waiting["status"] == "Ready", waiting
+    assert {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-a"])} == (  # type: ignore[union-attr]
+        a_daemons
+    ), "cd-a's daemons were stopped under its workload"
+    assert await _labels(admin) == {n: uids[cd] for cd, ns in PLACEMENT.items() for n in ns}
+    st = await helpers.cd_status(admin, "cd-b")
+    assert st["status"] == "Ready" and len(st["nodes"]) == 2, st
+    assert {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])} == (  # type: ignore[union-attr]
+        b_daemons
+    ), "cd-b's daemons were restarted"
+
+    # The workload still deletes promptly; then cd-a goes, and its claims with it.
+    a_claims = [
+        c.name
+        for i in range(2)
+        for c in (
+            await admin.get(Pod, f"cd-a-{i}", namespace="default")
+        ).status.resourceClaimStatuses  # type: ignore[union-attr]
+        or []
+    ]
+    assert len(a_claims) == 2
+    for i in range(2):
+        await admin.delete(Pod, f"cd-a-{i}", namespace="default")
+
+    async def a_pods_gone() -> bool:
+        return all([await helpers.gone(admin, Pod, f"cd-a-{i}") for i in range(2)])
+
+    await helpers.within(10, a_pods_gone, "cd-a's workload pods gone")
     await helpers.within(
         60,
         lambda: helpers.gone(admin, computedomain.ComputeDomainResource, "cd-a"),
-        "cd-a deleted (no stuck finalizer)",
+        "cd-a deleted once its workload is gone (no stuck finalizer)",
     )
 
     async def a_torn_down() -> bool:
@@ -150,29 +191,6 @@ async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
     assert {n: v for n, v in (await _labels(admin)).items() if v} == {
         n: uids["cd-b"] for n in PLACEMENT["cd-b"]
     }
-    st = await helpers.cd_status(admin, "cd-b")
-    assert st["status"] == "Ready" and len(st["nodes"]) == 2, st
-    assert {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])} == (  # type: ignore[union-attr]
-        b_daemons
-    ), "cd-b's daemons were restarted"
-
-    # The orphaned workload still deletes promptly, and its claims with it.
-    a_claims = [
-        c.name
-        for i in range(2)
-        for c in (
-            await admin.get(Pod, f"cd-a-{i}", namespace="default")
-        ).status.resourceClaimStatuses  # type: ignore[union-attr]
-        or []
-    ]
-    assert len(a_claims) == 2
-    for i in range(2):
-        await admin.delete(Pod, f"cd-a-{i}", namespace="default")
-
-    async def a_pods_gone() -> bool:
-        return all([await helpers.gone(admin, Pod, f"cd-a-{i}") for i in range(2)])
-
-    await helpers.within(10, a_pods_gone, "cd-a's workload pods gone")
 
     async def a_claims_gone() -> bool:
         for name in a_claims:

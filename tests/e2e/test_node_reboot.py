@@ -7,25 +7,22 @@ drops its checkpoint (upstream's ``Invalidating checkpoint``), the kubelet prepa
 claims again, and the domain is Ready again with both nodes, each keeping its index, every
 workload Running with its channel, and nothing of the earlier boot left on the node.
 
-Not asserted: that the node's entry in the CD status shows NotReady during the reboot. Restoring
-that assertion (issue 14) showed it does not hold either way: on 2026-12-01 it passed once with
-``daemon.readiness.OwnCheckGate`` taken out and failed once with it in (entry states ``['Ready',
-'Ready']``). The gate keeps the daemon's clique entry from saying Ready before its own IMEX is
-up (tested against the API server in ``tests/integration/daemon/test_readiness_gate.py``); the
-CD status is what the controller finds when it reconciles, and a NotReady that lasts only until
-the new IMEX answers can come and go between two reconciles. The entry states are printed when
-the test fails.
+While the node is down and its daemon starts again, the CD is not Ready (issue 18): the node's
+entry stays listed NotReady (its workload holds its claim), the CD is NotReady with reason
+``NodeNotReady``, and Events say when the node went NotReady and when it was back. Every
+status write is recorded by a watch and printed when the test fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from compute_domains.api import computedomain, names
 from compute_domains.plugin import cdi, checkpoint
@@ -88,8 +85,15 @@ async def _formed(admin: AsyncClient) -> dict[str, int] | None:
     return None
 
 
+def _state(st: dict[str, Any]) -> str:
+    """``<CD status>/<Ready reason>/<victim entry status>`` of one status write."""
+    entry = next((n for n in st.get("nodes") or [] if n["name"] == VICTIM), None)
+    reason = next((c["reason"] for c in st.get("conditions") or [] if c["type"] == "Ready"), "-")
+    return f"{st.get('status')}/{reason}/{entry['status'] if entry else 'absent'}"
+
+
 async def _watch_entry(admin: AsyncClient, seen: list[str]) -> None:
-    """Record every state of the victim's entry in the CD status ("absent" when it has none).
+    """Record every status write as ``_state`` (the victim's entry "absent" when it has none).
 
     A watch, not a poll: the entry is NotReady for a few seconds only, and every status write
     shows up here. A watch the loaded machine breaks (a read error) is followed again from a
@@ -103,12 +107,19 @@ async def _watch_entry(admin: AsyncClient, seen: list[str]) -> None:
                 namespace="default",
                 fields={"metadata.name": CD},
             ):
-                st = obj.to_dict().get("status") or {}  # type: ignore[no-untyped-call]
-                entry = next((n for n in st.get("nodes") or [] if n["name"] == VICTIM), None)
-                seen.append(str(entry["status"]) if entry else "absent")
+                seen.append(_state(obj.to_dict().get("status") or {}))  # type: ignore[no-untyped-call]
         except httpx.HTTPError as err:
             seen.append(f"(watch broke: {type(err).__name__})")
             await asyncio.sleep(0.2)  # reconnect back-off, not a wait on the cluster
+
+
+async def _cd_events(admin: AsyncClient, domain_uid: str, reason: str) -> list[str]:
+    """Messages of the CD's Events with ``reason``."""
+    return [
+        str(e.message)
+        async for e in admin.list(Event, namespace="default")
+        if e.involvedObject.uid == domain_uid and e.reason == reason
+    ]
 
 
 async def _driver_pods_ready(admin: AsyncClient, node: str) -> bool:
@@ -181,6 +192,17 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
 
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
+    # The CD was not Ready while the node was down: its entry stayed listed, NotReady, and the
+    # reason named the node; it never dropped out of the status.
+    assert "NotReady/NodeNotReady/NotReady" in seen, f"entry states: {seen}"
+    assert not any(s.endswith("/absent") for s in seen), f"entry states: {seen}"
+    assert not any(s.startswith("Ready/") and not s.endswith("/Ready") for s in seen), seen
+    went, back = (
+        await _cd_events(admin, domain_uid, "NodeNotReady"),
+        await _cd_events(admin, domain_uid, "NodeReady"),
+    )
+    assert any(VICTIM in m for m in went), (went, seen)
+    assert any(VICTIM in m for m in back), (back, seen)
     # The rebooted node's IMEX daemon really went down and started again.
     daemon_now = await _daemon_started(admin, VICTIM)
     assert daemon_now not in ("", first_daemon), (
