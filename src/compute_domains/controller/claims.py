@@ -98,16 +98,16 @@ class WorkloadClaim:
         )
 
     @property
-    def holds(self) -> bool:
+    def placed(self) -> bool:
         """Whether the claim is allocated to a node (held there, or waited for)."""
         return bool(self.node)
 
 
-def holder_pods(claims: Iterable[WorkloadClaim]) -> list[str]:
+def using_pods(claims: Iterable[WorkloadClaim]) -> list[str]:
     """``namespace/pod`` of every pod that holds one of ``claims`` (else the claim), sorted."""
     out: set[str] = set()
     for claim in claims:
-        if not claim.holds:
+        if not claim.placed:
             continue
         if claim.pods:
             out.update(f"{claim.namespace}/{pod}" for pod in claim.pods)

@@ -123,13 +123,13 @@ class Reconciler:
     async def _wait_for_workload(self, raw: Any) -> bool:
         """While pods hold claims of the deleted CD ``raw``: keep it, say so; True if waiting."""
         domain_uid = raw.metadata.uid
-        holders = claims.holder_pods(self._cache.workload_of(domain_uid))
-        if not holders:
+        waited_for = claims.using_pods(self._cache.workload_of(domain_uid))
+        if not waited_for:
             # The cache may lag behind a claim allocated a moment ago: ask the API server.
             live = await self._api.list(ResourceClaim, namespace=raw.metadata.namespace)
             mine = [c for c in live if domain_uid in claims.domain_uids(c)]
-            holders = claims.holder_pods(claims.WorkloadClaim.from_claim(c) for c in mine)
-        if not holders:
+            waited_for = claims.using_pods(claims.WorkloadClaim.from_claim(c) for c in mine)
+        if not waited_for:
             return False
         # No new claims from its template while it waits (pods of a controller that replaces
         # them stay Pending); its daemons stay, so the running job keeps its IMEX domain.
@@ -140,11 +140,11 @@ class Reconciler:
             cd = None
         before = _deleting_message(raw)
         if cd is not None:
-            derived = await self._status.sync(cd, holders=holders)
+            derived = await self._status.sync(cd, waited_for=waited_for)
             cond = derived.condition(conditions.DELETING)
             message = cond.message if cond is not None else ""
         else:
-            message = f"deletion waits for pods that still hold its claims: {', '.join(holders)}"
+            message = f"deletion waits for pods that still hold its claims: {', '.join(waited_for)}"
         if message and message != before:
             logger.info(message, extra={"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"})
             await self._events.emit(

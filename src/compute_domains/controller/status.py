@@ -152,13 +152,13 @@ def derive(
     node_cliques: Mapping[str, str] | None = None,
     max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
     template_conflict: str = "",
-    holders: Sequence[str] | None = None,
+    waited_for: Sequence[str] | None = None,
     generation: int = 0,
 ) -> Derived:
     """The status of one CD.
 
     ``node_ready`` maps node name to readiness (absent = deleted); ``node_cliques`` a node's
-    ``nvidia.com/gpu.clique`` label; ``holders`` the pods a deletion waits for (None: the CD
+    ``nvidia.com/gpu.clique`` label; ``waited_for`` the pods a deletion waits for (None: the CD
     is not being deleted). Conditions come without ``lastTransitionTime`` (see
     ``conditions.merged``).
     """
@@ -168,8 +168,8 @@ def derive(
         if pod.node_name:
             by_node.setdefault(pod.node_name, []).append(pod)
     entries = _daemon_entries(cliques, by_node, node_ready)
-    held = sorted({c.node for c in workload if c.holds})
-    for node in held:
+    workload_nodes = sorted({c.node for c in workload if c.placed})
+    for node in workload_nodes:
         if node not in entries:
             entries[node] = _held_entry(node, previous, by_node.get(node, []), node_cliques or {})
     full = full_clique_nodes(cliques, pods, max_nodes)
@@ -187,12 +187,12 @@ def derive(
         verdict.Facts(
             entries=tuple(entries.values()),
             why=why,
-            held=tuple(held),
+            workload_nodes=tuple(workload_nodes),
             num_nodes=num_nodes,
             full=tuple(full),
             max_nodes=max_nodes,
             template_conflict=template_conflict,
-            holders=None if holders is None else tuple(holders),
+            waited_for=None if waited_for is None else tuple(waited_for),
             generation=generation,
         )
     )

@@ -76,12 +76,12 @@ class StatusSync:
         cd: ComputeDomain,
         *,
         template_conflict: str = "",
-        holders: list[str] | None = None,
+        waited_for: list[str] | None = None,
     ) -> ComputeDomainStatus:
         """Write CD ``cd``'s status if it changed, then prune dead clique entries.
 
         ``template_conflict`` is the reason its workload template could not be made;
-        ``holders`` the pods its deletion waits for (None while it is not being deleted).
+        ``waited_for`` the pods its deletion waits for (None while it is not being deleted).
         Returns the status it derived.
 
         Raises:
@@ -114,7 +114,7 @@ class StatusSync:
             node_cliques=node_cliques,
             max_nodes=max_nodes,
             template_conflict=template_conflict,
-            holders=holders,
+            waited_for=waited_for,
             generation=cd.metadata.generation or 0,
         )
         failures: list[errors.ComputeDomainsError] = []

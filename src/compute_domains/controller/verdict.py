@@ -56,14 +56,14 @@ class Facts:
     entries: Sequence[ComputeDomainNode]
     why: Mapping[str, Why]
     """For each NotReady entry."""
-    held: Sequence[str]
+    workload_nodes: Sequence[str]
     """Nodes that hold or wait for a workload claim."""
     num_nodes: int
     full: Sequence[tuple[str, str]]
     """``(node, cliqueID)`` of daemons that cannot join a full clique."""
     max_nodes: int
     template_conflict: str = ""
-    holders: Sequence[str] | None = None
+    waited_for: Sequence[str] | None = None
     """Pods a deletion waits for; None while the CD is not being deleted."""
     generation: int = 0
 
@@ -106,7 +106,7 @@ def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
     lost = _nodes(facts, Cause.LOST)
     if lost:
         return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost, '; ')}"
-    if not facts.held:
+    if not facts.workload_nodes:
         wanted = f" (numNodes {facts.num_nodes})" if facts.num_nodes else ""
         return (
             False,
@@ -137,8 +137,8 @@ def judge(facts: Facts) -> Verdict:
             observed_generation=facts.generation,
         )
     ]
-    if facts.holders:
-        pods = list(facts.holders)
+    if facts.waited_for:
+        pods = list(facts.waited_for)
         out.append(
             conditions.Condition(
                 type=conditions.DELETING,

@@ -55,7 +55,7 @@ def test_a_channel_claim_names_its_domain_node_and_pods() -> None:
         assert claims.domain_uids(claim) == ("uid-1",)
         summary = claims.WorkloadClaim.from_claim(claim)
         assert summary == claims.WorkloadClaim(namespace="ns", name="c", node="n1", pods=("w-0",))
-        assert summary.holds
+        assert summary.placed
 
 
 def test_daemon_claims_and_other_drivers_are_not_workload_claims() -> None:
@@ -68,11 +68,11 @@ def test_the_node_comes_from_the_selector_or_our_pool() -> None:
     assert claims.allocated_node(_claim(node=None, pool="n2")) == "n2"
     assert claims.allocated_node(_claim(node=None, pool=None)) == ""
     pending = claims.WorkloadClaim.from_claim(_claim(node=None, pool=None))
-    assert not pending.holds
+    assert not pending.placed
 
 
 def test_holder_pods() -> None:
     held = claims.WorkloadClaim(namespace="ns", name="c1", node="n1", pods=("b", "a"))
     orphan = claims.WorkloadClaim(namespace="ns", name="c2", node="n1")
     pending = claims.WorkloadClaim(namespace="ns", name="c3", node="", pods=("z",))
-    assert claims.holder_pods([held, orphan, pending]) == ["ns/a", "ns/b", "ns/c2 (claim)"]
+    assert claims.using_pods([held, orphan, pending]) == ["ns/a", "ns/b", "ns/c2 (claim)"]

@@ -347,7 +347,7 @@ def test_a_waiting_deletion_names_the_pods() -> None:
         cliques=[],
         pods=[],
         node_ready={},
-        holders=["ns/w-0", "ns/w-1"],
+        waited_for=["ns/w-0", "ns/w-1"],
         generation=3,
     ).status
     cond = st.condition(conditions.DELETING)
