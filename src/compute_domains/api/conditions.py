@@ -111,3 +111,56 @@ def merged(
             since = cond.last_transition_time or at
         out.append(dataclasses.replace(cond, last_transition_time=since))
     return tuple(out)
+
+
+def schema() -> dict[str, Any]:
+    """The CRD schema of ``status.conditions``: Kubernetes' ``metav1.Condition`` list, as every
+    built-in API declares it."""
+    item = {
+        "type": "object",
+        "properties": {
+            "lastTransitionTime": dict(
+                description="When the condition last changed its status.",
+                type="string",
+                format="date-time",
+            ),
+            "message": dict(
+                description="What happened, for a person.", type="string", maxLength=32768
+            ),
+            "observedGeneration": dict(
+                description="metadata.generation the condition was derived from.",
+                type="integer",
+                format="int64",
+                minimum=0,
+            ),
+            "reason": dict(
+                description="Why, in one CamelCase word that scripts can filter on.",
+                type="string",
+                maxLength=1024,
+                minLength=1,
+                pattern="^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+            ),
+            "status": dict(
+                description="True, False or Unknown.",
+                type="string",
+                enum=["True", "False", "Unknown"],
+            ),
+            "type": dict(
+                description="Ready, or Deleting while a deletion waits for the workload.",
+                type="string",
+                maxLength=316,
+                pattern=(
+                    "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                    "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+                ),
+            ),
+        },
+        "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+    }
+    return {
+        "description": "Standard conditions: Ready (with the reason when it is not), Deleting.",
+        "type": "array",
+        "items": item,
+        "x-kubernetes-list-map-keys": ["type"],
+        "x-kubernetes-list-type": "map",
+    }

@@ -35,7 +35,15 @@ from compute_domains.api.computedomain import (
     ComputeDomainStatusResource,
     DecodeError,
 )
-from compute_domains.controller import caches, config, events, kubeapi, metrics, status
+from compute_domains.controller import (
+    caches,
+    config,
+    events,
+    kubeapi,
+    metrics,
+    status,
+    statuschange,
+)
 from compute_domains.infra import errors
 
 logger = logging.getLogger(__name__)
@@ -168,7 +176,7 @@ class StatusSync:
             at=conditions.now(),
         )
         desired = dataclasses.replace(derived.status, conditions=stamped)
-        if not status.differs(current, desired):
+        if not statuschange.differs(current, desired):
             return
         patch = [{"op": "add", "path": "/status", "value": desired.to_dict()}]
         updated = await self._api.patch(
@@ -192,10 +200,10 @@ class StatusSync:
                 new_reason,
                 extra=log,
             )
-        for change in status.transitions(previous, derived):
+        for change in statuschange.transitions(previous, derived):
             await self._announce(cd, change)
 
-    async def _announce(self, cd: ComputeDomain, change: status.Transition) -> None:
+    async def _announce(self, cd: ComputeDomain, change: statuschange.Transition) -> None:
         entry = change.entry
         if entry is not None and entry.index != names.NON_FABRIC_INDEX:
             where = f"clique {entry.clique_id!r}, index {entry.index}"

@@ -29,7 +29,7 @@ Invariants:
   safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
-Size: about 320 lines for one state machine; prepare, unprepare and the locked transaction they
+Size: about 330 lines for one state machine; prepare, unprepare and the locked transaction they
 share are its transitions and would not read apart (its pure parts are ``holder``, ``edits``,
 ``configs``; its file writes ``claimfiles`` and ``checkpointfile``).
 """

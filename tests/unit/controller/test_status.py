@@ -9,7 +9,7 @@ import pytest
 from compute_domains.api import conditions
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, status, verdict
+from compute_domains.controller import claims, status, statuschange, verdict
 
 UID = "cd-uid"
 C1, C2 = "cluster.1", "cluster.2"
@@ -385,14 +385,14 @@ def test_differs_ignores_list_order_but_not_content() -> None:
     stored = desired.to_dict()
     stored["nodes"] = list(reversed(stored["nodes"]))
     stored["conditions"] = list(reversed(stored["conditions"]))
-    assert not status.differs(stored, desired)
-    assert status.differs(None, desired)
-    assert status.differs({**stored, "readyNodes": None}, desired)
+    assert not statuschange.differs(stored, desired)
+    assert statuschange.differs(None, desired)
+    assert statuschange.differs({**stored, "readyNodes": None}, desired)
     stored["conditions"][0]["message"] = "changed"
-    assert status.differs(stored, desired)
+    assert statuschange.differs(stored, desired)
     stored = desired.to_dict()
     stored["nodes"][0]["status"] = "NotReady"
-    assert status.differs(stored, desired)
+    assert statuschange.differs(stored, desired)
 
 
 def test_conditions_keep_their_transition_time_while_the_status_holds() -> None:
@@ -420,7 +420,7 @@ def test_transitions() -> None:
     new = status.Derived(
         status=ComputeDomainStatus(nodes=(node("a", N), node("b", N), node("d", N))), why=why
     )
-    changes = status.transitions(old, new)
+    changes = statuschange.transitions(old, new)
     assert [(t.node, t.kind, t.why) for t in changes] == [
         ("a", "not-ready", "the node is NotReady"),
         ("b", "not-ready", "its IMEX daemon pod is gone"),
@@ -433,8 +433,8 @@ def test_transitions() -> None:
     back = status.Derived(status=ComputeDomainStatus(nodes=(node("a", R),)), why={})
     was_lost = ComputeDomainStatus(nodes=(node("a", N),), conditions=(lost,))
     was_forming = ComputeDomainStatus(nodes=(node("a", N),), conditions=(forming,))
-    assert [(t.node, t.kind) for t in status.transitions(was_lost, back)] == [("a", "ready")]
-    assert status.transitions(was_forming, back) == []
+    assert [(t.node, t.kind) for t in statuschange.transitions(was_lost, back)] == [("a", "ready")]
+    assert statuschange.transitions(was_forming, back) == []
 
 
 def test_daemon_pod_summary_from_a_pod() -> None:
