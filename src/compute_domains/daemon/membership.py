@@ -40,6 +40,7 @@ import httpx2 as httpx
 from lightkube import AsyncClient
 
 from compute_domains.api.clique import (
+    CliqueDaemon,
     CliqueFullError,
     ComputeDomainClique,
     ComputeDomainCliqueResource,
@@ -64,6 +65,8 @@ class Membership:
         on_peers: called with each new peer mapping that includes us; must not block.
         deregister_timeout: bound of the removal at shutdown, in seconds.
         meter: where lost write races are counted (a fresh registry of its own when None).
+        on_entry: called with our entry in every clique state seen that holds it (start-up
+            steps: registered, Ready reported); must not block.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class Membership:
         rng: random.Random | None = None,
         co_owner: dict[str, str] | None = None,
         meter: metrics.DaemonMetrics | None = None,
+        on_entry: Callable[[CliqueDaemon], None] | None = None,
     ) -> None:
         self._client = client
         self._meter = meter or metrics.DaemonMetrics()
@@ -92,6 +96,7 @@ class Membership:
         # Our DaemonSet as a second owner keeps the clique (and the indices it remembers) while
         # the domain lives, even when every daemon pod is gone at once (upstream C2).
         self._co_owner = co_owner
+        self._on_entry = on_entry
         self._log = logging.LoggerAdapter(
             logger, {"cd": ident.cd, "node": ident.node_name, "pod": ident.pod_name}
         )
@@ -151,6 +156,8 @@ class Membership:
         if mine is not None and mine.index != self._index:
             self._index = mine.index
             self._log.info("registered in clique %s at index %d", clique.name, mine.index)
+        if mine is not None and self._on_entry is not None:
+            self._on_entry(mine)
         mapping, problems = cliqueentry.peer_mapping(clique, self._ident.clique_id, self._max)
         if mapping == self._peers:
             return

@@ -21,7 +21,19 @@ from typing import Final, Literal
 
 LogFormat = Literal["text", "json"]
 
-_BOUND_KEYS = ("cd", "claim", "claim_uid", "node", "pod", "child")
+_BOUND_KEYS = (
+    "cd",
+    "claim",
+    "claim_uid",
+    "node",
+    "pod",
+    "child",
+    "step",
+    "since_start_s",
+    "since_prev_s",
+)
+"""Fields bound to a record (``extra=``) that every line shows: the objects it is about, and the
+daemon's start-up step timings (``daemon.steps``)."""
 
 V1: Final = logging.INFO - 1
 """Detail NVIDIA logs at klog verbosity 1 (shown from ``logVerbosity`` 1 and at debug)."""
