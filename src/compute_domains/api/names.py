@@ -63,6 +63,9 @@ GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
 """Node label (``"true"``) that Node Feature Discovery sets on GPU nodes; the chart's plugin
 DaemonSet selects them by it."""
 
+DAEMON_HEALTH_PATH: Final = "/readyz"
+"""Path every probe of the daemon container asks (on its metrics port): 200 while its own IMEX
+check sees READY."""
 DAEMON_SERVICE_ACCOUNT: Final = "compute-domain-daemon-service-account"
 """ServiceAccount of the daemon pods, created by the Helm chart in the driver namespace."""
 DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18

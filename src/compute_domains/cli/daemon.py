@@ -21,8 +21,10 @@ from typing import Any
 
 import click
 
+from compute_domains.api import names
 from compute_domains.cli import serving
-from compute_domains.daemon import app, imexconfig, supervisor
+from compute_domains.daemon import app, imexconfig, steps, supervisor
+from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import errors, kube, logs
 
@@ -134,7 +136,8 @@ def group() -> None:
     type=click.IntRange(min=0, max=65535),
     default=0,
     show_default=True,
-    help="Port of /metrics on the pod IP; 0 serves none. Env METRICS_PORT.",
+    help=f"Port of /metrics and {names.DAEMON_HEALTH_PATH} (the probes) on the pod IP; 0 serves "
+    "none. Env METRICS_PORT.",
 )
 @click.option(
     "--unfilled-slot-address",
@@ -146,6 +149,12 @@ def group() -> None:
 def run(**opts: Any) -> None:
     """Run the daemon until SIGTERM."""
     _setup_logs(opts)
+    metrics = daemon_metrics.DaemonMetrics()
+    timeline = steps.Steps(
+        started_at=steps.process_start(),
+        on_step=metrics.step,
+        fields={"node": opts["node_name"]},
+    )
     settings = DaemonSettings(
         identity=Identity(
             node_name=opts["node_name"],
@@ -178,7 +187,8 @@ def run(**opts: Any) -> None:
         metrics_port=opts["metrics_port"],
     )
     settings.validate()
-    asyncio.run(_serve(settings, opts["shutdown_timeout"]))
+    timeline.mark(steps.SETTINGS_LOADED)
+    asyncio.run(_serve(settings, metrics, timeline, opts["shutdown_timeout"]))
 
 
 def _setup_logs(opts: dict[str, Any]) -> None:
@@ -189,11 +199,17 @@ def _setup_logs(opts: dict[str, Any]) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-async def _serve(settings: DaemonSettings, shutdown_timeout: float) -> None:
+async def _serve(
+    settings: DaemonSettings,
+    metrics: daemon_metrics.DaemonMetrics,
+    timeline: steps.Steps,
+    shutdown_timeout: float,
+) -> None:
     """Run the daemon; the first SIGTERM/SIGINT cancels it; exit is forced after a bound."""
     client = kube.client(settings.kube)
+    daemon = app.Daemon(settings, client, metrics=metrics, timeline=timeline)
     try:
-        await serving.serve(app.Daemon(settings, client).run(), "daemon", shutdown_timeout)
+        await serving.serve(daemon.run(), "daemon", shutdown_timeout)
         logger.info("stopped")
     except ExceptionGroup as group_:
         # Each task's failure was logged with its traceback; print one clear line per cause.

@@ -1,15 +1,19 @@
 """The per-ComputeDomain daemon DaemonSet, rendered as a typed lightkube object.
 
 Rendering follows upstream (spec §7.3) field for field, with these deliberate differences:
-- the container runs the project image's ``cdctl daemon run``; all three probes exec
-  ``cdctl daemon check``;
+- the container runs the project image's ``cdctl daemon run``; all three probes are ``httpGet``
+  of ``/readyz`` on the container's ``metrics`` port (upstream: exec ``compute-domain-daemon
+  check``), which the daemon answers from its own IMEX check (``nvidia-imex-ctl -q`` =
+  ``READY``, the check upstream's exec runs; ``daemon/health.py``), so no probe starts a
+  process (docs/decisions/0008-daemon-answers-its-probes.md); with no metrics port (0) the
+  daemon serves nothing and the probes exec ``cdctl daemon check``, the same check;
 - the startup probe runs every second, so a new daemon turns Ready about a second after its IMEX
-  service does; afterwards the readiness probe runs every 5 s (upstream: 10 s) — each run costs
-  a process start on the node, which matters with 18 daemons on a small machine;
+  service does; afterwards the readiness probe runs every 5 s (upstream: 10 s), the pace of the
+  daemon's own check once READY;
 - no ``FEATURE_GATES`` env (we have no feature gates); ``CD_LOG_LEVEL``/``CD_LOG_FORMAT`` are
   added so the daemon's ``cdctl`` logs at the controller's chosen level and format;
 - ``METRICS_PORT``, a container port ``metrics`` and Prometheus scrape annotations: the daemon
-  serves ``/metrics`` on its pod IP (``daemon.metrics``).
+  serves ``/metrics`` (``daemon.metrics``) and ``/readyz`` on its pod IP.
 
 Identity: name ``computedomain-daemon-<cdUID>`` in the driver namespace, label and finalizer
 ``resource.nvidia.com/computeDomain``, no owner references (the controller deletes it). The
@@ -28,6 +32,7 @@ from lightkube.models.core_v1 import (
     EnvVar,
     EnvVarSource,
     ExecAction,
+    HTTPGetAction,
     LocalObjectReference,
     ObjectFieldSelector,
     PodResourceClaim,
@@ -47,7 +52,9 @@ from compute_domains.controller import config
 DAEMON_COMMAND: Final = ("cdctl", "daemon", "run")
 """What the daemon container runs (the project image's console script)."""
 CHECK_COMMAND: Final = ("cdctl", "daemon", "check")
-"""What every probe of the daemon container runs."""
+"""What the probes run when the daemon serves no port (the same IMEX check, by exec)."""
+METRICS_PORT_NAME: Final = "metrics"
+"""Name of the daemon container's port: ``/metrics``, and ``/readyz`` that its probes ask."""
 _TOLERATED_EFFECTS: Final = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
 
@@ -55,9 +62,13 @@ def _field_env(name: str, path: str) -> EnvVar:
     return EnvVar(name=name, valueFrom=EnvVarSource(fieldRef=ObjectFieldSelector(fieldPath=path)))
 
 
-def _probe(*, period: int, failures: int) -> Probe:
+def _probe(settings: config.DaemonSettings, *, period: int, failures: int) -> Probe:
+    served = bool(settings.metrics_port)
     return Probe(
-        exec=ExecAction(command=list(CHECK_COMMAND)),
+        httpGet=HTTPGetAction(path=names.DAEMON_HEALTH_PATH, port=METRICS_PORT_NAME)
+        if served
+        else None,
+        exec=None if served else ExecAction(command=list(CHECK_COMMAND)),
         initialDelaySeconds=0,
         periodSeconds=period,
         timeoutSeconds=10,
@@ -101,13 +112,13 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
         image=settings.image,
         command=list(DAEMON_COMMAND),
         env=_env(settings),
-        ports=[ContainerPort(name="metrics", containerPort=settings.metrics_port)]
+        ports=[ContainerPort(name=METRICS_PORT_NAME, containerPort=settings.metrics_port)]
         if settings.metrics_port
         else None,
         resources=ResourceRequirements(claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)]),
-        startupProbe=_probe(period=1, failures=1200),
-        livenessProbe=_probe(period=60, failures=20),
-        readinessProbe=_probe(period=5, failures=1),
+        startupProbe=_probe(settings, period=1, failures=1200),
+        livenessProbe=_probe(settings, period=60, failures=20),
+        readinessProbe=_probe(settings, period=5, failures=1),
     )
     pod_spec = PodSpec(
         serviceAccountName=names.DAEMON_SERVICE_ACCOUNT,

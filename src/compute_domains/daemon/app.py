@@ -1,20 +1,23 @@
-"""Compose the daemon: label the pod, write the IMEX files, then run membership, peers and IMEX.
+"""Compose the daemon: serve its probes, label the pod, write the IMEX files, then run
+membership, peers, IMEX and its own IMEX check.
 
-``Daemon.run()`` does, in order:
+``Daemon.run()`` serves, for its whole life and when it has a metrics port, the probe and
+metrics endpoint (``/readyz`` from ``health``, ``/metrics`` from ``daemon.metrics``, on the pod
+IP) and meanwhile does, in order:
 
-1. label our pod with its clique ID (the value may be empty); a refusal is fatal;
+1. label our pod with its clique ID (the value may be empty; a refusal is fatal) while, at the
+   same time, ``imexd.cfg`` (command service bound to the pod IP) and the static ``nodes.cfg``
+   (``compute-domain-daemon-0000`` … ``<max-1>``) are rendered, both atomically;
 2. with no clique ID (no multi-node NVLink on this node): nothing else; wait to be cancelled
-   (``check`` passes at once, the controller reports the node from the pod);
-3. render ``imexd.cfg`` (command service bound to the pod IP) and the static ``nodes.cfg``
-   (``compute-domain-daemon-0000`` … ``<max-1>``), both atomically;
-4. run, as named guarded tasks of one TaskGroup: the IMEX supervisor, the peer updater (hosts
+   (``/readyz`` passes at once, the controller reports the node from the pod);
+3. run, as named guarded tasks of one TaskGroup: the IMEX supervisor, the peer updater (hosts
    block, first start, paced SIGUSR1), the clique membership (register, follow, report
-   readiness), our pod's readiness watch, the Event recorder, and (with a metrics port) the
-   ``/metrics`` endpoint on the pod IP (``daemon.metrics``).
+   readiness), the own IMEX check, our pod's readiness watch, and the Event recorder.
 
-Any task failing cancels the others, and the error propagates (the container restarts). On
-cancellation (SIGTERM) the IMEX process is stopped (SIGTERM, bounded wait, SIGKILL) while, at
-the same time, our clique entry is removed (bounded); then ``run()`` ends.
+Each start-up step is timed (``steps``). Any task failing cancels the others, and the error
+propagates (the container restarts). On cancellation (SIGTERM) the IMEX process is stopped
+(SIGTERM, bounded wait, SIGKILL) while, at the same time, our clique entry is removed (bounded);
+then ``run()`` ends.
 """
 
 from __future__ import annotations
@@ -27,16 +30,21 @@ from typing import Any
 
 from lightkube import AsyncClient
 
+from compute_domains.api import names
+from compute_domains.api.clique import CliqueDaemon
+from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import (
     events,
+    health,
     imexconfig,
     membership,
-    metrics,
     peers,
     probe,
     readiness,
+    steps,
     supervisor,
 )
+from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings
 from compute_domains.infra import metrics as infra_metrics
 from compute_domains.infra import tasks
@@ -51,10 +59,18 @@ class Daemon:
         settings: validated settings.
         client: API client (the pod's ServiceAccount).
         rng: randomness for backoff jitter (tests pass a seeded one).
+        metrics: this process's metrics (a fresh registry when not given).
+        timeline: the start-up steps (counted from the first step when not given).
     """
 
     def __init__(
-        self, settings: DaemonSettings, client: AsyncClient, *, rng: random.Random | None = None
+        self,
+        settings: DaemonSettings,
+        client: AsyncClient,
+        *,
+        rng: random.Random | None = None,
+        metrics: daemon_metrics.DaemonMetrics | None = None,
+        timeline: steps.Steps | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
@@ -62,21 +78,37 @@ class Daemon:
         self._log = logging.LoggerAdapter(
             logger, {"cd": settings.identity.cd, "node": settings.identity.node_name}
         )
+        self.metrics = metrics or daemon_metrics.DaemonMetrics()
+        self.steps = timeline or steps.Steps(started_at=None, on_step=self.metrics.step)
+        own = probe.CheckSettings(
+            clique_id=settings.identity.clique_id,
+            config_path=settings.imex.config_path,
+            ctl_command=settings.imex_ctl_command,
+            timeout=settings.health.timeout,
+        )
+        self.health = health.ImexHealth(
+            lambda: probe.check(own),
+            settings.health,
+            on_change=self._own_check_changed,
+            on_result=self.metrics.imex_check,
+        )
+        """The daemon's own IMEX check, which its probes ask."""
+        self.http: infra_metrics.HttpEndpoint | None = None
+        """The probe and metrics endpoint, once built."""
         self.imex: supervisor.Supervisor | None = None
         """The IMEX supervisor, once built (for tests and diagnostics)."""
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
-        self.metrics = metrics.DaemonMetrics()
-        """This daemon's metrics (its own registry)."""
+        self._pod: readiness.PodReadiness | None = None
         self._controller_ref: dict[str, str] | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
 
         Raises:
-            PermanentError: our pod could not be labelled.
-            ConfigError: the IMEX files cannot be rendered.
-            ExceptionGroup: an essential task failed.
+            ExceptionGroup: an essential task failed; among the causes: ``PermanentError`` (our
+                pod could not be labelled), ``ConfigError`` (the IMEX files cannot be rendered),
+                ``OSError`` (the probe port cannot be bound).
         """
         s = self._settings
         ident = s.identity
@@ -91,13 +123,35 @@ class Daemon:
             s.imex.config_path,
             s.peers.hosts_file,
         )
-        self._controller_ref = await readiness.label_pod(
-            self._client, ident, retry=s.retry, rng=self._rng
-        )
+        async with asyncio.TaskGroup() as tg:
+            if s.metrics_port:
+                # Without a clique ID there is no IMEX to ask: Ready at once (as `daemon check`).
+                answer = self.health.answer if ident.has_clique else infra_metrics.always_ok
+                checks: dict[str, infra_metrics.Check] = {names.DAEMON_HEALTH_PATH: answer}
+                self.http = infra_metrics.HttpEndpoint(
+                    host=ident.pod_ip,
+                    port=s.metrics_port,
+                    render=self.metrics.render,
+                    checks=checks,
+                )
+                tasks.spawn(tg, "http-endpoint", self.http.run, log=logger)
+            tasks.spawn(tg, "daemon", self._main, log=logger)
+
+    async def _main(self) -> None:
+        s = self._settings
+        ident = s.identity
+        label = readiness.label_pod(self._client, ident, retry=s.retry, rng=self._rng)
         if not ident.has_clique:
+            self._controller_ref = await label
+            self.steps.mark(steps.POD_LABELLED)
             self._log.info("no clique ID: this node has no multi-node NVLink; idling until stopped")
             await asyncio.Event().wait()  # only cancellation ends this
-        await asyncio.to_thread(self._write_imex_files)
+        # The files are needed before IMEX starts, the label before we register: both at once.
+        async with asyncio.TaskGroup() as tg:
+            labelled = tg.create_task(label, name="label-pod")
+            tg.create_task(asyncio.to_thread(self._write_imex_files), name="imex-files")
+        self._controller_ref = labelled.result()
+        self.steps.mark(steps.POD_LABELLED)
         await self._run_tasks()
 
     def _write_imex_files(self) -> None:
@@ -117,7 +171,7 @@ class Daemon:
         ident = s.identity
         recorder = events.PodEvents(self._client, ident)
 
-        def on_restart(exit_: supervisor.ChildExit) -> None:
+        def post_restart(exit_: supervisor.ChildExit) -> None:
             recorder.post(
                 events.WARNING,
                 events.IMEX_RESTARTED,
@@ -125,16 +179,24 @@ class Daemon:
                 f"restart #{exit_.restarts} in {exit_.restart_delay:.1f}s",
             )
 
+        def on_restart(exit_: supervisor.ChildExit) -> None:
+            self.health.imex_exited()
+            post_restart(exit_)
+
+        def on_started() -> None:
+            self._log.info("started %s", " ".join(argv))
+            self.steps.mark(steps.IMEX_STARTED)
+            self.health.imex_started()
+
         argv = [*s.imex_command, "-c", str(s.imex.config_path)]
         imex = supervisor.Supervisor(
-            argv, settings=s.supervisor, rng=self._rng, on_restart=on_restart
+            argv,
+            settings=s.supervisor,
+            rng=self._rng,
+            on_restart=on_restart,
+            on_output=self.health.imex_output,
         )
-        updater = peers.PeerUpdater(
-            s.peers,
-            imex,
-            max_nodes=s.max_nodes,
-            on_started=lambda: self._log.info("started %s", " ".join(argv)),
-        )
+        updater = peers.PeerUpdater(s.peers, imex, max_nodes=s.max_nodes, on_started=on_started)
         member = membership.Membership(
             self._client,
             ident,
@@ -146,32 +208,31 @@ class Daemon:
             rng=self._rng,
             co_owner=self._controller_ref,
             meter=self.metrics,
-        )
-        own = probe.CheckSettings(
-            clique_id=ident.clique_id,
-            config_path=s.imex.config_path,
-            ctl_command=s.imex_ctl_command,
+            on_entry=self._entry_seen,
         )
         pod = readiness.PodReadiness(
-            self._client,
-            ident,
-            on_change=member.set_status,
-            retry=s.retry,
-            own_check=lambda: probe.check(own),
+            self._client, ident, on_change=member.set_status, retry=s.retry, own_check=True
         )
-        self.imex, self.membership = imex, member
+        self.imex, self.membership, self._pod = imex, member, pod
         work: dict[str, Coroutine[Any, Any, None]] = {
             "imex-supervisor": imex.run(),
             "peer-updater": updater.run(),
             "clique-membership": member.run(),
+            "own-imex-check": self.health.run(),
             "pod-readiness": pod.run(),
             "events": recorder.run(),
         }
-        if s.metrics_port:
-            endpoint = infra_metrics.HttpEndpoint(
-                host=ident.pod_ip, port=s.metrics_port, render=self.metrics.render, checks={}
-            )
-            work["metrics-http"] = endpoint.run()
         async with asyncio.TaskGroup() as tg:
             for name, coro in work.items():
                 tasks.spawn(tg, name, coro, log=logger)
+
+    def _own_check_changed(self, ok: bool) -> None:
+        if ok:
+            self.steps.mark(steps.IMEX_READY)
+        if self._pod is not None:
+            self._pod.set_own(ok)
+
+    def _entry_seen(self, entry: CliqueDaemon) -> None:
+        self.steps.mark(steps.REGISTERED)
+        if entry.status is Readiness.READY:
+            self.steps.mark(steps.READY_REPORTED)

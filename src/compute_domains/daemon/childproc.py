@@ -88,13 +88,18 @@ def _preexec(signum: int | None) -> Callable[[], None] | None:
 
 
 async def pump_until_exit(
-    proc: asyncio.subprocess.Process, *, name: str, log: Log, drain_timeout: float
+    proc: asyncio.subprocess.Process,
+    *,
+    name: str,
+    log: Log,
+    drain_timeout: float,
+    on_line: Callable[[], None] | None = None,
 ) -> int:
-    """Log the child's output until it exits; its exit status."""
+    """Log the child's output until it exits (``on_line`` after each line); its exit status."""
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
-        asyncio.create_task(_pump(proc.stdout, log), name=f"{name}-stdout"),
-        asyncio.create_task(_pump(proc.stderr, log), name=f"{name}-stderr"),
+        asyncio.create_task(_pump(proc.stdout, log, on_line), name=f"{name}-stdout"),
+        asyncio.create_task(_pump(proc.stderr, log, on_line), name=f"{name}-stderr"),
     ]
     try:
         returncode = await proc.wait()
@@ -109,7 +114,7 @@ async def pump_until_exit(
     return returncode
 
 
-async def _pump(stream: asyncio.StreamReader, log: Log) -> None:
+async def _pump(stream: asyncio.StreamReader, log: Log, on_line: Callable[[], None] | None) -> None:
     while True:
         try:
             raw = await stream.readline()
@@ -121,6 +126,8 @@ async def _pump(stream: asyncio.StreamReader, log: Log) -> None:
             return
         line = raw.decode(errors="replace").rstrip("\r\n")
         log.log(imex_line_level(line), "%s", line)
+        if on_line is not None:
+            on_line()
 
 
 async def terminate(proc: asyncio.subprocess.Process, *, grace: float, log: Log) -> int | None:

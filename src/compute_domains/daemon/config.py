@@ -79,6 +79,27 @@ class PeerSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HealthSettings:
+    """The daemon's own IMEX check and the HTTP endpoint the kubelet's probes ask (``health``)."""
+
+    fast_interval: float = 1.0
+    """Seconds between own checks while IMEX is not READY (the startup probe's period); an
+    IMEX output line brings the next one forward."""
+    period: float = 5.0
+    """Seconds between own checks while IMEX is READY (the readiness probe's period)."""
+    settle: float = 0.1
+    """Seconds of quiet on IMEX's output before a check it brought forward runs."""
+    timeout: float = 8.0
+    """Seconds before a hanging ``nvidia-imex-ctl -q`` counts as not ready."""
+
+    @property
+    def stale_after(self) -> float:
+        """Age (seconds) at which a READY result no longer passes the probe: a result is
+        renewed every ``period`` and a check may take ``timeout``, plus a margin."""
+        return self.period + self.timeout + 2.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class DaemonSettings:
     """Everything ``Daemon.run()`` needs; built by the CLI, validated before use."""
 
@@ -94,6 +115,8 @@ class DaemonSettings:
     """The IMEX daemon's argv prefix (found on PATH); ``-c <config>`` is appended."""
     imex_ctl_command: str = "nvidia-imex-ctl"
     """The IMEX control tool (found on PATH) of the daemon's own readiness check."""
+    health: HealthSettings = dataclasses.field(default_factory=HealthSettings)
+    """The own IMEX check's pace (its answer is ``/readyz`` on ``metrics_port``)."""
     supervisor: supervisor.SupervisorSettings = dataclasses.field(
         default_factory=lambda: supervisor.SupervisorSettings(
             name="imex", parent_death_signal=signal.SIGKILL
@@ -110,8 +133,8 @@ class DaemonSettings:
     deregister_timeout: float = 10.0
     """Seconds the shutdown may spend removing our clique entry (upstream: 10 s)."""
     metrics_port: int = 0
-    """Port of ``/metrics`` on the pod IP (``METRICS_PORT``; the controller's DaemonSet sets
-    it); 0 serves none."""
+    """Port of ``/metrics`` and ``/readyz`` (the kubelet's probes) on the pod IP
+    (``METRICS_PORT``; the controller's DaemonSet sets it); 0 serves none."""
     kube: kube.KubeSettings = dataclasses.field(
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )

@@ -1,13 +1,13 @@
-"""Readiness: our pod's label and our pod's Ready condition (the probe itself is ``probe``).
+"""Readiness: our pod's label and our pod's Ready condition (what the probe asks is ``health``).
 
 * :func:`label_pod` sets ``resource.nvidia.com/computeDomain.cliqueID=<cliqueID>`` on our pod (a
   merge patch; the value may be empty), which tells the controller fabric and non-fabric daemon
   pods apart.
 * :class:`PodReadiness` follows our own pod by watch and reports Ready when the pod is
-  ``Running`` and its ``Ready`` condition is ``True``, i.e. when ``probe.check`` passed, and
-  this daemon's own ``probe.check`` passed once too (a condition can predate our container); the
-  membership writes that into our clique entry, where the kubelet plugin's channel prepare
-  waits for it.
+  ``Running`` and its ``Ready`` condition is ``True`` (the kubelet's probe got a yes from
+  ``health``) while this daemon's own IMEX check says READY (a condition can predate our
+  container); the membership writes that into our clique entry, where the kubelet plugin's
+  channel prepare waits for it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx2 as httpx
@@ -26,7 +26,7 @@ from lightkube.types import PatchType
 
 from compute_domains.api import names
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import kubeio, probe
+from compute_domains.daemon import kubeio
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
 
@@ -95,36 +95,33 @@ async def label_pod(
 
 @dataclasses.dataclass(slots=True)
 class OwnCheckGate:
-    """Our entry's readiness: the pod's Ready condition, once this daemon saw its own IMEX ready.
+    """Our entry's readiness: the pod's Ready condition, while this daemon sees its IMEX READY.
 
     A pod's ``Ready`` condition can predate the container we run in: after a fast reboot (or a
     kubelet that has not yet published the new container's state) the API still shows the
     earlier container's ``Ready=True``. Trusting it would report an IMEX daemon Ready that has
-    not started. So the condition counts only after this process's own check passed once;
-    from then on the kubelet's probe is the authority, as upstream has it.
+    not started. So the condition counts only while this process's own check (``health``) says
+    READY; the kubelet's probe asks that same check, so the two agree but for the probe's delay.
     """
 
     own_check: bool = True
     """False: no own check exists (trust the condition at once)."""
     pod: Readiness = Readiness.NOT_READY
-    confirmed: bool = False
+    own_ok: bool = False
+    """The latest verdict of our own IMEX check."""
 
     def effective(self) -> Readiness:
         """What the entry says now."""
-        if self.pod is Readiness.READY and (self.confirmed or not self.own_check):
+        if self.pod is Readiness.READY and (self.own_ok or not self.own_check):
             return Readiness.READY
         return Readiness.NOT_READY
-
-    def wants_check(self) -> bool:
-        """The pod claims Ready and we have not yet seen it ourselves."""
-        return self.own_check and self.pod is Readiness.READY and not self.confirmed
 
 
 class PodReadiness:
     """Follows our pod and calls ``on_change`` with our entry's readiness when that changes.
 
-    ``own_check`` is this daemon's own IMEX check (see :class:`OwnCheckGate`); while the pod
-    says Ready and the check has not passed yet, it is retried every ``check_interval`` s.
+    With ``own_check``, the pod's condition counts only while :meth:`set_own` last said True
+    (see :class:`OwnCheckGate`).
     """
 
     def __init__(
@@ -134,50 +131,38 @@ class PodReadiness:
         *,
         on_change: Callable[[Readiness], None],
         retry: backoff.Backoff,
-        own_check: Callable[[], Awaitable[probe.CheckResult]] | None = None,
-        check_interval: float = 1.0,
+        own_check: bool = False,
     ) -> None:
         self._client = client
         self._ident = ident
         self._on_change = on_change
         self._retry = retry
-        self._own_check = own_check
-        self._interval = check_interval
-        self._gate = OwnCheckGate(own_check=own_check is not None)
+        self._gate = OwnCheckGate(own_check=own_check)
         self._last: Readiness | None = None
+
+    @property
+    def pod_says(self) -> Readiness:
+        """What our pod's condition said last (before the own check's gate)."""
+        return self._gate.pod
+
+    def set_own(self, ok: bool) -> None:
+        """Our own IMEX check's verdict changed."""
+        self._gate.own_ok = ok
+        self._emit()
 
     async def run(self) -> None:
         """Watch until cancelled."""
-        checker: asyncio.Task[None] | None = None
-        try:
-            async for pod in kubeio.follow(
-                self._client,
-                Pod,
-                self._ident.pod_name,
-                namespace=self._ident.pod_namespace,
-                retry=self._retry,
-            ):
-                if pod is not None and pod.metadata.uid != self._ident.pod_uid:
-                    continue  # a namesake pod (StatefulSet-style reuse of the name): not us
-                self._gate.pod = readiness_of(pod)
-                if self._gate.wants_check() and (checker is None or checker.done()):
-                    checker = asyncio.create_task(self._confirm(), name="own-imex-check")
-                self._emit()
-        finally:
-            if checker is not None:
-                checker.cancel()
-                await asyncio.gather(checker, return_exceptions=True)
-
-    async def _confirm(self) -> None:
-        assert self._own_check is not None
-        logger.info("our pod says Ready; waiting for our own IMEX check to pass too")
-        while self._gate.wants_check():
-            result = await self._own_check()
-            if result.ok:
-                self._gate.confirmed = True
-                self._emit()
-                return
-            await asyncio.sleep(self._interval)
+        async for pod in kubeio.follow(
+            self._client,
+            Pod,
+            self._ident.pod_name,
+            namespace=self._ident.pod_namespace,
+            retry=self._retry,
+        ):
+            if pod is not None and pod.metadata.uid != self._ident.pod_uid:
+                continue  # a namesake pod (StatefulSet-style reuse of the name): not us
+            self._gate.pod = readiness_of(pod)
+            self._emit()
 
     def _emit(self) -> None:
         value = self._gate.effective()

@@ -14,6 +14,7 @@ Contract (STYLE §2.4):
 * A failure to spawn on :meth:`Supervisor.start` is returned to that caller; a failure to respawn
   after a crash is fatal (raised from :meth:`Supervisor.run`), as upstream treats it.
 * With ``parent_death_signal`` set, no child outlives us even when we are killed (``childproc``).
+* ``on_output`` is called after each line the child prints (the own IMEX check's cue).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Supervisor:
         cwd: Path | None = None,
         rng: random.Random | None = None,
         on_restart: Callable[[ChildExit], None] | None = None,
+        on_output: Callable[[], None] | None = None,
         log: logging.Logger | None = None,
     ) -> None:
         self._argv = list(argv)
@@ -96,6 +98,7 @@ class Supervisor:
         self._cwd = cwd
         self._rng = rng if rng is not None else random.Random()
         self._on_restart = on_restart
+        self._on_output = on_output
         self._log = logging.LoggerAdapter(log or logger, {"child": settings.name})
         self._proc: asyncio.subprocess.Process | None = None
         self._wanted = asyncio.Event()
@@ -149,6 +152,7 @@ class Supervisor:
                     name=self._settings.name,
                     log=self._log,
                     drain_timeout=self._settings.drain_timeout,
+                    on_line=self._on_output,
                 )
                 if not self._wanted.is_set():
                     continue  # stopped on purpose; stop() reports the exit

@@ -104,8 +104,12 @@ async def test_creation_renders_objects_and_first_status(
     }
     for var, path in fields.items():
         assert env[var].valueFrom.fieldRef.fieldPath == path
+    # Every probe asks the daemon itself (its own IMEX check), so none starts a process.
+    (port,) = container.ports
+    assert (port.name, port.containerPort) == ("metrics", 8082)
     for probe in (container.startupProbe, container.livenessProbe, container.readinessProbe):
-        assert probe.exec.command == ["cdctl", "daemon", "check"]
+        assert probe.exec is None
+        assert (probe.httpGet.path, probe.httpGet.port) == ("/readyz", "metrics")
     assert container.readinessProbe.periodSeconds == 5
     assert container.startupProbe.periodSeconds == 1
 

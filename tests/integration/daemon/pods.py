@@ -18,8 +18,8 @@ from lightkube.models.core_v1 import (
     EmptyDirVolumeSource,
     EnvVar,
     EnvVarSource,
-    ExecAction,
     HostPathVolumeSource,
+    HTTPGetAction,
     ObjectFieldSelector,
     PodSpec,
     Probe,
@@ -42,7 +42,6 @@ IMAGE = f"ghcr.io/compute-domains/compute-domains:{compute_domains.__version__}"
 METRICS_PORT = 8082
 """The daemons' /metrics port (the controller's DaemonSet default)."""
 NODES = ("gb200-r0-n00", "gb200-r0-n01", "gb200-r0-n02")
-CHECK = ["cdctl", "daemon", "check"]
 
 
 def _field(name: str, path: str) -> EnvVar:
@@ -50,8 +49,9 @@ def _field(name: str, path: str) -> EnvVar:
 
 
 def _probe(failures: int) -> Probe:
-    check = ExecAction(command=CHECK)
-    return Probe(exec=check, periodSeconds=1, timeoutSeconds=10, failureThreshold=failures)
+    """The DaemonSet's probe: the daemon's own answer on its health port (no process)."""
+    check = HTTPGetAction(path=names.DAEMON_HEALTH_PATH, port=METRICS_PORT)
+    return Probe(httpGet=check, periodSeconds=1, timeoutSeconds=10, failureThreshold=failures)
 
 
 def _imex_programs() -> list[Volume]:

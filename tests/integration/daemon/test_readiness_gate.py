@@ -2,7 +2,8 @@
 
 The pod is bound to a node no kubelet serves, so the test alone writes its status: it plays
 the API state right after a fast reboot (the earlier container's ``Ready=True`` still there)
-while the daemon's own IMEX check fails, then lets the check pass.
+while the daemon's own IMEX check has not passed, then lets it pass, and takes Ready away by
+the pod's condition and by the own check.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import readiness
 from compute_domains.daemon.config import Identity
-from compute_domains.daemon.probe import CheckResult
 from compute_domains.infra import backoff
 from tests.integration.helpers import wait_for
 
@@ -63,14 +63,6 @@ async def test_a_stale_ready_condition_waits_for_the_daemons_own_check(
         pod_uid=pod.metadata.uid,
         clique_id="c.1",
     )
-    imex_ready = asyncio.Event()
-    checks = 0
-
-    async def own_check() -> CheckResult:
-        nonlocal checks
-        checks += 1
-        return CheckResult(imex_ready.is_set(), "READY" if imex_ready.is_set() else "starting")
-
     seen: list[Readiness] = []
     changed = asyncio.Event()
 
@@ -78,39 +70,43 @@ async def test_a_stale_ready_condition_waits_for_the_daemons_own_check(
         seen.append(value)
         changed.set()
 
+    async def until(value: Readiness) -> None:
+        async with asyncio.timeout(30):
+            while seen[-1:] != [value]:
+                changed.clear()
+                await changed.wait()
+
     follower = readiness.PodReadiness(
         admin,
         ident,
         on_change=on_change,
         retry=backoff.Backoff(initial=0.05, maximum=1.0),
-        own_check=own_check,
-        check_interval=0.1,
+        own_check=True,
     )
     task = asyncio.create_task(follower.run())
     try:
+        # The watch delivered the stale Ready=True; our own check has not passed: NotReady.
+        await until(Readiness.NOT_READY)
         async with asyncio.timeout(30):
-            while checks < 5:  # the check was retried, the entry stayed NotReady throughout
-                await asyncio.sleep(0.05)
+            while follower.pod_says is not Readiness.READY:
+                await asyncio.sleep(0.05)  # re-test the condition (the gate hides it)
         assert seen == [Readiness.NOT_READY]
-        imex_ready.set()
-        async with asyncio.timeout(30):
-            while seen[-1] is not Readiness.READY:
-                changed.clear()
-                await changed.wait()
-        # From now on the kubelet's probe rules: NotReady and Ready again follow the pod.
+        follower.set_own(True)  # our own IMEX check passed
+        await until(Readiness.READY)
+        # The pod's condition and our own check each can take Ready away.
         await _set_status(admin, ns, "False")
-        async with asyncio.timeout(30):
-            while seen[-1] is not Readiness.NOT_READY:
-                changed.clear()
-                await changed.wait()
-        checks_before = checks
+        await until(Readiness.NOT_READY)
         await _set_status(admin, ns, "True")
-        async with asyncio.timeout(30):
-            while seen[-1] is not Readiness.READY:
-                changed.clear()
-                await changed.wait()
-        assert checks == checks_before
-        assert seen == [Readiness.NOT_READY, Readiness.READY, Readiness.NOT_READY, Readiness.READY]
+        await until(Readiness.READY)
+        follower.set_own(False)  # IMEX stopped answering READY: at once, not at the next probe
+        await until(Readiness.NOT_READY)
+        assert seen == [
+            Readiness.NOT_READY,
+            Readiness.READY,
+            Readiness.NOT_READY,
+            Readiness.READY,
+            Readiness.NOT_READY,
+        ]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

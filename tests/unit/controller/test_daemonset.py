@@ -72,9 +72,15 @@ def test_container_command_env_and_probes() -> None:
         "NVIDIA_VISIBLE_DEVICES": "void",
         "METRICS_PORT": "8082",
     }
+    # No probe starts a process: the daemon answers them from its own IMEX check.
     assert c["ports"] == [{"name": "metrics", "containerPort": 8082}]
-    check = {"command": ["cdctl", "daemon", "check"]}
-    common = {"exec": check, "initialDelaySeconds": 0, "timeoutSeconds": 10, "successThreshold": 1}
+    check = {"path": "/readyz", "port": "metrics"}
+    common = {
+        "httpGet": check,
+        "initialDelaySeconds": 0,
+        "timeoutSeconds": 10,
+        "successThreshold": 1,
+    }
     assert c["startupProbe"] == {**common, "periodSeconds": 1, "failureThreshold": 1200}
     assert c["livenessProbe"] == {**common, "periodSeconds": 60, "failureThreshold": 20}
     assert c["readinessProbe"] == {**common, "periodSeconds": 5, "failureThreshold": 1}
@@ -90,3 +96,7 @@ def test_metrics_port_zero_renders_no_port_env_or_annotations() -> None:
     (c,) = ds["spec"]["template"]["spec"]["containers"]
     assert "ports" not in c and "METRICS_PORT" not in {e["name"] for e in c["env"]}
     assert "annotations" not in ds["spec"]["template"]["metadata"]
+    # Nothing served: the probes exec the same IMEX check.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["exec"] == {"command": ["cdctl", "daemon", "check"]}
+        assert "httpGet" not in c[probe]

@@ -39,25 +39,28 @@ def test_a_missing_pod_is_not_ready() -> None:
     assert readiness.readiness_of(None) is Readiness.NOT_READY
 
 
-def test_a_ready_condition_counts_only_after_our_own_check_passed() -> None:
+def test_a_ready_condition_counts_only_while_our_own_check_passes() -> None:
     """After a fast reboot the pod's Ready condition is the earlier container's."""
     gate = readiness.OwnCheckGate()
     gate.pod = Readiness.READY
-    assert gate.effective() is Readiness.NOT_READY and gate.wants_check()
-    gate.confirmed = True
-    assert gate.effective() is Readiness.READY and not gate.wants_check()
-    # From then on the kubelet's probe rules: a NotReady pod is a NotReady entry.
+    assert gate.effective() is Readiness.NOT_READY
+    gate.own_ok = True
+    assert gate.effective() is Readiness.READY
+    # The kubelet's probe can take it away ...
     gate.pod = Readiness.NOT_READY
-    assert gate.effective() is Readiness.NOT_READY and not gate.wants_check()
+    assert gate.effective() is Readiness.NOT_READY
     gate.pod = Readiness.READY
     assert gate.effective() is Readiness.READY
+    # ... and so can our own check, without waiting for the probe.
+    gate.own_ok = False
+    assert gate.effective() is Readiness.NOT_READY
 
 
-def test_a_not_ready_pod_needs_no_own_check() -> None:
-    gate = readiness.OwnCheckGate()
-    assert gate.effective() is Readiness.NOT_READY and not gate.wants_check()
+def test_our_own_check_alone_is_not_ready() -> None:
+    gate = readiness.OwnCheckGate(own_ok=True)
+    assert gate.effective() is Readiness.NOT_READY
 
 
 def test_without_an_own_check_the_condition_is_trusted_at_once() -> None:
     gate = readiness.OwnCheckGate(own_check=False, pod=Readiness.READY)
-    assert gate.effective() is Readiness.READY and not gate.wants_check()
+    assert gate.effective() is Readiness.READY

@@ -102,7 +102,10 @@ def _py(script: str) -> list[str]:
 async def test_child_output_is_logged_line_by_line_with_the_child_key(
     log: logging.Logger, lines: Lines
 ) -> None:
-    sup = supervisor.Supervisor(_py(ECHO), settings=_settings(), log=log)
+    outputs: list[int] = []
+    sup = supervisor.Supervisor(
+        _py(ECHO), settings=_settings(), log=log, on_output=lambda: outputs.append(1)
+    )
     async with supervising(sup):
         assert await sup.start()
         assert not await sup.start()  # already running
@@ -110,6 +113,7 @@ async def test_child_output_is_logged_line_by_line_with_the_child_key(
         failed = await lines.wait_for("something failed")
         assert ready.levelno == logging.INFO and ready.child == "imex"
         assert failed.levelno == logging.ERROR and failed.child == "imex"
+        assert len(outputs) == 2  # the own IMEX check's cue: one call per line, either stream
         assert await sup.stop() == -signal.SIGTERM
         assert not sup.running and sup.restarts == 0
 
