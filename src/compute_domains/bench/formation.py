@@ -11,7 +11,8 @@ when N fits in one rack, like the seed example), then measure from the apply to
 * the ComputeDomain ``Ready`` with N nodes,
 
 then check from each workload container's log that it saw its channel (``bench.channels``),
-then delete both and measure until no daemon pod, clique, node label or claim remains. API
+read the daemons' own start-up step timings from their logs (``bench.daemonsteps``), then
+delete both and measure until no daemon pod, clique, node label or claim remains. API
 requests are counted per phase from the kube-apiserver's own ``apiserver_request_total`` (by
 verb and resource). Formation timestamps are taken when watch events arrive, so the numbers are
 what a user watching the cluster would see, without a sampling period.
@@ -28,7 +29,7 @@ from typing import Any
 
 from lightkube import AsyncClient
 
-from compute_domains.bench import channels, observe
+from compute_domains.bench import channels, daemonsteps, observe
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -60,6 +61,9 @@ class Run:
     channel_problems: list[str] = dataclasses.field(default_factory=list)
     """Workload pods that ran without their IMEX channel (``bench.channels``); empty when
     every container saw it."""
+    daemon_steps: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    """The daemons' start-up steps over the run's daemons (``bench.daemonsteps.summarize``);
+    empty for a driver whose daemons do not log them."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -115,6 +119,7 @@ async def one_run(
     mid = await request_counts(fetch)
     # After the formation's request count: reading logs must not count as formation work.
     missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
+    steps = await daemonsteps.collect(client, driver_ns=driver_ns, uid=uid)
     teardown = await observe.delete_and_wait(
         client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
     )
@@ -136,6 +141,7 @@ async def one_run(
         load_start=load_start,
         load_end=os.getloadavg()[0],
         channel_problems=missing_channels,
+        daemon_steps=steps,
     )
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from compute_domains.bench import compare
+from compute_domains.bench import compare, daemonsteps
 
 KINDS = ("formation", "churn", "sidebyside")
 """Result kinds: ``formation`` (ours alone), ``churn``, ``sidebyside`` (several drivers)."""
@@ -73,6 +73,7 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
         marks = r["runs"][0].get("milestones") or {}
         cells = [f"{marks[s]:.1f}" if s in marks else "-" for s in stages]
         rows.append(f"| {r['n']} | " + " | ".join(cells) + " |")
+    rows += _step_rows(doc["results"])
     rows += _cpu_rows(doc["results"])
     if doc.get("failures"):
         rows += ["", "Did not form (the run stopped there):", ""]
@@ -83,6 +84,34 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
         f"{doc.get('load_at_end', 0):.1f} at the end).",
     ]
     return "\n".join(rows)
+
+
+def _step_rows(results: list[dict[str, Any]]) -> list[str]:
+    """The daemons' own start-up steps of the first run of each N (none: no rows)."""
+    firsts = [(r["n"], r["runs"][0].get("daemon_steps") or {}) for r in results]
+    if not any(steps for _, steps in firsts):
+        return []
+    names = [s for s in daemonsteps.ORDER if any(s in steps for _, steps in firsts)]
+    rows = [
+        "",
+        "The daemons' own start-up steps, first run of each N (seconds after each daemon's "
+        "process start, median / max over its daemons; in brackets the median time the step "
+        "itself took, since the daemon's previous step):",
+        "",
+        "| N | daemons | " + " | ".join(names) + " |",
+        "|---:|---:|" + "---:|" * len(names),
+    ]
+    for n, steps in firsts:
+        cells = [
+            f"{steps[s]['at_median']:.2f} / {steps[s]['at_max']:.2f} "
+            f"[{steps[s]['took_median']:.2f}]"
+            if s in steps
+            else "-"
+            for s in names
+        ]
+        counted = max((int(v["daemons"]) for v in steps.values()), default=0)
+        rows.append(f"| {n} | {counted} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def _cpu_rows(results: list[dict[str, Any]]) -> list[str]:

@@ -42,6 +42,16 @@ def test_formation_table_has_the_numbers_and_the_breakdown() -> None:
     assert "| 18 | - | 2.5 | - |" in text
     assert "bench/results/formation-x.json" in text
     assert "| kube-apiserver | 9.0 |" in text
+    assert "start-up steps" not in text  # no run reported any
+
+
+def test_formation_table_shows_the_daemons_own_steps() -> None:
+    step = {"at_median": 3.2, "at_max": 5.5, "took_median": 1.25, "took_max": 2.0, "daemons": 18}
+    run = {"milestones": {}, "daemon_steps": {"registered": step}}
+    doc = {**FORMATION, "results": [{**FORMATION["results"][0], "runs": [run]}]}  # type: ignore[dict-item]
+    text = report.render("formation", doc, "x.json")
+    assert "| N | daemons | registered |" in text
+    assert "| 18 | 18 | 3.20 / 5.50 [1.25] |" in text
 
 
 def test_churn_table_lists_problems() -> None:
