@@ -1,6 +1,8 @@
-"""The ``cdctl`` process entry: the daemon's exec probe first, everything else after.
+"""The ``cdctl`` process entry: the daemon's IMEX check by hand first, everything else after.
 
-``cdctl daemon check`` runs as an exec probe every second on every node of a domain. Going
+``cdctl daemon check`` may run as an exec probe every second on every node of a domain (our
+DaemonSet probes the daemon's ``/readyz`` instead; an exec probe is what NVIDIA's chart renders
+and what an operator types). Going
 through click and the rest of the CLI costs about a quarter of a CPU-second per run; this entry
 looks at ``argv`` before importing anything beyond the standard library and runs
 :mod:`compute_domains.daemon.probe`. It takes the flags (and ``CLIQUE_ID``) that ``daemon run``

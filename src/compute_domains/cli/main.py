@@ -23,8 +23,9 @@ _COMMANDS = {
     "topology": ("compute_domains.cli.views", "topology"),
     "bench": ("compute_domains.cli.bench", "group"),
 }
-"""Sub-commands, imported only when used: ``cdctl daemon check`` runs as an exec probe every
-second, so it must not pay for importing the simulator, the views and the benchmarks."""
+"""Sub-commands, imported only when used: ``cdctl daemon run`` starts on every node of a forming
+domain, on its critical path, so it must not pay for importing the simulator, the views and the
+benchmarks."""
 
 
 class _LazyGroup(click.Group):

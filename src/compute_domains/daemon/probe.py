@@ -1,13 +1,15 @@
-"""The daemon's readiness probe (``cdctl daemon check``), kept free of heavy imports.
+"""The daemon's IMEX check: ``nvidia-imex-ctl -q`` says ``READY``; kept free of heavy imports.
 
-The kubelet runs it as an exec probe every second on every node of a domain, so it imports
-only the light parts of the standard library (no asyncio, no click, no Kubernetes client: each
-costs tens of milliseconds of CPU per probe, per node, per second): it asks the local IMEX
-service ``nvidia-imex-ctl -c <cfg> -q`` once and passes only when the combined output is exactly
-``READY\\n``; a node without a clique ID has no IMEX service and passes. A ctl that hangs (a wedged
-daemon) fails after ``timeout`` and is killed. It never looks at the rest of the domain: a workload
-is released as soon as its local daemon is up. ``compute_domains.cli.entry`` runs it before
-importing anything else.
+One check asks the local IMEX service ``nvidia-imex-ctl -c <cfg> -q`` once and passes only when
+the combined output is exactly ``READY\\n``; a node without a clique ID has no IMEX service and
+passes. A ctl that hangs (a wedged daemon) fails after ``timeout`` and is killed. It never looks
+at the rest of the domain: a workload is released as soon as its local daemon is up.
+
+The running daemon runs it itself (:func:`check`, paced by ``health``), and the kubelet's probes
+ask the daemon for the result over HTTP. ``cdctl daemon check`` runs it once by hand (and for
+anyone who probes the container by exec, as NVIDIA's chart does); ``compute_domains.cli.entry``
+runs that command before importing anything else, so this module imports only the light parts of
+the standard library (no asyncio, no click, no Kubernetes client).
 """
 
 from __future__ import annotations
