@@ -32,6 +32,7 @@ ORDER = (
     "registered",
     "imex_started",
     "imex_ready",
+    "pod_ready",
     "ready_reported",
 )
 """Our daemon's steps in the order it does them (``daemon.steps.ORDER``, by text)."""

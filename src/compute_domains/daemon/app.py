@@ -5,14 +5,17 @@ membership, peers, IMEX and its own IMEX check.
 metrics endpoint (``/readyz`` from ``health``, ``/metrics`` from ``daemon.metrics``, on the pod
 IP) and meanwhile does, in order:
 
-1. label our pod with its clique ID (the value may be empty; a refusal is fatal) while, at the
-   same time, ``imexd.cfg`` (command service bound to the pod IP) and the static ``nodes.cfg``
-   (``compute-domain-daemon-0000`` … ``<max-1>``) are rendered, both atomically;
-2. with no clique ID (no multi-node NVLink on this node): nothing else; wait to be cancelled
-   (``/readyz`` passes at once, the controller reports the node from the pod);
-3. run, as named guarded tasks of one TaskGroup: the IMEX supervisor, the peer updater (hosts
-   block, first start, paced SIGUSR1), the clique membership (register, follow, report
-   readiness), the own IMEX check, our pod's readiness watch, and the Event recorder.
+1. with no clique ID (no multi-node NVLink on this node): label our pod with an empty clique ID
+   (a refusal is fatal), nothing else; wait to be cancelled (``/readyz`` passes at once, the
+   controller reports the node from the pod);
+2. render ``imexd.cfg`` (command service bound to the pod IP) and the static ``nodes.cfg``
+   (``compute-domain-daemon-0000`` … ``<max-1>``), both atomically;
+3. run, as named guarded tasks of one TaskGroup: the pod labelling (its clique ID; a refusal is
+   fatal), the IMEX supervisor, the peer updater (hosts block, first start, paced SIGUSR1), the
+   clique membership (register, follow, report readiness), the own IMEX check, our pod's
+   readiness watch, and the Event recorder. The membership lists the clique while the label
+   patch runs and writes once it returned (it names our DaemonSet, the clique's co-owner): only
+   what the first report needs waits for anything.
 
 Each start-up step is timed (``steps``). Any task failing cancels the others, and the error
 propagates (the container restarts). On cancellation (SIGTERM) the IMEX process is stopped
@@ -100,7 +103,6 @@ class Daemon:
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
         self._pod: readiness.PodReadiness | None = None
-        self._controller_ref: dict[str, str] | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -140,19 +142,19 @@ class Daemon:
     async def _main(self) -> None:
         s = self._settings
         ident = s.identity
-        label = readiness.label_pod(self._client, ident, retry=s.retry, rng=self._rng)
         if not ident.has_clique:
-            self._controller_ref = await label
-            self.steps.mark(steps.POD_LABELLED)
+            await self._label()
             self._log.info("no clique ID: this node has no multi-node NVLink; idling until stopped")
             await asyncio.Event().wait()  # only cancellation ends this
-        # The files are needed before IMEX starts, the label before we register: both at once.
-        async with asyncio.TaskGroup() as tg:
-            labelled = tg.create_task(label, name="label-pod")
-            tg.create_task(asyncio.to_thread(self._write_imex_files), name="imex-files")
-        self._controller_ref = labelled.result()
-        self.steps.mark(steps.POD_LABELLED)
+        await asyncio.to_thread(self._write_imex_files)  # before IMEX can start
         await self._run_tasks()
+
+    async def _label(self) -> dict[str, str] | None:
+        """Label our pod; our DaemonSet's owner reference (None: no controller)."""
+        s = self._settings
+        owner = await readiness.label_pod(self._client, s.identity, retry=s.retry, rng=self._rng)
+        self.steps.mark(steps.POD_LABELLED)
+        return owner
 
     def _write_imex_files(self) -> None:
         s = self._settings
@@ -206,15 +208,27 @@ class Daemon:
             on_peers=updater.update,
             deregister_timeout=s.deregister_timeout,
             rng=self._rng,
-            co_owner=self._controller_ref,
             meter=self.metrics,
             on_entry=self._entry_seen,
+            co_owner_pending=True,
         )
+
+        async def label() -> None:
+            # Meanwhile the membership lists the clique; it writes once our DaemonSet is known.
+            member.set_co_owner(await self._label())
+            await asyncio.Event().wait()  # a guarded task ends only by cancellation
+
+        def on_readiness(value: Readiness) -> None:
+            if value is Readiness.READY:
+                self.steps.mark(steps.POD_READY)
+            member.set_status(value)
+
         pod = readiness.PodReadiness(
-            self._client, ident, on_change=member.set_status, retry=s.retry, own_check=True
+            self._client, ident, on_change=on_readiness, retry=s.retry, own_check=True
         )
         self.imex, self.membership, self._pod = imex, member, pod
         work: dict[str, Coroutine[Any, Any, None]] = {
+            "label-pod": label(),
             "imex-supervisor": imex.run(),
             "peer-updater": updater.run(),
             "clique-membership": member.run(),

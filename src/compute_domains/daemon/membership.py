@@ -67,6 +67,8 @@ class Membership:
         meter: where lost write races are counted (a fresh registry of its own when None).
         on_entry: called with our entry in every clique state seen that holds it (start-up
             steps: registered, Ready reported); must not block.
+        co_owner_pending: nothing is written until :meth:`set_co_owner` was called (the
+            DaemonSet is known from our pod's label patch, which runs meanwhile).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Membership:
         co_owner: dict[str, str] | None = None,
         meter: metrics.DaemonMetrics | None = None,
         on_entry: Callable[[CliqueDaemon], None] | None = None,
+        co_owner_pending: bool = False,
     ) -> None:
         self._client = client
         self._meter = meter or metrics.DaemonMetrics()
@@ -96,6 +99,7 @@ class Membership:
         # Our DaemonSet as a second owner keeps the clique (and the indices it remembers) while
         # the domain lives, even when every daemon pod is gone at once (upstream C2).
         self._co_owner = co_owner
+        self._owner_known = not co_owner_pending
         self._on_entry = on_entry
         self._log = logging.LoggerAdapter(
             logger, {"cd": ident.cd, "node": ident.node_name, "pod": ident.pod_name}
@@ -112,6 +116,12 @@ class Membership:
     def index(self) -> int | None:
         """Our index once registered, else None."""
         return self._index
+
+    def set_co_owner(self, ref: dict[str, str] | None) -> None:
+        """Our DaemonSet (None: no controller) is known now; writes may begin."""
+        self._co_owner = ref
+        self._owner_known = True
+        self._kick.set()
 
     def set_status(self, status: Readiness) -> None:
         """Our pod's readiness changed; it is written into our entry."""
@@ -171,7 +181,7 @@ class Membership:
         while True:
             await self._kick.wait()
             self._kick.clear()
-            if not self._listed:
+            if not self._listed or not self._owner_known:
                 continue
             try:
                 await self._sync()

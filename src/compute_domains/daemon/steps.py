@@ -13,6 +13,9 @@ report. :class:`Steps` records, once each and in this order:
     ``nvidia-imex`` spawned (after the first peer mapping was written);
 ``imex_ready``
     our own IMEX check saw ``READY`` the first time;
+``pod_ready``
+    our pod's Ready condition came back by watch (the kubelet's probe passed) while our own check
+    passes: we start writing ``Ready`` into our entry;
 ``ready_reported``
     our clique entry says ``Ready`` (the word the plugin and the controller wait for).
 
@@ -42,8 +45,17 @@ POD_LABELLED: Final = "pod_labelled"
 REGISTERED: Final = "registered"
 IMEX_STARTED: Final = "imex_started"
 IMEX_READY: Final = "imex_ready"
+POD_READY: Final = "pod_ready"
 READY_REPORTED: Final = "ready_reported"
-ORDER: Final = (SETTINGS_LOADED, POD_LABELLED, REGISTERED, IMEX_STARTED, IMEX_READY, READY_REPORTED)
+ORDER: Final = (
+    SETTINGS_LOADED,
+    POD_LABELLED,
+    REGISTERED,
+    IMEX_STARTED,
+    IMEX_READY,
+    POD_READY,
+    READY_REPORTED,
+)
 """The steps in the order a forming daemon does them."""
 
 Clock = Callable[[], float]
