@@ -6,12 +6,17 @@
 * :func:`deregistered`: the clique without our entry, matched by node *and* pod IP, so a
   terminating predecessor never removes the entry its replacement already took over.
 * :func:`peer_mapping`: index → IP of the clique's entries that ``nodes.cfg`` can name.
+* :func:`status_patch`: when only our entry's status is to change (the Ready report), the JSON
+  patch that changes just that, guarded by ``test`` operations on our entry's node name and IP
+  at its position: it needs no resourceVersion, so the other daemons' concurrent writes never
+  make it conflict, and it fails (the caller falls back to a full update) if our entry moved.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from typing import Any
 
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
@@ -83,3 +88,30 @@ def peer_mapping(
                 continue
             mapping[d.index] = d.ip_address
     return mapping, problems
+
+
+def status_patch(
+    clique: ComputeDomainClique,
+    ident: Identity,
+    max_nodes: int,
+    status: Readiness,
+    co_owner: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]] | None:
+    """JSON patch operations that set our entry's ``status`` and nothing else, or None when
+    more than that is to change (not registered, another IP, an owner missing); pure."""
+    position = next(
+        (k for k, d in enumerate(clique.daemons) if d.node_name == ident.node_name), None
+    )
+    if position is None:
+        return None
+    mine = clique.daemons[position]
+    if mine.ip_address != ident.pod_ip or mine.status is status:
+        return None
+    if desired(clique, ident, max_nodes, mine.status, co_owner).to_dict() != clique.to_dict():
+        return None
+    entry = f"/daemons/{position}"
+    return [
+        {"op": "test", "path": f"{entry}/nodeName", "value": ident.node_name},
+        {"op": "test", "path": f"{entry}/ipAddress", "value": ident.pod_ip},
+        {"op": "add", "path": f"{entry}/status", "value": status.value},
+    ]

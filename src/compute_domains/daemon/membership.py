@@ -13,9 +13,13 @@ The clique protocol (who writes what):
 * Writes are full updates with optimistic concurrency: a 409 re-reads the object and retries
   with backoff, so concurrent joins never take the same index (the list-map key keeps node names
   unique). A 409 is an expected race, not news: it is counted
-  (``compute_domains_daemon_clique_conflicts_total``) and logged at debug level only. A full
-  clique is reported (log line + Event on our pod) and retried on every clique change and with
-  backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
+  (``compute_domains_daemon_clique_conflicts_total``) and logged at debug level only. A change
+  of our readiness alone (the Ready report, on every daemon's critical path) is a JSON patch of
+  our entry's ``status``, guarded by tests of our entry's node and IP at its position
+  (``cliqueentry.status_patch``): it needs no resourceVersion, so it does not conflict with the
+  other daemons' joins; if our entry moved, the patch fails (422) and a full update follows.
+  A full clique is reported (log line + Event on our pod) and retried on every clique change
+  and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
 * On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
   terminating predecessor never removes the entry its replacement already took over. Entries of
   daemons that died without this are pruned by the controller.
@@ -38,6 +42,7 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient
+from lightkube.types import PatchType
 
 from compute_domains.api.clique import (
     CliqueDaemon,
@@ -226,8 +231,11 @@ class Membership:
                 "clique %s is labelled for CD %r; ignoring", current.name, current.domain_uid
             )
             return
+        patch = cliqueentry.status_patch(current, ident, self._max, self._status, self._co_owner)
         want = cliqueentry.desired(current, ident, self._max, self._status, self._co_owner)
-        if want.to_dict() != current.to_dict():
+        if patch is not None:
+            await self._patch_status(patch)
+        elif want.to_dict() != current.to_dict():
             await self._write(want, create=False)
         if self._full_reported:
             self._full_reported = False
@@ -246,6 +254,27 @@ class Membership:
                 self._meter.clique_conflicts.labels(verb=verb).inc()
             if kubeio.status_code(err) in (404, 409):
                 await self._reread()  # lost a race: take the server's state and try again
+            raise classified from err
+        self._observe(ComputeDomainClique.from_resource(raw), raw)
+
+    async def _patch_status(self, ops: list[dict[str, Any]]) -> None:
+        """Our readiness alone, by JSON patch (``cliqueentry.status_patch``)."""
+        name = self._ident.clique_name
+        try:
+            raw = await self._client.patch(
+                ComputeDomainCliqueResource,
+                name,
+                ops,
+                namespace=self._ident.pod_namespace,
+                patch_type=PatchType.JSON,
+            )
+        except (httpx.HTTPError, OSError) as err:
+            classified = kubeio.classify(err, f"patch our status into clique {name}")
+            if kubeio.status_code(err) in (404, 409, 422):
+                # Our entry moved (a test failed) or the clique is gone: read it again; the
+                # next attempt takes the full update if the patch no longer fits.
+                await self._reread()
+                raise errors.TemporaryError(str(classified)) from err
             raise classified from err
         self._observe(ComputeDomainClique.from_resource(raw), raw)
 

@@ -149,3 +149,23 @@ def test_peer_mapping_of_a_duplicate_index_keeps_the_first_node_by_name() -> Non
     mapping, problems = cliqueentry.peer_mapping(clique, CLIQUE_ID, 4)
     assert mapping == {0: "10.0.0.10"}
     assert problems == ["node b: index 0 is taken twice"]
+
+
+def test_a_status_change_alone_is_a_guarded_patch_of_our_entry() -> None:
+    me = _me()
+    registered = cliqueentry.desired(
+        _clique(("a", "10.0.0.10", 0), ("n1", "10.0.0.1", 1)), me, 4, Readiness.NOT_READY
+    )
+    assert cliqueentry.status_patch(registered, me, 4, Readiness.READY) == [
+        {"op": "test", "path": "/daemons/1/nodeName", "value": "n1"},
+        {"op": "test", "path": "/daemons/1/ipAddress", "value": "10.0.0.1"},
+        {"op": "add", "path": "/daemons/1/status", "value": "Ready"},
+    ]
+    # Nothing to change, or more than the status: no patch (a full update, or nothing).
+    assert cliqueentry.status_patch(registered, me, 4, Readiness.NOT_READY) is None
+    moved = _me(ip="10.0.0.9")  # a replacement pod: the IP changes too
+    assert cliqueentry.status_patch(registered, moved, 4, Readiness.READY) is None
+    unregistered = _clique(("a", "10.0.0.10", 0))
+    assert cliqueentry.status_patch(unregistered, me, 4, Readiness.READY) is None
+    daemonset = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}
+    assert cliqueentry.status_patch(registered, me, 4, Readiness.READY, daemonset) is None
