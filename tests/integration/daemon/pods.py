@@ -49,7 +49,7 @@ def _field(name: str, path: str) -> EnvVar:
 
 
 def _probe(failures: int) -> Probe:
-    """The DaemonSet's probe: the daemon's own answer on its health port (no process)."""
+    """The DaemonSet's probe: the daemon's own answer on its metrics port (no process)."""
     check = HTTPGetAction(path=names.DAEMON_HEALTH_PATH, port=METRICS_PORT)
     return Probe(httpGet=check, periodSeconds=1, timeoutSeconds=10, failureThreshold=failures)
 
