@@ -1,8 +1,10 @@
 """A lost clique write race (409) is expected: counted, logged at debug level only, retried.
 
-The daemon's membership runs in this process against the sim's API server. Another writer
-changes the clique right before the membership's update reaches the server (a client that does
-that write first, then passes the update on), so the API server answers a real 409 Conflict.
+The daemon's membership runs in this process against the sim's API server. The clique exists
+already (another daemon created it), so joining it is an update; another writer changes the
+clique right before that update reaches the server (a client that does that write first, then
+passes the update on), so the API server answers a real 409 Conflict. (The later Ready report is
+a JSON patch of our own entry, which needs no resourceVersion and cannot be raced this way.)
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ async def test_a_lost_update_race_is_counted_and_logged_at_debug_level(
         domain_name=compute_domain.metadata.name,
         domain_namespace=driver_ns,
     )
+    # Another daemon created the clique: our join is a full update with a resourceVersion.
+    await admin.create(
+        ComputeDomainClique.new(
+            domain_uid=ident.domain_uid, clique_id=ident.clique_id, namespace=driver_ns
+        ).to_resource()
+    )
     raced = _RacedClient(admin)
     meter = metrics.DaemonMetrics()
     member = membership.Membership(
@@ -101,10 +109,11 @@ async def test_a_lost_update_race_is_counted_and_logged_at_debug_level(
     with caplog.at_level(logging.DEBUG, logger=membership.__name__):
         task = asyncio.create_task(member.run())
         try:
+            # The join, which the other writer races, is retried on the fresh state.
             await pods.wait_clique(
                 admin, driver_ns, ident.clique_name, lambda c: c.daemon(NODES[0]) is not None
             )
-            member.set_status(Readiness.READY)  # an update, which the other writer races
+            member.set_status(Readiness.READY)
             clique = await pods.wait_clique(admin, driver_ns, ident.clique_name, ready)
         finally:
             task.cancel()
