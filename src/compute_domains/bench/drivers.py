@@ -65,12 +65,22 @@ class DriverSpec:
         """The spec as plain data, for result files."""
         return {
             "name": self.name,
-            "chart": str(self.chart),
+            "chart": portable(self.chart),
             "release": self.release,
             "namespace": self.namespace,
             "values": list(self.values),
-            "image_map": {repo: str(folder) for repo, folder in self.image_map},
+            "image_map": {repo: portable(folder) for repo, folder in self.image_map},
         }
+
+
+def portable(folder: Path, root: Path | None = None) -> str:
+    """A folder as a result file records it: relative to the checkout (``root``, default the
+    working directory) when inside it, else ``<NAME folder>``, so no machine's paths are kept."""
+    base = (root or Path.cwd()).resolve()
+    try:
+        return str(folder.resolve().relative_to(base))
+    except ValueError:
+        return f"<{folder.name} folder>"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

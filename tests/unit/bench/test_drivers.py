@@ -123,9 +123,16 @@ def test_describe_is_plain_data(tmp_path: Path, image: Path) -> None:
     )
     assert spec.describe() == {
         "name": "x",
-        "chart": str(tmp_path),
+        "chart": f"<{tmp_path.name} folder>",
         "release": "r",
         "namespace": "n",
         "values": [],
-        "image_map": {"repo": str(image)},
+        "image_map": {"repo": f"<{image.name} folder>"},
     }
+
+
+def test_result_files_keep_no_machine_paths(tmp_path: Path) -> None:
+    chart = tmp_path / "deploy" / "helm" / "chart"
+    chart.mkdir(parents=True)
+    assert drivers.portable(chart, root=tmp_path) == "deploy/helm/chart"
+    assert drivers.portable(tmp_path, root=chart) == f"<{tmp_path.name} folder>"
