@@ -80,13 +80,13 @@ def _formed_problems(
     return problems
 
 
-def _file_problems(roots: list[Path], claim_uids: set[str], cd_uid: str) -> list[str]:
+def _file_problems(roots: list[Path], claim_uids: set[str], domain_uid: str) -> list[str]:
     """CDI spec files or prepared checkpoint entries of ``claim_uids``, or the folder of CD
-    ``cd_uid``, left on any node."""
+    ``domain_uid``, left on any node."""
     problems: list[str] = []
     for root in roots:
-        for folder in (root / "var/lib/kubelet/plugins").glob(f"*/domains/{cd_uid}"):
-            problems.append(f"folder {folder.parent.name}/{cd_uid} left on {root.name}")
+        for folder in (root / "var/lib/kubelet/plugins").glob(f"*/domains/{domain_uid}"):
+            problems.append(f"folder {folder.parent.name}/{domain_uid} left on {root.name}")
         for uid in claim_uids:
             for spec in (root / "var/run/cdi").glob(f"*claim_{uid}*"):
                 problems.append(f"CDI spec {spec.name} left on {root.name}")

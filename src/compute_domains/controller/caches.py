@@ -8,7 +8,7 @@ Watched (spec §5, narrowed to what we use):
 - ComputeDomainCliques in the driver namespace;
 - Nodes, all (a daemon's node may already have lost its label); indexed by that label;
 - ResourceClaims, all namespaces, indexed by the CD UID of their channel config
-  (``claims.domain_ids``): the workload claims that make a node part of a CD's status, and
+  (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
   that a CD's deletion waits for.
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
