@@ -254,13 +254,27 @@ async def running(admin: AsyncClient, ns: str, name: str, timeout: float = 120) 
     )
 
 
+def _main_started(pod: Pod) -> bool:
+    """Whether the pod's ``main`` container is running or has run."""
+    for status in (pod.status.containerStatuses or []) if pod.status else []:
+        if status.name == "main" and status.state is not None:
+            if status.state.running is not None or status.state.terminated is not None:
+                return True
+    return False
+
+
 async def log_containing(
     admin: AsyncClient, ns: str, name: str, text: str, timeout: float = 30
 ) -> str:
-    """The container's log once it contains ``text``."""
+    """The container's log once it contains ``text``.
+
+    The log exists only once the container started (before that the kubelet answers the log
+    request with an error), so this first waits for the pod's ``main`` container to have run.
+    """
     log = ""
     try:
         async with asyncio.timeout(timeout):
+            await wait_for(admin, Pod, name, _main_started, namespace=ns, timeout=timeout)
             while True:
                 lines = [line async for line in admin.log(name, namespace=ns, container="main")]
                 log = "".join(lines)
