@@ -100,6 +100,11 @@ class ControllerSettings:
     status_coalesce_s: float = 0.05
     """Delay before a pod/clique/node change is acted on, so a burst becomes one status write
     per CD; small against the 1 s target for a daemon's readiness to show in the status."""
+    status_progress_interval_s: float = 1.0
+    """Least time between two status writes of one CD that carry only progress (an entry
+    appeared, got its index or turned Ready; ``statuschange.urgent``); a verdict change (the CD
+    turns Ready, a reason changes, a Ready member is lost) is written at once, so it never adds
+    to the time from the last daemon's Ready to the CD's."""
     retry: backoff.Backoff = dataclasses.field(
         default_factory=lambda: backoff.Backoff(initial=0.05, maximum=300.0, jitter=0.1)
     )
@@ -118,6 +123,8 @@ class ControllerSettings:
             raise errors.ConfigError(f"metrics port out of range: {self.metrics_port}")
         if self.sweep_interval_s <= 0 or self.status_coalesce_s < 0:
             raise errors.ConfigError("sweep interval must be > 0 and coalesce delay >= 0")
+        if self.status_progress_interval_s < 0:
+            raise errors.ConfigError("the status progress interval must be >= 0")
 
     @property
     def lease_namespace(self) -> str:

@@ -128,7 +128,12 @@ class _Term:
         self.cache = caches.Caches(api, settings, self._enqueue)
         recorder = events.EventRecorder(api, instance=identity)
         self.reconciler = reconcile.Reconciler(
-            api=api, cache=self.cache, settings=settings, recorder=recorder, meter=meter
+            api=api,
+            cache=self.cache,
+            settings=settings,
+            recorder=recorder,
+            meter=meter,
+            enqueue=self._enqueue,
         )
 
     def _enqueue(self, domain_uid: str, delay: float) -> None:

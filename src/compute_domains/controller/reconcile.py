@@ -19,15 +19,17 @@ its workload claims is allocated to a node (cache first; when the cache says non
 of the claims in the CD's namespace confirms it), its finalizer stays, its workload template is
 deleted (no new claims), its daemons keep running (the job keeps its IMEX domain), its status
 says ``Deleting``/``WaitingForWorkload`` naming the pods, and a ``WaitingForWorkload`` Event
-names them whenever that list changes. Once no claim is left, ``teardown.finalize`` runs. A UID
-with no cached CD but leftovers goes to ``teardown.orphan``. Failures are collected and the
-first is raised after all steps ran, so the work queue retries with backoff while every other
-step (and every other CD) proceeds.
+names them when the wait begins and again when a pod not named before holds a claim (pods
+leaving are progress the status shows, not news). Once no claim is left,
+``teardown.finalize`` runs. A UID with no cached CD but leftovers goes to ``teardown.orphan``.
+Failures are collected and the first is raised after all steps ran, so the work queue retries
+with backoff while every other step (and every other CD) proceeds.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from lightkube.resources.apps_v1 import DaemonSet
@@ -63,6 +65,7 @@ class Reconciler:
         settings: config.ControllerSettings,
         recorder: events.EventRecorder,
         meter: metrics.Metrics,
+        enqueue: Callable[[str, float], None],
     ) -> None:
         self._api = api
         self._cache = cache
@@ -70,8 +73,15 @@ class Reconciler:
         self._events = recorder
         self._metrics = meter
         self._teardown = teardown.Teardown(api, namespace=settings.namespace)
+        self._announced: dict[str, frozenset[str]] = {}
+        """CD UID → the pods a ``WaitingForWorkload`` Event named (while its deletion waits)."""
         self._status = statussync.StatusSync(
-            api=api, cache=cache, settings=settings, recorder=recorder, meter=meter
+            api=api,
+            cache=cache,
+            settings=settings,
+            recorder=recorder,
+            meter=meter,
+            enqueue=enqueue,
         )
 
     async def reconcile(self, domain_uid: str) -> None:
@@ -82,6 +92,7 @@ class Reconciler:
         """
         raw = self._cache.cd(domain_uid)
         if raw is None:
+            self._announced.pop(domain_uid, None)
             if self._cache.has_leftovers(domain_uid):
                 await self._teardown.orphan(domain_uid)
             return
@@ -90,6 +101,7 @@ class Reconciler:
             if names.FINALIZER in (raw.metadata.finalizers or []):
                 if await self._wait_for_workload(raw):
                     return
+                self._announced.pop(domain_uid, None)
                 await self._teardown.finalize(raw)
                 logger.info("ComputeDomain deleted; everything it owned is gone", extra=log)
             return
@@ -138,14 +150,15 @@ class Reconciler:
             cd = ComputeDomain.from_resource(raw)
         except DecodeError:
             cd = None
-        before = _deleting_message(raw)
         if cd is not None:
             derived = await self._status.sync(cd, waited_for=waited_for)
             cond = derived.condition(conditions.DELETING)
             message = cond.message if cond is not None else ""
         else:
             message = f"deletion waits for pods that still hold its claims: {', '.join(waited_for)}"
-        if message and message != before:
+        announced = self._announced.get(domain_uid, frozenset())
+        if message and not set(waited_for) <= announced:
+            self._announced[domain_uid] = announced | set(waited_for)
             logger.info(message, extra={"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"})
             await self._events.emit(
                 statussync.target(raw), events.NORMAL, events.WAITING_FOR_WORKLOAD, message
@@ -218,15 +231,6 @@ class Reconciler:
             return message
         self._cache.templates.observe(created)
         return ""
-
-
-def _deleting_message(raw: Any) -> str:
-    """The message of the stored ``Deleting`` condition ("" when there is none)."""
-    stored = raw.get("status") or {}
-    for cond in stored.get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == conditions.DELETING:
-            return str(cond.get("message") or "")
-    return ""
 
 
 def _label_of(obj: Any) -> str | None:

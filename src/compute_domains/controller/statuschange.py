@@ -1,8 +1,11 @@
 """Comparing two statuses of a ComputeDomain: whether to write, and what changed for a person.
 
 ``differs`` decides whether the stored status needs a write (list order does not matter);
-``transitions`` names the entries that joined, left, went NotReady or came back, which the
-status sync turns into Events. Both are pure.
+``urgent`` whether that write must go out at once (a verdict changed) or may wait for the
+progress interval, so a forming domain's per-node progress becomes one write per interval
+instead of one per daemon; ``transitions`` names the entries that joined, left, went NotReady
+or came back, which the status sync turns into Events, ``grouped`` the joins and leaves that one
+Event can tell together. All are pure.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from compute_domains.api import names
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
 from compute_domains.controller import status
 
@@ -27,6 +31,23 @@ def _normalise(raw: Mapping[str, Any] | None) -> dict[str, Any]:
 def differs(current: Mapping[str, Any] | None, desired: ComputeDomainStatus) -> bool:
     """Whether the stored raw status differs from ``desired`` (list order does not matter)."""
     return _normalise(current) != _normalise(desired.to_dict())
+
+
+def urgent(previous: ComputeDomainStatus | None, desired: ComputeDomainStatus) -> bool:
+    """Whether a write of ``desired`` over ``previous`` must not wait: the first status, the
+    CD's Ready status, a condition's type, status, reason or observed generation, or a Ready
+    entry turning NotReady. Everything else (an entry appearing, its IP, index or Ready, a
+    condition's message) is progress, which may wait for the progress interval."""
+    if previous is None or previous.status is not desired.status:
+        return True
+
+    def verdicts(st: ComputeDomainStatus) -> dict[str, tuple[str, str, int]]:
+        return {c.type: (c.status, c.reason, c.observed_generation) for c in st.conditions}
+
+    if verdicts(previous) != verdicts(desired):
+        return True
+    was_ready = {n.name for n in previous.nodes if n.status is Readiness.READY}
+    return any(n.name in was_ready and n.status is not Readiness.READY for n in desired.nodes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,3 +80,27 @@ def transitions(old: ComputeDomainStatus | None, new: status.Derived) -> list[Tr
         elif status.member(name, old):
             out.append(Transition(node=name, kind="ready", entry=entry))
     return sorted(out, key=lambda t: (t.node, t.kind))
+
+
+def where(entry: ComputeDomainNode | None) -> str:
+    """Where an entry stands, for a person: its clique and index, or that it has none yet."""
+    if entry is not None and entry.index != names.NON_FABRIC_INDEX:
+        return f"clique {entry.clique_id!r}, index {entry.index}"
+    if entry is not None and entry.clique_id:
+        return f"clique {entry.clique_id!r}, no slot yet"
+    return "no clique"
+
+
+def grouped(changes: list[Transition]) -> list[list[Transition]]:
+    """The transitions one Event each tells: the joins that stand at the same place (``where``)
+    together, the leaves together, every NotReady or Ready on its own (each has its own why)."""
+    groups: dict[tuple[str, str], list[Transition]] = {}
+    for change in changes:
+        if change.kind == "joined":
+            key = ("joined", where(change.entry))
+        elif change.kind == "left":
+            key = ("left", "")
+        else:
+            key = (change.kind, change.node)
+        groups.setdefault(key, []).append(change)
+    return list(groups.values())

@@ -6,9 +6,15 @@ members whose daemon is gone, and says who was a member). Conditions keep their
 ``lastTransitionTime`` while their status holds (``conditions.merged``). The write is one
 JSON-patch replace of ``/status`` (so an empty node list really clears ``nodes``), made only
 when the stored status differs, and is put back into the cache at once so the next pass does
-not write it again. Node transitions between the stored and the new status become Events:
-``NodeJoined``, ``NodeLeft``, ``NodeNotReady`` (an entry went from Ready to NotReady, with
-what is wrong) and ``NodeReady`` (a member that had gone NotReady is back).
+not write it again. A change that is only progress (``statuschange.urgent``: an entry
+appeared, got its index or turned Ready while the CD's verdict holds) is written at most once
+per ``status_progress_interval_s`` per CD: a sooner one is deferred by re-enqueueing the CD for
+when the interval is over, so 18 daemons registering and turning Ready one by one make a few
+writes, not 36; a verdict change (Ready, a reason, a Ready member lost) is written at once.
+Node transitions between the stored and the written status become Events: ``NodeJoined`` and
+``NodeLeft`` (one Event for the nodes of one write that stand at the same place),
+``NodeNotReady`` (an entry went from Ready to NotReady, with what is wrong) and ``NodeReady``
+(a member that had gone NotReady is back), one per node.
 
 Clique entries whose daemon pod is gone are removed from the clique (optimistic concurrency on
 its resourceVersion, so a daemon's concurrent write is never lost), but only after a live list
@@ -20,8 +26,10 @@ Event.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from lightkube.resources.core_v1 import Pod
@@ -72,12 +80,18 @@ class StatusSync:
         settings: config.ControllerSettings,
         recorder: events.EventRecorder,
         meter: metrics.Metrics,
+        enqueue: Callable[[str, float], None],
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._api = api
         self._cache = cache
         self._settings = settings
         self._events = recorder
         self._metrics = meter
+        self._enqueue = enqueue
+        self._clock = clock or (lambda: asyncio.get_running_loop().time())
+        self._written_at: dict[str, float] = {}
+        """CD UID → when we last wrote its status (progress writes wait for the interval)."""
 
     async def sync(
         self,
@@ -178,6 +192,12 @@ class StatusSync:
         desired = dataclasses.replace(derived.status, conditions=stamped)
         if not statuschange.differs(current, desired):
             return
+        now = self._clock()
+        interval = self._settings.status_progress_interval_s
+        wait = self._written_at.get(cd.uid, now - interval) + interval - now
+        if wait > 0 and not statuschange.urgent(previous, desired):
+            self._enqueue(cd.uid, wait)  # progress only: written with the next change
+            return
         patch = [{"op": "add", "path": "/status", "value": desired.to_dict()}]
         updated = await self._api.patch(
             ComputeDomainStatusResource,
@@ -188,6 +208,8 @@ class StatusSync:
         )
         self._metrics.status_writes.inc()
         self._cache.cds.observe(updated)
+        self._written_at = {k: t for k, t in self._written_at.items() if now - t < interval}
+        self._written_at[cd.uid] = now
         log = {"cd": f"{cd.namespace}/{cd.name}"}
         old_reason = _ready_reason(previous)
         new_reason = _ready_reason(desired)
@@ -200,30 +222,30 @@ class StatusSync:
                 new_reason,
                 extra=log,
             )
-        for change in statuschange.transitions(previous, derived):
-            await self._announce(cd, change)
+        for group in statuschange.grouped(statuschange.transitions(previous, derived)):
+            await self._announce(cd, group)
 
-    async def _announce(self, cd: ComputeDomain, change: statuschange.Transition) -> None:
-        entry = change.entry
-        if entry is not None and entry.index != names.NON_FABRIC_INDEX:
-            where = f"clique {entry.clique_id!r}, index {entry.index}"
-        elif entry is not None and entry.clique_id:
-            where = f"clique {entry.clique_id!r}, no slot yet"
-        else:
-            where = "no clique"
+    async def _announce(self, cd: ComputeDomain, group: list[statuschange.Transition]) -> None:
+        change = group[0]
+        where = statuschange.where(change.entry)
+        nodes = ", ".join(c.node for c in group)
         if change.kind == "joined":
             kind, reason = events.NORMAL, events.NODE_JOINED
-            message = f"node {change.node} joined ({where})"
+            message = f"node{'s' if len(group) > 1 else ''} {nodes} joined ({where})"
         elif change.kind == "left":
             kind, reason = events.NORMAL, events.NODE_LEFT
-            message = f"node {change.node} left (its workload and daemon are gone)"
+            message = (
+                f"nodes {nodes} left (their workloads and daemons are gone)"
+                if len(group) > 1
+                else f"node {nodes} left (its workload and daemon are gone)"
+            )
         elif change.kind == "ready":
             kind, reason = events.NORMAL, events.NODE_READY
             message = f"node {change.node} is Ready again ({where})"
         else:
             kind, reason = events.WARNING, events.NODE_NOT_READY
             message = f"node {change.node} is not Ready: {change.why or 'its daemon is not Ready'}"
-        logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": change.node})
+        logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": nodes})
         await self._events.emit(target(cd), kind, reason, message)
 
     async def _prune(
