@@ -54,6 +54,8 @@ class Run:
     requests_formation: dict[str, int]
     """Every API request of the formation by ``VERB resource``, most frequent first (all of them:
     writes per kind per node are compared between drivers, issue 17)."""
+    requests_teardown: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The same for the teardown (from the delete until nothing of the CD is left)."""
     milestones: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
     load_start: float = 0.0
@@ -139,6 +141,7 @@ async def one_run(
         writes_formation_no_leases=_writes(form_delta, leases=False),
         writes_teardown=_writes(after - mid),
         requests_formation=dict(form_delta.most_common()),
+        requests_teardown=dict((after - mid).most_common()),
         milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])),
         load_start=load_start,
         load_end=os.getloadavg()[0],

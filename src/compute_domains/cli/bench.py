@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, compare, drivers, report, rounds
+from compute_domains.bench import churn, compare, drivers, report, rounds, writes
 from compute_domains.cli import benchdrivers, options, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
@@ -288,7 +288,8 @@ def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool
     help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).",
 )
 def report_cmd(doc_path: Path | None) -> None:
-    """Rewrite the tables in docs/benchmarks.md from the newest results of each kind."""
+    """Rewrite the tables in docs/benchmarks.md from the newest results of each kind (and the
+    writes-per-kind block from the two result files its marker names)."""
     console = Console()
     root = options.repo_root()
     doc_path = doc_path or root / "docs" / "benchmarks.md"
@@ -301,7 +302,8 @@ def report_cmd(doc_path: Path | None) -> None:
         path, doc = found
         blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
     try:
-        doc_path.write_text(report.update_doc(doc_path.read_text(), blocks))
+        text = report.update_doc(doc_path.read_text(), blocks)
+        doc_path.write_text(writes.update_doc(text, root / "bench" / "results"))
     except (OSError, ValueError) as err:
         raise click.ClickException(f"{doc_path}: {err}") from err
     console.print(f"{doc_path}: {', '.join(blocks) or 'nothing'} updated")
