@@ -20,6 +20,9 @@ The clique protocol (who writes what):
   other daemons' joins; if our entry moved, the patch fails (422) and a full update follows.
   A full clique is reported (log line + Event on our pod) and retried on every clique change
   and with backoff; the pod never becomes Ready meanwhile, since IMEX is not started.
+* A clique deleted after we registered in it is created again (an administrator's mistake
+  repaired), except while our CD is being deleted or gone: its teardown deleted it while its
+  daemons still run, and 18 daemons re-creating and re-joining it cost ~70 writes for nothing.
 * On shutdown the daemon removes its entry, matched by node name *and* its own pod IP, so a
   terminating predecessor never removes the entry its replacement already took over. Entries of
   daemons that died without this are pruned by the controller.
@@ -119,6 +122,7 @@ class Membership:
         self._kick = asyncio.Event()
         self._status = Readiness.NOT_READY
         self._full_reported = False
+        self._teardown_seen = False
         self._index: int | None = None
         self._peers: dict[int, str] | None = None
 
@@ -222,6 +226,8 @@ class Membership:
         ident = self._ident
         current = self._latest
         if current is None:
+            if self._index is not None and await self._domain_going():
+                return  # the CD's teardown deleted our clique: not ours to create again
             fresh = ComputeDomainClique.new(
                 domain_uid=ident.domain_uid,
                 clique_id=ident.clique_id,
@@ -245,6 +251,27 @@ class Membership:
         if self._full_reported:
             self._full_reported = False
             self._log.info("clique %s has a free slot again; joined", current.name)
+
+    async def _domain_going(self) -> bool:
+        """Our CD is being deleted or gone (its clique was deleted by its teardown)."""
+        ident = self._ident
+        if not ident.domain_name or not ident.domain_namespace:
+            return False
+        going = await kubeio.domain_going(
+            self._client,
+            namespace=ident.domain_namespace,
+            name=ident.domain_name,
+            uid=ident.domain_uid,
+        )
+        if going and not self._teardown_seen:
+            self._teardown_seen = True
+            self._log.info(
+                "clique %s was deleted while ComputeDomain %s is being deleted; not creating "
+                "it again",
+                ident.clique_name,
+                ident.cd,
+            )
+        return going
 
     async def _write(self, want: ComputeDomainClique, *, create: bool) -> None:
         verb = metrics.CREATE if create else metrics.UPDATE
