@@ -87,6 +87,55 @@ WRITERS: dict[str, tuple[str, str]] = {
 """``VERB resource`` → (who writes it in a formation, why ours is needed or "-" when it is
 Kubernetes' own write, the same for both drivers)."""
 
+TEARDOWN_WRITERS: dict[str, tuple[str, str]] = {
+    "DELETE pods": ("DaemonSet controller, garbage collector, sim kubelet (final delete)", "-"),
+    "DELETE resourceclaims": ("resource-claim controller, garbage collector (409 if both)", "-"),
+    "PUT resourceclaims": ("resource-claim controller (deallocation)", "-"),
+    "PATCH pods": ("sim kubelet (pods/status while terminating)", "-"),
+    "POST events": (
+        "sim kubelet (Killing), DaemonSet controller, our controller",
+        "ours: NodeLeft (one per status write for the nodes that left) and WaitingForWorkload "
+        "(when the wait begins and when a pod not named before holds a claim, not per pod "
+        "leaving)",
+    ),
+    "PUT computedomaincliques": (
+        "our daemons (NVIDIA's: theirs)",
+        "each daemon removes its own entry on shutdown (optimistic concurrency; a 409 is a lost "
+        "race); before a693d7f also the re-join of a clique the teardown had deleted",
+    ),
+    "POST computedomaincliques": (
+        "our daemons (before a693d7f)",
+        "none: a daemon no longer re-creates a clique deleted while its CD is being deleted",
+    ),
+    "PATCH computedomaincliques": (
+        "our daemons (before a693d7f), garbage collector (owner references)",
+        "none: it was the Ready report into a re-created clique",
+    ),
+    "DELETE computedomaincliques": ("our controller's teardown", "the CD's cliques, 1 each"),
+    "PATCH nodes": (
+        "our kubelet plugin (label), sim kubelet (nodes/status)",
+        "ours: 1 per node, the node label goes once the node's last channel claim is unprepared",
+    ),
+    "PUT resourceslices": (
+        "our kubelet plugin",
+        "1 per node: the node's channel slots drop the CD's binding, so another CD's pods may "
+        "be placed there",
+    ),
+    "PATCH computedomains": (
+        "our controller",
+        "the Deleting condition while the deletion waits, then the finalizer's removal",
+    ),
+    "DELETE resourceclaimtemplates": ("our controller", "the CD's two templates"),
+    "PATCH resourceclaimtemplates": ("our controller", "their finalizers, once deleted"),
+    "DELETE daemonsets": ("our controller", "the CD's DaemonSet"),
+    "PATCH daemonsets": ("our controller", "its finalizer, once deleted"),
+    "DELETE computedomains": ("the bench", "-"),
+    "DELETE deployments": ("the bench", "-"),
+    "DELETE controllerrevisions": ("garbage collector", "-"),
+    "DELETE replicasets": ("garbage collector", "-"),
+}
+"""Teardown's own answers where they differ from the formation's (``WRITERS``)."""
+
 _MARKER = re.compile(
     r"(<!-- bench:writes before=(?P<before>\S+) after=(?P<after>\S+) -->\n).*?"
     r"(\n<!-- /bench:writes -->)",
@@ -128,8 +177,9 @@ def table(before: dict[str, Any], after: dict[str, Any], n: int, field: str) -> 
         "why ours is needed |",
         "|---|" + "---:|" * len(present) + "---|---|",
     ]
+    known = {**WRITERS, **TEARDOWN_WRITERS} if field == "requests_teardown" else WRITERS
     for key in keys:
-        who, why = WRITERS.get(key, ("?", "?"))
+        who, why = known.get(key, ("?", "?"))
         cells = " | ".join(f"{c.get(key, 0) / n:.1f}" for _, c in present)
         rows.append(f"| {key} | {cells} | {who} | {why} |")
     totals = " | ".join(f"**{sum(c.values()) / n:.1f}** ({sum(c.values())})" for _, c in present)
