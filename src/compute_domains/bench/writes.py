@@ -138,8 +138,8 @@ TEARDOWN_WRITERS: dict[str, tuple[str, str]] = {
 
 _MARKER = re.compile(
     r"(<!-- bench:writes before=(?P<before>\S+) after=(?P<after>\S+) -->\n).*?"
-    r"(\n<!-- /bench:writes -->)",
-    re.S,
+    r"(^<!-- /bench:writes -->)",
+    re.S | re.M,
 )
 
 
@@ -216,4 +216,5 @@ def update_doc(text: str, results_dir: Path) -> str:
     for which in ("before", "after"):
         docs[which] = json.loads((results_dir / match.group(which)).read_text())
     body = render(docs["before"], docs["after"], match.group("before"), match.group("after"))
-    return text[: match.start()] + match.group(1) + body + match.group(4) + text[match.end() :]
+    head, tail = match.group(1), match.group(4)
+    return text[: match.start()] + head + body + "\n" + tail + text[match.end() :]

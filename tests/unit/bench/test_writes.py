@@ -71,3 +71,5 @@ def test_update_doc_renders_the_files_its_marker_names(tmp_path: Path) -> None:
     ), "teardown's own reason"
     assert "\nold\n" not in out and out.endswith("<!-- /bench:writes -->\nend\n")
     assert writes.update_doc("no marker\n", tmp_path) == "no marker\n"
+    empty = f"{marker}\n<!-- /bench:writes -->\n"
+    assert writes.update_doc(empty, tmp_path) == writes.update_doc(out, tmp_path)[6:-4]
