@@ -23,10 +23,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import click
-
-from compute_domains.api import names
-from compute_domains.cli import serving
+from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import app, imexconfig, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
@@ -34,124 +31,62 @@ from compute_domains.infra import errors, kube, logs
 
 logger = logging.getLogger(__name__)
 
-_PATH = click.Path(dir_okay=False, path_type=Path)
+
+def __getattr__(name: str) -> Any:
+    """``group``, the click command group, built on first use (click is imported only then)."""
+    if name != "group":
+        raise AttributeError(name)
+    built = _click_group()
+    globals()["group"] = built
+    return built
 
 
-@click.group("daemon")
-def group() -> None:
-    """The per-ComputeDomain IMEX daemon (as the controller's DaemonSet runs it)."""
+def _click_group() -> Any:
+    import click
+
+    def option(opt: daemonopts.Option) -> Any:
+        kind: Any
+        if opt.kind == "path":
+            kind = click.Path(dir_okay=False, path_type=Path)
+        elif opt.kind == "choice":
+            kind = click.Choice(list(opt.choices), case_sensitive=False)
+        elif opt.kind == "int":
+            kind = click.IntRange(min=_int(opt.minimum), max=_int(opt.maximum))
+        elif opt.kind == "float":
+            kind = click.FloatRange(min=opt.minimum, max=opt.maximum)
+        else:
+            kind = None
+        return click.option(
+            *opt.flags,
+            opt.dest,
+            envvar=list(opt.env) or None,
+            type=kind,
+            default=opt.default,
+            show_default=opt.show_default,
+            callback=serving.check_level if opt.kind == "level" else None,
+            help=opt.help,
+        )
+
+    @click.group("daemon")
+    def daemon_group() -> None:
+        """The per-ComputeDomain IMEX daemon (as the controller's DaemonSet runs it)."""
+
+    def run_command(**opts: Any) -> None:
+        """Run the daemon until SIGTERM."""
+        run(opts)
+
+    for opt in reversed(daemonopts.RUN_OPTIONS):
+        run_command = option(opt)(run_command)
+    daemon_group.command("run")(run_command)
+    return daemon_group
 
 
-@group.command("run")
-@click.option(
-    "--cliqueid",
-    "clique_id",
-    envvar="CLIQUE_ID",
-    default="",
-    help="Clique ID <clusterUUID>.<clique> of the node; empty without MNNVL. Env CLIQUE_ID (CDI).",
-)
-@click.option(
-    "--imex-config",
-    type=_PATH,
-    default=Path("/imexd/imexd.cfg"),
-    show_default=True,
-    help="IMEX daemon config written by `run`, read by IMEX and its ctl tool.",
-)
-@click.option(
-    "--log-verbosity",
-    "--log-level",
-    "log_verbosity",
-    envvar="LOG_VERBOSITY",
-    callback=serving.check_level,
-    default="info",
-    show_default=True,
-    help=f"Log level: {serving.LEVEL_HELP}. Env LOG_VERBOSITY.",
-)
-@click.option(
-    "--log-format",
-    envvar=["LOG_FORMAT", "CD_LOG_FORMAT"],
-    type=click.Choice(["text", "json"], case_sensitive=False),
-    default="text",
-    show_default=True,
-    help="Log line format. Env LOG_FORMAT or CD_LOG_FORMAT.",
-)
-@click.option("--node-name", envvar="NODE_NAME", default="", help="Env NODE_NAME.")
-@click.option("--pod-ip", envvar="POD_IP", default="", help="Env POD_IP.")
-@click.option("--pod-uid", envvar="POD_UID", default="", help="Env POD_UID.")
-@click.option("--pod-name", envvar="POD_NAME", default="", help="Env POD_NAME.")
-@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="Env POD_NAMESPACE.")
-@click.option("--compute-domain-uuid", envvar="COMPUTE_DOMAIN_UUID", default="", help="Env (CDI).")
-@click.option("--compute-domain-name", envvar="COMPUTE_DOMAIN_NAME", default="", help="Env (CDI).")
-@click.option(
-    "--compute-domain-namespace",
-    envvar="COMPUTE_DOMAIN_NAMESPACE",
-    default="default",
-    show_default=True,
-    help="Env COMPUTE_DOMAIN_NAMESPACE (CDI).",
-)
-@click.option(
-    "--max-nodes-per-imex-domain",
-    envvar="MAX_NODES_PER_IMEX_DOMAIN",
-    type=click.IntRange(min=1),
-    default=18,
-    show_default=True,
-    help="Slots per clique (IMEX names 0..N-1). Env MAX_NODES_PER_IMEX_DOMAIN.",
-)
-@click.option(
-    "--imex-nodes-config",
-    type=_PATH,
-    default=Path("/imexd/nodes.cfg"),
-    show_default=True,
-    help="Static IMEX nodes config (DNS names).",
-)
-@click.option(
-    "--imex-config-template",
-    type=_PATH,
-    default=Path("/imexd/imexd.cfg.tmpl"),
-    show_default=True,
-    help="Config template placed by the kubelet plugin; the built-in one when missing.",
-)
-@click.option(
-    "--hosts-file",
-    type=_PATH,
-    default=Path("/etc/hosts"),
-    show_default=True,
-    help="Hosts file whose managed block maps peer names to pod IPs.",
-)
-@click.option(
-    "--imex-binary", default="nvidia-imex", show_default=True, help="IMEX daemon (on PATH)."
-)
-@click.option(
-    "--imex-ctl",
-    default="nvidia-imex-ctl",
-    show_default=True,
-    help="IMEX ctl tool (on PATH) of the daemon's own readiness check.",
-)
-@click.option(
-    "--imex-stop-grace",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds between SIGTERM and SIGKILL when stopping IMEX.",
-)
-@click.option(
-    "--metrics-port",
-    envvar="METRICS_PORT",
-    type=click.IntRange(min=0, max=65535),
-    default=0,
-    show_default=True,
-    help=f"Port of /metrics and {names.DAEMON_HEALTH_PATH} (the probes) on the pod IP; 0 serves "
-    "none. Env METRICS_PORT.",
-)
-@click.option(
-    "--unfilled-slot-address",
-    default="",
-    help="Map names of unfilled slots to this address (never a pod's); unset: unresolvable.",
-)
-@serving.kubeconfig_option
-@serving.shutdown_timeout_option(25.0)
-def run(**opts: Any) -> None:
-    """Run the daemon until SIGTERM."""
+def _int(bound: float | None) -> int | None:
+    return None if bound is None else int(bound)
+
+
+def run(opts: dict[str, Any]) -> None:
+    """Run the daemon with the options of ``daemon run`` (click's or ``daemonopts.parse``'s)."""
     _setup_logs(opts)
     metrics = daemon_metrics.DaemonMetrics()
     timeline = steps.Steps(

@@ -1,4 +1,4 @@
-"""The ``cdctl`` process entry: the daemon's IMEX check by hand first, everything else after.
+"""The ``cdctl`` process entry: the daemon's commands first, everything else after.
 
 ``cdctl daemon check`` may run as an exec probe every second on every node of a domain (our
 DaemonSet probes the daemon's ``/readyz`` instead; an exec probe is what NVIDIA's chart renders
@@ -8,11 +8,14 @@ looks at ``argv`` before importing anything beyond the standard library and runs
 :mod:`compute_domains.daemon.probe`. It takes the flags (and ``CLIQUE_ID``) that ``daemon run``
 shares with it and ignores the others, so both commands can be given the same arguments. This is
 the only implementation of the command, ``--help`` included; click never sees it.
+
+``cdctl daemon run`` starts on every node of a forming domain; it too is dispatched here
+without click (``cli.daemonopts`` parses its flags, defined once for click and for this path),
+except for ``--help`` and command lines click must answer (see :func:`daemon_run`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -21,6 +24,8 @@ from pathlib import Path
 
 def daemon_check(argv: Sequence[str]) -> int:
     """``cdctl daemon check [flags]`` without click; the exit status."""
+    import argparse
+
     from compute_domains.daemon import probe
 
     parser = argparse.ArgumentParser(
@@ -63,11 +68,36 @@ def daemon_check(argv: Sequence[str]) -> int:
     return 0 if result.ok else 1
 
 
+def daemon_run(argv: Sequence[str]) -> int | None:
+    """``cdctl daemon run [flags]`` without click; None when click must answer instead.
+
+    ``cli.daemonopts.parse`` reads the command's flags and environment exactly as click would;
+    ``--help``, a flag it does not know or a value click would refuse go to click, which answers
+    as it always did. Errors of the run itself are printed as ``cli.main`` prints them.
+    """
+    from compute_domains.cli import daemonopts
+
+    opts = daemonopts.parse(argv)
+    if opts is None:
+        return None
+    from compute_domains.cli import daemon
+    from compute_domains.infra import errors
+
+    try:
+        daemon.run(opts)
+    except errors.ComputeDomainsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> None:
     """Console-script entry of ``cdctl``."""
     args = sys.argv[1:]
     if args[:2] == ["daemon", "check"]:
         sys.exit(daemon_check(args[2:]))
+    if args[:2] == ["daemon", "run"] and (status := daemon_run(args[2:])) is not None:
+        sys.exit(status)
     from compute_domains.cli import main as full
 
     full.main()

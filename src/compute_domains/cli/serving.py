@@ -4,6 +4,9 @@ flags and the way a component process runs until SIGTERM.
 A component's first SIGTERM or SIGINT cancels its ``run()``; if the graceful stop takes longer
 than ``--shutdown-timeout`` the process exits anyway (a pod must never hang in Terminating
 because one step of the stop is stuck).
+
+click is imported by the flag helpers only: ``cdctl daemon run`` starts through ``cli.entry``
+without click and uses :func:`serve` alone.
 """
 
 from __future__ import annotations
@@ -14,20 +17,18 @@ import os
 import signal
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
-
-import click
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from compute_domains.infra import logs
+
+if TYPE_CHECKING:
+    import click
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-LEVEL_HELP = (
-    "debug|info|warning|error, or a klog verbosity 0-10 as NVIDIA's chart sets it "
-    "(0: info; 1-3: info plus NVIDIA's V1-V3 detail lines; 4-10: debug)"
-)
+LEVEL_HELP = logs.LEVEL_HELP
 
 
 def check_level(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -36,25 +37,24 @@ def check_level(ctx: click.Context, param: click.Parameter, value: str | None) -
     Returns the level as normal text (``"06"`` becomes ``"6"``); a usage error names what is
     accepted, before anything runs.
     """
+    import click
+
     if value is None:
         return None
-    text = str(value).strip().lower()
     try:
-        logs.level_number(text)
+        return logs.normal_level(str(value))
     except ValueError as err:
         raise click.BadParameter(str(err), ctx, param) from err
-    return str(int(text)) if text.isdigit() else text
-
-
-FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
 
 def log_options(fn: F) -> F:
     """``--log-level`` (env ``LOG_LEVEL`` or ``LOG_VERBOSITY``) and ``--log-format``."""
+    import click
+
     fn = click.option(
         "--log-format",
         envvar="LOG_FORMAT",
-        type=FORMATS,
+        type=click.Choice(["text", "json"], case_sensitive=False),
         default="text",
         show_default=True,
         help="Log line format. Env LOG_FORMAT.",
@@ -71,6 +71,8 @@ def log_options(fn: F) -> F:
 
 def kubeconfig_option(fn: F) -> F:
     """``--kubeconfig`` (env ``KUBECONFIG``); in-cluster ServiceAccount when unset."""
+    import click
+
     return click.option(
         "--kubeconfig",
         envvar="KUBECONFIG",
@@ -82,6 +84,8 @@ def kubeconfig_option(fn: F) -> F:
 
 def shutdown_timeout_option(default: float) -> Callable[[F], F]:
     """``--shutdown-timeout`` (env ``SHUTDOWN_TIMEOUT``) with the component's own default."""
+    import click
+
     return click.option(
         "--shutdown-timeout",
         envvar="SHUTDOWN_TIMEOUT",

@@ -283,7 +283,7 @@ class Membership:
         except (httpx.HTTPError, OSError) as err:
             classified = kubeio.classify(err, f"{verb} clique {want.name}")
             if kubeio.status_code(err) == 409:
-                self._meter.clique_conflicts.labels(verb=verb).inc()
+                self._meter.clique_conflict(verb)
             if kubeio.status_code(err) in (404, 409):
                 await self._reread()  # lost a race: take the server's state and try again
             raise classified from err

@@ -57,6 +57,24 @@ _NAMED: Final = MappingProxyType(
 )
 
 
+LEVEL_HELP: Final = (
+    "debug|info|warning|error, or a klog verbosity 0-10 as NVIDIA's chart sets it "
+    "(0: info; 1-3: info plus NVIDIA's V1-V3 detail lines; 4-10: debug)"
+)
+"""What :func:`level_number` accepts, for command-line help."""
+
+
+def normal_level(level: str) -> str:
+    """``level`` as normal text (stripped, lower case, ``"06"`` → ``"6"``).
+
+    Raises:
+        ValueError: :func:`level_number` rejects it.
+    """
+    text = level.strip().lower()
+    level_number(text)
+    return str(int(text)) if text.isdigit() else text
+
+
 def level_number(level: str) -> int:
     """The logging level for a level name or a klog verbosity (see the module docstring).
 

@@ -12,8 +12,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 logger = logging.getLogger(__name__)
 
 Check = Callable[[], Awaitable[bool]]
@@ -61,6 +59,9 @@ class HttpEndpoint:
         if len(parts) < 2 or parts[0] != "GET":
             return "405 Method Not Allowed", "text/plain", b"GET only\n"
         if path == "/metrics":
+            # Imported at the first scrape: a probe-only process (a daemon) never pays for it.
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
             return "200 OK", CONTENT_TYPE_LATEST, self._render()
         check = self._checks.get(path)
         if check is None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from compute_domains.cli import daemonopts
+
 HEAVY = ("asyncio", "click", "lightkube", "httpx", "grpc", "compute_domains.cli.main")
 
 
@@ -87,3 +89,27 @@ def test_help_lists_the_probe_flags_without_heavy_imports() -> None:
     for flag in ("--cliqueid", "--imex-config", "--imex-ctl", "--timeout"):
         assert flag in res.stdout
     assert _report(res)["heavy"] == []
+
+
+def test_daemon_run_starts_without_click() -> None:
+    """``daemon run`` reads its flags without click; its errors read as the full CLI's."""
+    res = _run(["daemon", "run", "--node-name", "n1"])
+    assert res.returncode == 1
+    assert "error: COMPUTE_DOMAIN_UUID is empty" in res.stderr
+    heavy = _report(res)["heavy"]
+    assert isinstance(heavy, list)
+    assert "click" not in heavy and "compute_domains.cli.main" not in heavy
+
+
+def test_daemon_run_help_is_clicks() -> None:
+    res = _run(["daemon", "run", "--help"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("Usage: cdctl daemon run")
+    for opt in daemonopts.RUN_OPTIONS:
+        assert opt.flags[0] in res.stdout
+
+
+def test_daemon_run_usage_errors_are_clicks() -> None:
+    res = _run(["daemon", "run", "--metrics-port", "70000"])
+    assert res.returncode == 2
+    assert "Invalid value for '--metrics-port'" in res.stderr
