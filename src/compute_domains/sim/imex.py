@@ -29,12 +29,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from compute_domains.sim import imex_ctlbase
+from compute_domains.sim import imex_ctlbase, imex_query
 
 # The daemon and the -N/-n client (asyncio) are imported where they run: ``ctl -q`` is the
 # probe path and stays light.
 
-DEFAULT_CONFIG = Path("/etc/nvidia-imex/config.cfg")
+DEFAULT_CONFIG = Path(imex_query.DEFAULT_CONFIG)
 
 
 def _imex_parser() -> argparse.ArgumentParser:

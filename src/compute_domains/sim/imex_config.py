@@ -35,7 +35,9 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-DEFAULT_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+from compute_domains.sim import imex_query
+
+DEFAULT_NODES_CONFIG = imex_query.DEFAULT_NODES_CONFIG
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,28 +68,9 @@ class ImexOptions:
     which made formed domains flap DEGRADED; stays under the ctl's usual ``-t 5000``)."""
 
 
-def parse_config_text(text: str) -> dict[str, str]:
-    """``KEY=value`` lines to a dict; comments, blank and malformed lines are skipped."""
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        values[key.strip()] = value.strip()
-    return values
-
-
-def _int(values: Mapping[str, str], key: str, default: int) -> int:
-    value = values.get(key, "")
-    try:
-        return int(value) if value else default
-    except ValueError:
-        return default
-
-
-def _flag(values: Mapping[str, str], key: str, default: bool) -> bool:
-    return _int(values, key, int(default)) != 0
+parse_config_text = imex_query.parse_config_text
+_int = imex_query.config_int
+_flag = imex_query.config_flag
 
 
 def _node_ids(spec: str) -> frozenset[int] | None:
@@ -124,7 +107,7 @@ class ImexConfig:
     @classmethod
     def from_values(cls, path: Path, values: Mapping[str, str]) -> ImexConfig:
         """Build from parsed ``KEY=value`` pairs, defaulting every missing key as IMEX does."""
-        cmd_port = values.get("IMEX_CMD_PORT", "50005")
+        cmd_enabled, cmd_bind_ip, cmd_port, cmd_unix_path = imex_query.cmd_fields(values)
         fault_dir = values.get("SIM_FAULT_DIR", "")
         return cls(
             path=path,
@@ -135,12 +118,12 @@ class ImexConfig:
             daemonize=_flag(values, "DAEMONIZE", True),
             bind_interface_ip=values.get("BIND_INTERFACE_IP", ""),
             server_port=_int(values, "SERVER_PORT", 50000),
-            node_config_file=Path(values.get("IMEX_NODE_CONFIG_FILE") or DEFAULT_NODES_CONFIG),
+            node_config_file=Path(imex_query.nodes_config_file(values)),
             wait_for_quorum=values.get("IMEX_WAIT_FOR_QUORUM", "RECOVERY") or "RECOVERY",
-            cmd_enabled=_flag(values, "IMEX_CMD_ENABLED", True),
-            cmd_bind_ip=values.get("IMEX_CMD_BIND_INTERFACE_IP", ""),
-            cmd_port=int(cmd_port) if cmd_port.isdigit() else None,
-            cmd_unix_path=values.get("IMEX_CMD_UNIX_DOMAIN_PATH", ""),
+            cmd_enabled=cmd_enabled,
+            cmd_bind_ip=cmd_bind_ip,
+            cmd_port=cmd_port,
+            cmd_unix_path=cmd_unix_path,
             disconnected_grace_time=_int(values, "IMEX_NODE_DISCONNECTED_GRACE_TIME", -1),
             fault_session_in_use=_flag(values, "SIM_FAULT_SESSION_IN_USE", False),
             fault_hang=_flag(values, "SIM_FAULT_HANG", False),
@@ -164,12 +147,7 @@ def read_nodes_file(path: Path) -> list[str]:
     Raises:
         OSError: The file cannot be read.
     """
-    entries: list[str] = []
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            entries.append(line.split()[0])
-    return entries
+    return imex_query.node_entries(path.read_text())
 
 
 def is_ip(entry: str) -> bool:

@@ -14,6 +14,14 @@ import sys
 signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
+if sys.argv[1:2] == ["ctl"]:
+    # The drivers' readiness check (`-c <cfg> -q`) is answered without the full tool's imports.
+    from compute_domains.sim import imex_query
+
+    status = imex_query.main(sys.argv[2:])
+    if status is not None:
+        sys.exit(status)
+
 from compute_domains.sim import imex  # noqa: E402
 
 sys.exit(imex.main(sys.argv[1:]))

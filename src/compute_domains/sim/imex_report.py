@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compute_domains.sim import imex_query
 from compute_domains.sim.imex_wire import Link
 
 LEGEND = """\
@@ -31,7 +32,7 @@ A - Authenticating - If GSSAPI enabled, client has initiated mutual authenticati
 C - Connected - Ready for operation
 """
 
-UNAVAILABLE = "UNAVAILABLE"
+UNAVAILABLE = imex_query.UNAVAILABLE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,114 @@
+"""The light ``nvidia-imex-ctl -q`` answers exactly as the full tool, and only what it knows."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compute_domains.sim import imex, imex_query, imex_wire
+
+
+def _both(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, object]:
+    """(status, stdout, stderr) of the light path and of the full tool for ``argv``."""
+    light = imex_query.main(argv)
+    light_out = capsys.readouterr()
+    full = imex.main_ctl(argv)
+    full_out = capsys.readouterr()
+    return (light, light_out.out, light_out.err), (full, full_out.out, full_out.err)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, list[bytes]]]:
+    """A command service on 127.0.0.1 that answers every query READY."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                header = conn.recv(imex_wire.HEADER_SIZE)
+                conn.recv(imex_wire.body_size(header))
+                conn.sendall(imex_wire.encode({"t": "status", "state": "READY"}))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], []
+    stop.set()
+    listener.close()
+    thread.join(timeout=5)
+
+
+def _config(tmp_path: Path, body: str, nodes: bool = True) -> Path:
+    nodes_file = tmp_path / "nodes.cfg"
+    if nodes:
+        nodes_file.write_text("10.0.0.1\n")
+    cfg = tmp_path / "imexd.cfg"
+    cfg.write_text(f"IMEX_NODE_CONFIG_FILE={nodes_file}\n{body}")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("body", "nodes"),
+    [
+        ("IMEX_CMD_PORT=1\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\n", True),  # refused
+        ("IMEX_CMD_ENABLED=0\n", True),
+        ("IMEX_CMD_PORT=\n", True),  # no endpoint at all
+        (f"IMEX_CMD_PORT=\nIMEX_CMD_UNIX_DOMAIN_PATH={'/nonexistent/imex.sock'}\n", True),
+        ("IMEX_CMD_PORT=1\n", False),  # unreadable nodes file
+    ],
+)
+def test_failures_read_as_the_full_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, nodes: bool
+) -> None:
+    cfg = _config(tmp_path, body, nodes)
+    light, full = _both(["-c", str(cfg), "-q"], capsys)
+    assert light == full
+    assert light[0] == 1
+
+
+def test_missing_config_reads_as_the_full_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    light, full = _both(["-q", "-c", str(tmp_path / "none.cfg")], capsys)
+    assert light == full
+    assert "Failed to open config file" in str(light[2])
+
+
+def test_ready_answer_is_printed_as_the_full_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: tuple[int, list[bytes]]
+) -> None:
+    port, _ = server
+    cfg = _config(tmp_path, f"IMEX_CMD_PORT={port}\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\n")
+    light, full = _both(["-c", str(cfg), "-q", "-t", "2000"], capsys)
+    assert light == full == (0, "READY\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["-N"],
+        ["-c", "x"],
+        ["-q", "-q"],
+        ["-q", "-j"],
+        ["-q", "-i", "127.0.0.1", "1"],
+        ["-q", "-u", "/s"],
+        ["-q", "-c"],
+        ["-q", "-c", "-t"],
+        ["-q", "-t", "soon"],
+        ["-qc", "x"],
+        ["-q", "--help"],
+    ],
+)
+def test_other_command_lines_go_to_the_full_tool(argv: list[str]) -> None:
+    assert imex_query.main(argv) is None
