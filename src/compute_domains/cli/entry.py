@@ -80,6 +80,11 @@ def daemon_run(argv: Sequence[str]) -> int | None:
     opts = daemonopts.parse(argv)
     if opts is None:
         return None
+    # The daemon's API client speaks HTTP/1.1 (lightkube's default, http2=False), but its
+    # transport imports the HTTP/2 stack whenever it is installed (lightkube installs it): about
+    # 30 ms of CPU per daemon start for code this process never runs. A None entry makes that
+    # optional import fail as if h2 were absent (the transport then refuses HTTP/2 outright).
+    sys.modules.setdefault("h2", None)  # type: ignore[arg-type]  # None: "not importable"
     from compute_domains.cli import daemon
     from compute_domains.infra import errors
 
