@@ -124,9 +124,10 @@ async def test_a_lost_update_race_is_counted_and_logged_at_debug_level(
     assert "test/other-writer" in (stored.metadata.annotations or {}), "the race was real"
     assert clique.daemon(NODES[0]) is not None
     conflicts = "compute_domains_daemon_clique_conflicts_total"
-    assert meter.registry.get_sample_value(conflicts, {"verb": "update"}) == 1.0
-    assert meter.registry.get_sample_value(conflicts, {"verb": "create"}) == 0.0
-    assert f'{conflicts}{{verb="update"}} 1.0' in meter.render().decode()
+    assert meter.clique_conflicts == {"create": 0, "update": 1}
+    page = meter.render().decode()
+    assert f'{conflicts}{{verb="update"}} 1.0' in page
+    assert f'{conflicts}{{verb="create"}} 0.0' in page
     lines = [r for r in caplog.records if "409" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.DEBUG], [r.getMessage() for r in lines]
     louder = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
