@@ -7,7 +7,8 @@ Ready means is unchanged: the answer is the result of the daemon's own check, th
 
 * not before IMEX was started (until then: not ready, and no process is started to say so);
 * then every ``fast_interval`` seconds until it passes, and sooner when IMEX prints a line (its
-  start-up lines come just before it turns READY), after ``settle`` seconds of quiet;
+  start-up lines come just before it turns READY), after ``settle`` seconds of quiet; lines
+  printed while a check runs that then passes bring nothing forward;
 * then every ``period`` seconds, back to the fast pace as soon as one fails;
 * an IMEX exit (the supervisor's restart hook) makes it not ready at once.
 
@@ -115,6 +116,11 @@ class ImexHealth:
                 self._on_result(result.ok)
             self._at = self._now()
             self._set(result.ok, result.message)
+            if result.ok:
+                # Lines IMEX printed while this check ran were cues to check a not yet READY
+                # IMEX; this check saw READY, so they are spent. (Measured: without this, 13 of
+                # 64 checks in an 18-node formation ran within a second after the first pass.)
+                self._wake.clear()
             await self._pause(self._s.period if result.ok else self._s.fast_interval)
 
     async def _pause(self, seconds: float) -> None:

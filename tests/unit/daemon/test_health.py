@@ -97,6 +97,34 @@ async def test_imex_output_brings_the_next_check_forward() -> None:
         assert ctl.calls == 2
 
 
+async def test_output_during_a_passing_check_brings_no_second_check() -> None:
+    ctl, verdicts = FakeCtl(), Verdicts()
+    h = health.ImexHealth(ctl, _settings(fast_interval=3600.0, period=3600.0), on_change=verdicts)
+    async with running(h):
+        h.imex_started()
+        h.imex_output()
+        running_check = await ctl.next_call()
+        h.imex_output()  # IMEX's last start-up lines, printed while the check runs
+        running_check.set_result(True)
+        await verdicts.until(True)
+        for _ in range(50):
+            await asyncio.sleep(0.001)  # longer than `settle`: a cue would have run a check
+        assert ctl.calls == 1
+
+
+async def test_output_during_a_failing_check_brings_the_next_one_forward() -> None:
+    ctl = FakeCtl()
+    h = health.ImexHealth(ctl, _settings(fast_interval=3600.0))
+    async with running(h):
+        h.imex_started()
+        h.imex_output()
+        running_check = await ctl.next_call()
+        h.imex_output()
+        running_check.set_result(False)
+        await ctl.answer(True)  # not an hour later
+        assert ctl.calls == 2
+
+
 async def test_an_imex_exit_is_not_ready_at_once_and_checked_again() -> None:
     ctl, verdicts = FakeCtl(), Verdicts()
     h = health.ImexHealth(ctl, _settings(period=3600.0), on_change=verdicts)
