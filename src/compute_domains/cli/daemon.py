@@ -3,11 +3,13 @@
 The controller's DaemonSet runs ``cdctl daemon run`` and probes its ``/readyz`` (on
 ``--metrics-port``), which the daemon answers from its own IMEX check; ``cdctl daemon check``
 runs that check once by hand, answered by ``cli/entry`` before click is imported (its flags are
-the ``run`` ones it shares). Each start-up step is timed from the process start
-(``daemon.steps``); the first one, ``settings_loaded``, is marked here once the flags are read
-and validated. The environment is exactly what that DaemonSet sets (``NODE_NAME``, ``POD_IP``,
-``POD_UID``, ``POD_NAME``, ``POD_NAMESPACE``, ``MAX_NODES_PER_IMEX_DOMAIN``, ``LOG_VERBOSITY``,
-``METRICS_PORT``) plus what the
+the ``run`` ones it shares). ``daemon run`` itself also starts without click: ``cli/entry``
+parses its flags with ``cli.daemonopts`` (the one table of them, from which :data:`group`, the
+click command for ``--help`` and usage errors, is built on first use) and calls :func:`run`.
+Each start-up step is timed from the process start (``daemon.steps``); the first one,
+``settings_loaded``, is marked here once the flags are read and validated. The environment is
+exactly what that DaemonSet sets (``NODE_NAME``, ``POD_IP``, ``POD_UID``, ``POD_NAME``,
+``POD_NAMESPACE``, ``MAX_NODES_PER_IMEX_DOMAIN``, ``LOG_VERBOSITY``, ``METRICS_PORT``) plus what the
 kubelet plugin injects through the daemon claim's CDI edits (``CLIQUE_ID``,
 ``COMPUTE_DOMAIN_UUID``, ``COMPUTE_DOMAIN_NAME``, ``COMPUTE_DOMAIN_NAMESPACE`` and the ``/imexd``
 mount). Every variable is also a flag. The API is reached in-cluster with the pod's
