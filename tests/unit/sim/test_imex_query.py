@@ -44,8 +44,11 @@ def server() -> Iterator[tuple[int, list[bytes]]]:
     thread.start()
     yield listener.getsockname()[1], []
     stop.set()
+    # close() alone does not wake a thread blocked in accept() on Linux; shutdown() does
+    listener.shutdown(socket.SHUT_RDWR)
     listener.close()
-    thread.join(timeout=5)
+    thread.join(timeout=1)
+    assert not thread.is_alive()
 
 
 def _config(tmp_path: Path, body: str, nodes: bool = True) -> Path:
