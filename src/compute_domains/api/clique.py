@@ -4,15 +4,17 @@ One clique object exists per (ComputeDomain, NVLink clique), named ``<cdUID>.<cl
 driver namespace and labelled with both. Its top-level ``daemons`` list (no spec/status, no status
 subresource) has one entry per daemon; each entry's ``index`` picks the daemon's IMEX DNS name.
 
-Membership rules (pure; the daemon and controller apply them and write the result):
+Membership rules (pure; the controller applies them and writes the entries, each daemon only its
+own entry's status, docs/decisions/0009):
 - A registering daemon keeps its entry and index, only its IP is refreshed; a new daemon gets the
   index its node last held in this clique when that is free (remembered in the annotation
   ``resource.nvidia.com/lastIndices``, so daemons replaced all at once come back on their own
   indices whatever order they rejoin in), else the lowest free index in ``[0, max_nodes)``, so
   gaps left by departed daemons are refilled and the names of the remaining peers never move. A
   full clique raises ``CliqueFullError`` (retryable: a slot may free up).
-- Every registering daemon pod appends itself to ``ownerReferences`` (not as controller), so the
-  garbage collector deletes the clique once all pods that ever registered are gone.
+- Every registered daemon pod is appended to ``ownerReferences`` (not as controller), so the
+  garbage collector deletes the clique once all pods that ever registered are gone (and the
+  CD's DaemonSet, a co-owner, too).
 - ``to_dict`` omits ``daemons`` when empty and always writes ``index`` (0 is meaningful).
 """
 
@@ -202,6 +204,14 @@ class ComputeDomainClique:
             **(self.metadata.annotations or {}),
             names.LAST_INDICES_ANNOTATION: json.dumps(memory, sort_keys=True),
         }
+        meta = _wire.object_meta(
+            {"metadata": {**self.metadata.to_dict(), "annotations": annotations}}
+        )
+        return dataclasses.replace(self, metadata=meta)
+
+    def with_annotation(self, key: str, value: str) -> Self:
+        """Set annotation ``key`` to ``value``."""
+        annotations = {**(self.metadata.annotations or {}), key: value}
         meta = _wire.object_meta(
             {"metadata": {**self.metadata.to_dict(), "annotations": annotations}}
         )

@@ -245,14 +245,16 @@ def clique_crd() -> dict[str, Any]:
         "items": _member(
             "nodeName",
             "Name of the node the daemon runs on.",
-            "Lowest free slot in the clique when the daemon registered; picks its IMEX peer name.",
+            "Slot in the clique, assigned by the controller (the node's last one when free, else "
+            "the lowest free one); picks its IMEX peer name.",
         ),
         "x-kubernetes-list-map-keys": ["nodeName"],
         "x-kubernetes-list-type": "map",
     }
     schema = {
         "description": "Membership of one ComputeDomain's IMEX daemons in one NVLink clique, "
-        "named <computeDomainUID>.<cliqueID> and written by the daemons themselves.",
+        "named <computeDomainUID>.<cliqueID>; the controller writes the entries, each daemon "
+        "its own status.",
         "type": "object",
         "properties": {**_type_meta_properties(), "daemons": daemons},
     }

@@ -99,6 +99,11 @@ def clique_id(cluster_uuid: str, clique_number: int | str) -> str:
 LAST_INDICES_ANNOTATION = f"{GROUP}/lastIndices"
 """On a clique: JSON node → the index that node last held, so a replaced daemon rejoins on it."""
 
+INDEX_REVISION_ANNOTATION = f"{GROUP}/indexRevision"
+"""On a clique: how many times the controller changed its entries (a decimal string). Each of the
+controller's writes tests it and counts it up, so two writers of indices can never both succeed
+from the same state; the daemons' own writes never touch it."""
+
 
 def clique_object_name(domain_uid: str, clique_id: str) -> str:
     """Name of the ComputeDomainClique of one CD and one clique: ``<cdUID>.<cliqueID>``."""

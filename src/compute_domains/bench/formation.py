@@ -56,6 +56,9 @@ class Run:
     writes per kind per node are compared between drivers, issue 17)."""
     requests_teardown: dict[str, int] = dataclasses.field(default_factory=dict)
     """The same for the teardown (from the delete until nothing of the CD is left)."""
+    failed_formation: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The formation's refused requests by ``VERB resource code`` (409 conflicts, 422 failed
+    patch tests, ...), most frequent first; empty when none was refused."""
     milestones: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
     load_start: float = 0.0
@@ -73,10 +76,10 @@ class Run:
 MetricsFetch = Callable[[], Awaitable[str]]
 
 
-async def request_counts(fetch: MetricsFetch) -> Counter[str]:
-    """``verb resource`` → count, from the API server's ``/metrics`` text."""
-    counts: Counter[str] = Counter()
-    for line in (await fetch()).splitlines():
+def _request_lines(text: str) -> list[tuple[dict[str, str], int]]:
+    """The labels and count of every ``apiserver_request_total`` sample in a ``/metrics`` text."""
+    out = []
+    for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels_part, value = line.rsplit(" ", 1)
@@ -84,7 +87,26 @@ async def request_counts(fetch: MetricsFetch) -> Counter[str]:
             kv.split("=", 1)
             for kv in labels_part[len("apiserver_request_total{") : -1].replace('"', "").split(",")
         )
-        counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += int(float(value))
+        out.append((labels, int(float(value))))
+    return out
+
+
+async def request_counts(fetch: MetricsFetch) -> Counter[str]:
+    """``verb resource`` → count, from the API server's ``/metrics`` text."""
+    counts: Counter[str] = Counter()
+    for labels, value in _request_lines(await fetch()):
+        counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += value
+    return counts
+
+
+async def failure_counts(fetch: MetricsFetch) -> Counter[str]:
+    """``verb resource code`` → count of the requests the API server refused (code >= 400):
+    409 Conflict (a lost optimistic-concurrency race), 422 (a failed JSON-patch test), etc."""
+    counts: Counter[str] = Counter()
+    for labels, value in _request_lines(await fetch()):
+        code = labels.get("code", "")
+        if code.isdigit() and int(code) >= 400:
+            counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')} {code}"] += value
     return counts
 
 
@@ -113,6 +135,7 @@ async def one_run(
     between the two (e.g. to sample CPU use per phase)."""
     load_start = os.getloadavg()[0]
     before = await request_counts(fetch)
+    failed_before = await failure_counts(fetch)
     uid, observer, waiting = await observe.apply(
         client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
     )
@@ -121,6 +144,7 @@ async def one_run(
     if on_formed is not None:
         on_formed()
     mid = await request_counts(fetch)
+    failed_mid = await failure_counts(fetch)
     # After the formation's request count: reading logs must not count as formation work.
     missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
     steps = await daemonsteps.collect(client, driver_ns=driver_ns, uid=uid)
@@ -142,6 +166,7 @@ async def one_run(
         writes_teardown=_writes(after - mid),
         requests_formation=dict(form_delta.most_common()),
         requests_teardown=dict((after - mid).most_common()),
+        failed_formation=dict((failed_mid - failed_before).most_common()),
         milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])),
         load_start=load_start,
         load_end=os.getloadavg()[0],

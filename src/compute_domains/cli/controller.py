@@ -63,6 +63,24 @@ def group() -> None:
     "Env LOG_VERBOSITY_CD_DAEMON.",
 )
 @click.option(
+    "--daemon-priority-class",
+    envvar="DAEMON_PRIORITY_CLASS_NAME",
+    default="",
+    help="PriorityClass of the daemon pods (empty: none). Env DAEMON_PRIORITY_CLASS_NAME.",
+)
+@click.option(
+    "--daemon-cpu",
+    envvar="DAEMON_CPU",
+    default="",
+    help="CPU request and limit of the daemon container (empty: none). Env DAEMON_CPU.",
+)
+@click.option(
+    "--daemon-memory",
+    envvar="DAEMON_MEMORY",
+    default="",
+    help="Memory request and limit of the daemon container (empty: none). Env DAEMON_MEMORY.",
+)
+@click.option(
     "--leader-election/--no-leader-election",
     envvar="LEADER_ELECTION_ENABLED",
     default=False,
@@ -114,6 +132,9 @@ def run(
     max_nodes_per_imex_domain: int,
     daemon_image_pull_secrets: str,
     daemon_log_level: str | None,
+    daemon_priority_class: str,
+    daemon_cpu: str,
+    daemon_memory: str,
     leader_election: bool,
     leader_election_lease_name: str,
     pod_name: str,
@@ -135,6 +156,9 @@ def run(
             log_level=daemon_log_level or log_level,
             log_format=fmt,
             image_pull_secrets=tuple(daemon_image_pull_secrets.replace(",", " ").split()),
+            priority_class_name=daemon_priority_class,
+            cpu=daemon_cpu,
+            memory=daemon_memory,
         ),
         leader_election=controller.LeaderElectionSettings(
             enabled=leader_election, lease_name=leader_election_lease_name, identity=pod_name

@@ -13,8 +13,9 @@ Watched (spec §5, narrowed to what we use):
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
 and template changes are enqueued at once; pod, clique, claim and node-health changes after the
-short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only when
-its readiness or its CD label changed, or it was deleted.
+short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only
+when its readiness or its CD label changed, or it was deleted. Daemon pod and clique changes
+also go to the index assigner (``assigner``), which keeps its own queue.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from compute_domains.infra import logs
 logger = logging.getLogger(__name__)
 
 Enqueue = Callable[[str, float], None]
+Assign = Callable[[str], None]
 CD_INDEX = "cd"
 UID_INDEX = "uid"
 NODE_INDEX = "node"
@@ -65,9 +67,14 @@ class Caches:
     """Every informer of one leadership term."""
 
     def __init__(
-        self, api: kubeapi.Api, settings: config.ControllerSettings, enqueue: Enqueue
+        self,
+        api: kubeapi.Api,
+        settings: config.ControllerSettings,
+        enqueue: Enqueue,
+        assign: Assign | None = None,
     ) -> None:
         self._enqueue = enqueue
+        self._assign = assign
         self._coalesce = settings.status_coalesce_s
         has_cd = {names.COMPUTE_DOMAIN_LABEL: operators.exists()}
         by_cd = {CD_INDEX: informer.label_indexer(names.COMPUTE_DOMAIN_LABEL)}
@@ -106,7 +113,7 @@ class Caches:
             namespace=settings.namespace,
             labels=has_cd,
             indexers={**by_cd, NODE_INDEX: _pod_node},
-            on_change=self._later,
+            on_change=self._membership,
             **common,
         )
         self.cliques: informer.Informer[Any] = informer.Informer(
@@ -115,7 +122,7 @@ class Caches:
             name="cliques",
             namespace=settings.namespace,
             indexers=by_cd,
-            on_change=self._later,
+            on_change=self._membership,
             **common,
         )
         self.nodes: informer.Informer[Node] = informer.Informer(
@@ -233,6 +240,13 @@ class Caches:
     def _later(self, old: Any, new: Any) -> None:
         for domain_uid in {_label(old), _label(new)} - {None}:
             self._enqueue(str(domain_uid), self._coalesce)
+
+    def _membership(self, old: Any, new: Any) -> None:
+        """A daemon pod or a clique changed: the status, and the index assigner, look again."""
+        self._later(old, new)
+        if self._assign is not None:
+            for domain_uid in {_label(old), _label(new)} - {None}:
+                self._assign(str(domain_uid))
 
     def _claim_changed(self, old: Any, new: Any) -> None:
         domain_uids = set(claims.domain_uids(old) if old is not None else ())

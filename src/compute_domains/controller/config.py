@@ -9,9 +9,13 @@ are nested: ``DaemonSettings`` is what the per-CD DaemonSet is rendered from,
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from compute_domains.api import names
 from compute_domains.infra import backoff, errors, kube
+
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?")
+"""A Kubernetes resource quantity in the forms a chart value takes (``500m``, ``1``, ``256Mi``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,8 +36,19 @@ class DaemonSettings:
     metrics_port: int = 8082
     """Port of the daemons' ``/metrics`` on their pod IP (``METRICS_PORT``, a container port
     named ``metrics``, Prometheus scrape annotations); 0 renders none."""
+    priority_class_name: str = ""
+    """PriorityClass of the daemon pods (the chart creates a non-preempting one by default, so
+    daemons are scheduled ahead of other pending pods); empty: none."""
+    cpu: str = ""
+    """CPU of the daemon container as a Kubernetes quantity, rendered as both request and limit;
+    empty: none. With ``memory`` set too the daemon pods get Guaranteed QoS."""
+    memory: str = ""
+    """Memory of the daemon container (request = limit), a Kubernetes quantity; empty: none."""
 
     def __post_init__(self) -> None:
+        for what, value in (("cpu", self.cpu), ("memory", self.memory)):
+            if value and not _QUANTITY.fullmatch(value):
+                raise errors.ConfigError(f"daemon {what} is not a Kubernetes quantity: {value!r}")
         if not self.image:
             raise errors.ConfigError("the daemon image must be set (IMAGE_NAME)")
         if not 0 <= self.metrics_port <= 65535:
@@ -105,6 +120,10 @@ class ControllerSettings:
     appeared, got its index or turned Ready; ``statuschange.urgent``); a verdict change (the CD
     turns Ready, a reason changes, a Ready member is lost) is written at once, so it never adds
     to the time from the last daemon's Ready to the CD's."""
+    index_coalesce_s: float = 0.02
+    """Delay before a daemon pod or clique change is looked at by the index assigner, so daemons
+    that label their pods together get their indices in one clique write; it is on each
+    daemon's critical path (a daemon waits for its index before it starts IMEX)."""
     retry: backoff.Backoff = dataclasses.field(
         default_factory=lambda: backoff.Backoff(initial=0.05, maximum=300.0, jitter=0.1)
     )
@@ -121,8 +140,8 @@ class ControllerSettings:
             raise errors.ConfigError(f"workers must be >= 1, got {self.workers}")
         if not 0 <= self.metrics_port <= 65535:
             raise errors.ConfigError(f"metrics port out of range: {self.metrics_port}")
-        if self.sweep_interval_s <= 0 or self.status_coalesce_s < 0:
-            raise errors.ConfigError("sweep interval must be > 0 and coalesce delay >= 0")
+        if self.sweep_interval_s <= 0 or self.status_coalesce_s < 0 or self.index_coalesce_s < 0:
+            raise errors.ConfigError("sweep interval must be > 0 and coalesce delays >= 0")
         if self.status_progress_interval_s < 0:
             raise errors.ConfigError("the status progress interval must be >= 0")
 

@@ -3,9 +3,9 @@
 Shape of a run (all under one TaskGroup, every task named and guarded):
 - ``metrics-http`` serves ``/metrics``, ``/healthz``, ``/readyz`` (unless the port is 0);
 - ``leader`` campaigns for the Lease (or, without leader election, leads at once) and while
-  leading runs one *term*: fresh informers, a fresh work queue, ``workers`` reconcile workers
-  and the orphan sweep. A lost term is cancelled as a whole and the next one starts from
-  scratch, so no state leaks between terms.
+  leading runs one *term*: fresh informers, a fresh work queue, ``workers`` reconcile workers,
+  the clique index assigner (``assigner``, its own queue) and the orphan sweep. A lost term is
+  cancelled as a whole and the next one starts from scratch, so no state leaks between terms.
 
 Workers start only when every cache is filled, so an absent object in the cache means absent.
 The sweep runs once at that moment and then every ``sweep_interval_s``: it enqueues every CD
@@ -29,6 +29,7 @@ from typing import Any
 
 from compute_domains.api import featuregates
 from compute_domains.controller import (
+    assigner,
     caches,
     config,
     events,
@@ -125,7 +126,9 @@ class _Term:
         self._metrics = meter
         self._leading = leading
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
-        self.cache = caches.Caches(api, settings, self._enqueue)
+        # The caches route daemon pod and clique changes to the assigner (only once they run).
+        self.cache = caches.Caches(api, settings, self._enqueue, lambda uid: self._assign(uid))
+        self.assigner = assigner.IndexAssigner(api=api, cache=self.cache, settings=settings)
         recorder = events.EventRecorder(api, instance=identity)
         self.reconciler = reconcile.Reconciler(
             api=api,
@@ -138,6 +141,9 @@ class _Term:
 
     def _enqueue(self, domain_uid: str, delay: float) -> None:
         self.queue.add(domain_uid, delay)
+
+    def _assign(self, domain_uid: str) -> None:
+        self.assigner.enqueue(domain_uid)
 
     async def run(self) -> None:
         try:
@@ -152,6 +158,7 @@ class _Term:
                 logger.info("caches filled; reconciling")
                 for i in range(self._settings.workers):
                     tasks.spawn(tg, f"worker-{i}", self._work(), log=logger)
+                tasks.spawn(tg, "index-assigner", self.assigner.run(), log=logger)
                 tasks.spawn(tg, "sweep", self._sweep(), log=logger)
                 self._leading.set()
         finally:
@@ -171,6 +178,8 @@ class _Term:
                 logger.info("sweep: %d UIDs name no cached ComputeDomain", len(orphans))
             for domain_uid in sorted(cds | orphans):
                 self.queue.add(domain_uid)
+            for domain_uid in sorted(cds):
+                self.assigner.enqueue(domain_uid)
             await asyncio.sleep(self._settings.sweep_interval_s)
 
     def _who(self, domain_uid: str) -> dict[str, str]:

@@ -13,7 +13,11 @@ Rendering follows upstream (spec §7.3) field for field, with these deliberate d
 - no ``FEATURE_GATES`` env (we have no feature gates); ``CD_LOG_LEVEL``/``CD_LOG_FORMAT`` are
   added so the daemon's ``cdctl`` logs at the controller's chosen level and format;
 - ``METRICS_PORT``, a container port ``metrics`` and Prometheus scrape annotations: the daemon
-  serves ``/metrics`` (``daemon.metrics``) and ``/readyz`` on its pod IP.
+  serves ``/metrics`` (``daemon.metrics``) and ``/readyz`` on its pod IP;
+- from the settings (chart values ``daemon.priorityClass`` and ``daemon.resources``): a
+  ``priorityClassName`` (the chart's own non-preempting class by default, so daemons are
+  scheduled ahead of other pending pods, issue 15) and cpu/memory with requests equal to
+  limits, which gives the daemon pods Guaranteed QoS (upstream sets neither).
 
 Identity: name ``computedomain-daemon-<cdUID>`` in the driver namespace, label and finalizer
 ``resource.nvidia.com/computeDomain``, no owner references (the controller deletes it). The
@@ -103,6 +107,16 @@ def _scrape(settings: config.DaemonSettings) -> dict[str, str] | None:
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.metrics_port)}
 
 
+def _resources(settings: config.DaemonSettings) -> ResourceRequirements:
+    """The daemon claim, and cpu/memory as request = limit (Guaranteed QoS with both)."""
+    amounts = {k: v for k, v in (("cpu", settings.cpu), ("memory", settings.memory)) if v}
+    return ResourceRequirements(
+        claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)],
+        requests=dict(amounts) or None,
+        limits=dict(amounts) or None,
+    )
+
+
 def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
     """The DaemonSet of the CD with UID ``domain_uid`` in the driver ``namespace``."""
     name = names.daemon_object_name(domain_uid)
@@ -115,13 +129,14 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
         ports=[ContainerPort(name=METRICS_PORT_NAME, containerPort=settings.metrics_port)]
         if settings.metrics_port
         else None,
-        resources=ResourceRequirements(claims=[ResourceClaim(name=names.DAEMON_POD_CLAIM)]),
+        resources=_resources(settings),
         startupProbe=_probe(settings, period=1, failures=1200),
         livenessProbe=_probe(settings, period=60, failures=20),
         readinessProbe=_probe(settings, period=5, failures=1),
     )
     pod_spec = PodSpec(
         serviceAccountName=names.DAEMON_SERVICE_ACCOUNT,
+        priorityClassName=settings.priority_class_name or None,
         imagePullSecrets=[LocalObjectReference(name=s) for s in settings.image_pull_secrets]
         or None,
         nodeSelector=dict(labels),

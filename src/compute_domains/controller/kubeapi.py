@@ -31,6 +31,7 @@ ALL_NAMESPACES: Final = "*"
 NotFound = kube.NotFound
 AlreadyExists = kube.AlreadyExists
 Conflict = kube.Conflict
+Invalid = kube.Invalid
 
 
 def _resource_name(res: type[Resource] | Resource) -> str:

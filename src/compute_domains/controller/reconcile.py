@@ -10,7 +10,7 @@ once the finalizer is in place:
    go away);
 4. the status, derived from cache (``status.derive``) and written only when it differs, as one
    JSON-patch replace of ``/status``; node transitions become Events;
-5. pruning of clique entries whose daemon pod is gone (confirmed by a live list first).
+5. (beside the reconcile, with its own queue: clique indices and pruning, ``assigner``).
 Existing objects are never updated (spec is immutable); ours found terminating while the CD
 lives lose our finalizer so they go, and are created again on the next pass.
 

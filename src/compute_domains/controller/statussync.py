@@ -1,4 +1,4 @@
-"""The status half of a reconcile: derive, write when changed, announce, prune cliques.
+"""The status half of a reconcile: derive, write when changed, announce.
 
 Reads only the caches (cliques, daemon pods, workload claims, nodes of one CD) and derives the
 status with ``status.derive`` from them and the stored status (which keeps the entries of
@@ -16,12 +16,9 @@ Node transitions between the stored and the written status become Events: ``Node
 ``NodeNotReady`` (an entry went from Ready to NotReady, with what is wrong) and ``NodeReady``
 (a member that had gone NotReady is back), one per node.
 
-Clique entries whose daemon pod is gone are removed from the clique (optimistic concurrency on
-its resourceVersion, so a daemon's concurrent write is never lost), but only after a live list
-of the CD's daemon pods confirms the pod is really gone: the cache may lag behind a daemon that
-registered right after its pod appeared. Indices of the remaining entries are never changed.
-A pod whose clique is full (every index taken, the pod's node not listed) gets a ``CliqueFull``
-Event.
+Clique entries (indices, and pruning those of dead daemons) are the index assigner's
+(``assigner``); this module only reads them. A CD with a daemon whose clique is full (every
+index taken, the pod's node not listed) gets a ``CliqueFull`` Event.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from compute_domains.api import conditions, names
@@ -100,14 +96,14 @@ class StatusSync:
         template_conflict: str = "",
         waited_for: list[str] | None = None,
     ) -> ComputeDomainStatus:
-        """Write CD ``cd``'s status if it changed, then prune dead clique entries.
+        """Write CD ``cd``'s status if it changed.
 
         ``template_conflict`` is the reason its workload template could not be made;
         ``waited_for`` the pods its deletion waits for (None while it is not being deleted).
         Returns the status it derived.
 
         Raises:
-            errors.ComputeDomainsError: the status write or a prune failed.
+            errors.ComputeDomainsError: the status write failed.
         """
         cliques = self._cliques(cd.uid)
         pods = [
@@ -142,10 +138,6 @@ class StatusSync:
         failures: list[errors.ComputeDomainsError] = []
         try:
             await self._write_status(cd, previous, derived)
-        except errors.ComputeDomainsError as err:
-            failures.append(err)
-        try:
-            await self._prune(cd, cliques, {p.node_name for p in pods if p.node_name})
         except errors.ComputeDomainsError as err:
             failures.append(err)
         for full_node, clique_id in status.full_clique_nodes(cliques, pods, max_nodes):
@@ -247,33 +239,3 @@ class StatusSync:
             message = f"node {change.node} is not Ready: {change.why or 'its daemon is not Ready'}"
         logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": nodes})
         await self._events.emit(target(cd), kind, reason, message)
-
-    async def _prune(
-        self, cd: ComputeDomain, cliques: list[ComputeDomainClique], pod_nodes: set[str]
-    ) -> None:
-        stale = {c.name: status.stale_clique_nodes(c, pod_nodes) for c in cliques}
-        if not any(stale.values()):
-            return
-        # The cache may lag behind a daemon that registered right after its pod appeared:
-        # confirm with the API server before removing anything.
-        pods = await self._api.list(
-            Pod, namespace=self._settings.namespace, labels={names.COMPUTE_DOMAIN_LABEL: cd.uid}
-        )
-        alive = {p.spec.nodeName for p in pods if p.spec is not None and p.spec.nodeName}
-        for clique in cliques:
-            gone = [n for n in stale[clique.name] if n not in alive]
-            if not gone:
-                continue
-            keep = [d.node_name for d in clique.daemons if d.node_name not in gone]
-            pruned = clique.retaining_nodes(keep)
-            try:
-                updated = await self._api.replace(pruned.to_resource())
-            except kubeapi.NotFound:
-                continue
-            self._cache.cliques.observe(updated)
-            logger.info(
-                "pruned %s from clique %s (daemon pods gone)",
-                ", ".join(gone),
-                clique.name,
-                extra={"cd": f"{cd.namespace}/{cd.name}"},
-            )

@@ -13,9 +13,10 @@ IP) and meanwhile does, in order:
 3. run, as named guarded tasks of one TaskGroup: the pod labelling (its clique ID; a refusal is
    fatal), the IMEX supervisor, the peer updater (hosts block, first start, paced SIGUSR1), the
    clique membership (register, follow, report readiness), the own IMEX check, our pod's
-   readiness watch, and the Event recorder. The membership lists the clique while the label
-   patch runs and writes once it returned (it names our DaemonSet, the clique's co-owner): only
-   what the first report needs waits for anything.
+   readiness watch, and the Event recorder. The label is our request for a clique entry: the
+   controller assigns our index and writes the entry (docs/decisions/0009), which the
+   membership, following the clique meanwhile, sees arrive; only what the first report needs
+   waits for anything.
 
 Each start-up step is timed (``steps``). Any task failing cancels the others, and the error
 propagates (the container restarts). On cancellation (SIGTERM) the IMEX process is stopped
@@ -149,12 +150,11 @@ class Daemon:
         await asyncio.to_thread(self._write_imex_files)  # before IMEX can start
         await self._run_tasks()
 
-    async def _label(self) -> dict[str, str] | None:
-        """Label our pod; our DaemonSet's owner reference (None: no controller)."""
+    async def _label(self) -> None:
+        """Label our pod with its clique ID (for a fabric node: our request for an index)."""
         s = self._settings
-        owner = await readiness.label_pod(self._client, s.identity, retry=s.retry, rng=self._rng)
+        await readiness.label_pod(self._client, s.identity, retry=s.retry, rng=self._rng)
         self.steps.mark(steps.POD_LABELLED)
-        return owner
 
     def _write_imex_files(self) -> None:
         s = self._settings
@@ -210,12 +210,12 @@ class Daemon:
             rng=self._rng,
             meter=self.metrics,
             on_entry=self._entry_seen,
-            co_owner_pending=True,
         )
 
         async def label() -> None:
-            # Meanwhile the membership lists the clique; it writes once our DaemonSet is known.
-            member.set_co_owner(await self._label())
+            # The label asks the controller for our clique entry; the membership, following
+            # the clique meanwhile, sees it arrive.
+            await self._label()
             await asyncio.Event().wait()  # a guarded task ends only by cancellation
 
         def on_readiness(value: Readiness) -> None:

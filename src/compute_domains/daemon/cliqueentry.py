@@ -1,15 +1,20 @@
 """Our daemon entry in the ComputeDomainClique and the peers it implies (pure rules).
 
-``membership`` applies these to the clique it follows and writes the result:
-* :func:`desired`: the clique with our entry registered (index kept, or the lowest free one),
-  our IP and readiness set, our pod (and our DaemonSet) an owner.
-* :func:`deregistered`: the clique without our entry, matched by node *and* pod IP, so a
-  terminating predecessor never removes the entry its replacement already took over.
+The controller writes the entries (index, node, IP; ``controller/cliqueindex.py``); a daemon
+asks for one by labelling its pod with its clique ID and then only reads them, except for its
+own entry's readiness and its removal at shutdown. ``membership`` applies these rules to the
+clique it follows; ``cliquewrites`` sends the patches:
+
+* :func:`is_registered`: the clique holds our entry with our pod IP (the controller added it,
+  or took over our node's entry for us).
+* :func:`is_left_out`: the clique is full without us (every index taken, none ours).
 * :func:`peer_mapping`: index → IP of the clique's entries that ``nodes.cfg`` can name.
-* :func:`status_patch`: when only our entry's status is to change (the Ready report), the JSON
-  patch that changes just that, guarded by ``test`` operations on our entry's node name and IP
-  at its position: it needs no resourceVersion, so the other daemons' concurrent writes never
-  make it conflict, and it fails (the caller falls back to a full update) if our entry moved.
+* :func:`status_patch`: the JSON patch that sets our entry's ``status`` and nothing else,
+  guarded by ``test`` operations on our entry's node name and IP at its position: it needs no
+  resourceVersion, so no other writer's change makes it conflict, and it fails (422; the
+  caller re-reads) if our entry moved or was taken over by a replacement pod.
+* :func:`removal_patch`: the same guard, removing our entry: matched by node *and* pod IP, so a
+  terminating predecessor never removes the entry its replacement already took over.
 """
 
 from __future__ import annotations
@@ -26,45 +31,17 @@ PeerMapping = Mapping[int, str]
 """Clique index → pod IP of the daemons of our clique (ours included)."""
 
 
-def desired(
-    clique: ComputeDomainClique,
-    ident: Identity,
-    max_nodes: int,
-    status: Readiness,
-    co_owner: Mapping[str, str] | None = None,
-) -> ComputeDomainClique:
-    """``clique`` with our entry registered, its IP and status set, our pod an owner and
-    ``co_owner`` (our DaemonSet) one too when given; pure.
-
-    An entry of our node whose index is outside ``[0, max_nodes)`` (the maximum was lowered) is
-    dropped and registered afresh, rather than crash-looping on a name nodes.cfg lacks.
-
-    Raises:
-        CliqueFullError: our node has no entry and every index is taken.
-    """
-    mine = clique.daemon(ident.node_name)
-    if mine is not None and not 0 <= mine.index < max_nodes:
-        others = [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
-        clique = clique.retaining_nodes(others)
-    registered = clique.with_registered(ident.node_name, ident.pod_ip, max_nodes)
-    want = registered.with_status(ident.node_name, status).with_owner(ident.pod_name, ident.pod_uid)
-    return want if co_owner is None else want.with_owner_ref(co_owner)
-
-
-def deregistered(clique: ComputeDomainClique, ident: Identity) -> ComputeDomainClique | None:
-    """``clique`` without our entry, or None when it holds no entry of ours (node and IP); pure."""
-    mine = clique.daemon(ident.node_name)
-    if mine is None or mine.ip_address != ident.pod_ip:
-        return None
-    return clique.retaining_nodes(
-        [d.node_name for d in clique.daemons if d.node_name != ident.node_name]
-    )
-
-
 def is_registered(clique: ComputeDomainClique | None, ident: Identity) -> bool:
     """Whether ``clique`` holds our entry with our current IP."""
     mine = clique.daemon(ident.node_name) if clique is not None else None
     return mine is not None and mine.ip_address == ident.pod_ip
+
+
+def is_left_out(clique: ComputeDomainClique | None, ident: Identity, max_nodes: int) -> bool:
+    """Whether ``clique`` has no slot for us: our node is not listed and ``max_nodes`` are."""
+    if clique is None or clique.daemon(ident.node_name) is not None:
+        return False
+    return len({d.index for d in clique.daemons if 0 <= d.index < max_nodes}) >= max_nodes
 
 
 def peer_mapping(
@@ -90,28 +67,37 @@ def peer_mapping(
     return mapping, problems
 
 
-def status_patch(
-    clique: ComputeDomainClique,
-    ident: Identity,
-    max_nodes: int,
-    status: Readiness,
-    co_owner: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]] | None:
-    """JSON patch operations that set our entry's ``status`` and nothing else, or None when
-    more than that is to change (not registered, another IP, an owner missing); pure."""
+def _guard(clique: ComputeDomainClique, ident: Identity) -> tuple[str, list[dict[str, Any]]] | None:
+    """Our entry's path and the tests that it is still ours there, or None (not ours)."""
     position = next(
         (k for k, d in enumerate(clique.daemons) if d.node_name == ident.node_name), None
     )
-    if position is None:
-        return None
-    mine = clique.daemons[position]
-    if mine.ip_address != ident.pod_ip or mine.status is status:
-        return None
-    if desired(clique, ident, max_nodes, mine.status, co_owner).to_dict() != clique.to_dict():
+    if position is None or clique.daemons[position].ip_address != ident.pod_ip:
         return None
     entry = f"/daemons/{position}"
-    return [
+    return entry, [
         {"op": "test", "path": f"{entry}/nodeName", "value": ident.node_name},
         {"op": "test", "path": f"{entry}/ipAddress", "value": ident.pod_ip},
-        {"op": "add", "path": f"{entry}/status", "value": status.value},
     ]
+
+
+def status_patch(
+    clique: ComputeDomainClique, ident: Identity, status: Readiness
+) -> list[dict[str, Any]] | None:
+    """JSON patch operations that set our entry's ``status`` and nothing else, or None when
+    there is nothing to write (not registered with our IP, or the status is already so)."""
+    guard = _guard(clique, ident)
+    mine = clique.daemon(ident.node_name)
+    if guard is None or mine is None or mine.status is status:
+        return None
+    entry, tests = guard
+    return [*tests, {"op": "add", "path": f"{entry}/status", "value": status.value}]
+
+
+def removal_patch(clique: ComputeDomainClique, ident: Identity) -> list[dict[str, Any]] | None:
+    """JSON patch operations that remove our entry (node and IP ours), or None (not listed)."""
+    guard = _guard(clique, ident)
+    if guard is None:
+        return None
+    entry, tests = guard
+    return [*tests, {"op": "remove", "path": entry}]

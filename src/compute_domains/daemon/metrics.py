@@ -2,11 +2,12 @@
 
 Exposed on ``/metrics`` of the pod IP (``DaemonSettings.metrics_port``):
 
-- ``compute_domains_daemon_clique_conflicts_total{verb}``: clique writes the API server refused
-  with 409 because another daemon wrote the clique first (``verb``: ``create`` when it already
-  existed, ``update`` when its resourceVersion moved on). Each is an expected race of the
-  optimistic-concurrency protocol: the daemon re-reads and retries, and logs it at debug level
-  only; a count that keeps rising with a stable membership is what to look at.
+- ``compute_domains_daemon_clique_conflicts_total{verb}``: clique writes of this daemon that
+  the API server refused because the clique had changed under them. Since the controller
+  assigns the indices (docs/decisions/0009) the daemon's only writes are guarded JSON patches
+  of its own entry (``verb="patch"``), which fail only when that entry moved or was taken over
+  (or the clique is gone); expected to stay 0 in a formation. ``create`` and ``update`` (the
+  earlier daemon-side join, which raced by design) stay exported at 0 for dashboards.
 - ``compute_domains_daemon_startup_step_seconds{step}``: seconds from the process start until
   each start-up step was done (``daemon.steps``; a gauge set once per step and process).
 - ``compute_domains_daemon_imex_checks_total{result}``: the daemon's own IMEX checks
@@ -26,6 +27,7 @@ from typing import Any
 
 CREATE = "create"
 UPDATE = "update"
+PATCH = "patch"
 PREFIX = "compute_domains_daemon"
 
 
@@ -33,8 +35,8 @@ class DaemonMetrics:
     """The numbers of one daemon (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.clique_conflicts: dict[str, int] = {CREATE: 0, UPDATE: 0}
-        """Lost clique write races by verb (both series exist from the start, at 0)."""
+        self.clique_conflicts: dict[str, int] = {CREATE: 0, UPDATE: 0, PATCH: 0}
+        """Refused clique writes by verb (every series exists from the start, at 0)."""
         self.startup_steps: dict[str, float] = {}
         """Start-up step → seconds after the process start."""
         self.imex_checks: dict[str, int] = {"ready": 0, "not_ready": 0}
@@ -44,7 +46,8 @@ class DaemonMetrics:
         self._registry: Any = None
 
     def clique_conflict(self, verb: str) -> None:
-        """A clique write lost its race (``verb``: :data:`CREATE` or :data:`UPDATE`)."""
+        """A clique write was refused (``verb``: :data:`PATCH`; :data:`CREATE`, :data:`UPDATE`
+        were the earlier join's)."""
         self.clique_conflicts[verb] = self.clique_conflicts.get(verb, 0) + 1
 
     def step(self, step: str, seconds: float) -> None:
@@ -82,7 +85,7 @@ class _Collector:
         m = self._m
         conflicts = CounterMetricFamily(
             f"{PREFIX}_clique_conflicts",
-            "Clique writes refused with 409 (another daemon wrote first); retried on a re-read.",
+            "Clique writes refused because the clique changed under them; retried on a re-read.",
             labels=["verb"],
         )
         for verb, count in m.clique_conflicts.items():

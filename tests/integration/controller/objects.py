@@ -24,6 +24,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
 
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
@@ -158,13 +159,14 @@ async def daemon_pod(
     ip: str,
     clique_id: str | None,
     ready: bool,
+    name: str | None = None,
 ) -> Pod:
     """A daemon pod of CD ``domain_uid`` bound to ``node``, Running, with the given readiness."""
     owner = await pod_owner(client, ns)
     labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
     if clique_id is not None:
         labels[names.CLIQUE_ID_LABEL] = clique_id
-    name = f"daemon-{domain_uid[:8]}-{node}"
+    name = name or f"daemon-{domain_uid[:8]}-{node}"
     ref = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -212,30 +214,60 @@ async def register(
     ready: bool = False,
     max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
 ) -> ComputeDomainClique:
-    """Do what a daemon does: create/join the clique and report readiness."""
+    """Do what a daemon does: wait for the entry the controller gives its labelled pod (when a
+    daemon pod of the CD runs on ``node``), then report its readiness. Without such a pod, write
+    the entry by hand (a clique as an earlier writer left it)."""
     name = names.clique_object_name(domain_uid, clique_id)
-    try:
-        raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
-        clique = ComputeDomainClique.from_resource(raw)
-        fresh = False
-    except ApiError:
-        clique = ComputeDomainClique.new(domain_uid=domain_uid, clique_id=clique_id, namespace=ns)
-        fresh = True
-    clique = clique.with_registered(node, ip, max_nodes)
-    clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
-    res = clique.to_resource()
-    written = await (client.create(res) if fresh else client.replace(res))
-    return ComputeDomainClique.from_resource(written)
+    labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
+    has_pod = any(
+        p.spec is not None and p.spec.nodeName == node
+        async for p in client.list(Pod, namespace=ns, labels=labels)
+    )
+    if not has_pod:
+        try:
+            raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
+            clique = ComputeDomainClique.from_resource(raw)
+            fresh = False
+        except ApiError:
+            clique = ComputeDomainClique.new(
+                domain_uid=domain_uid, clique_id=clique_id, namespace=ns
+            )
+            fresh = True
+        clique = clique.with_registered(node, ip, max_nodes)
+        clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
+        res = clique.to_resource()
+        written = await (client.create(res) if fresh else client.replace(res))
+        return ComputeDomainClique.from_resource(written)
+
+    def listed(raw: Any) -> bool:
+        entry = ComputeDomainClique.from_resource(raw).daemon(node)
+        return entry is not None and entry.ip_address == ip
+
+    await wait_for(client, ComputeDomainCliqueResource, name, listed, namespace=ns)
+    if ready:
+        await set_clique_status(
+            client, ns, domain_uid=domain_uid, clique_id=clique_id, node=node, ready=True
+        )
+    raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
+    return ComputeDomainClique.from_resource(raw)
 
 
 async def set_clique_status(
     client: AsyncClient, ns: str, *, domain_uid: str, clique_id: str, node: str, ready: bool
 ) -> None:
+    """A daemon's readiness report: a JSON patch of its entry's status, guarded by its node."""
     name = names.clique_object_name(domain_uid, clique_id)
     raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
     clique = ComputeDomainClique.from_resource(raw)
-    clique = clique.with_status(node, Readiness.READY if ready else Readiness.NOT_READY)
-    await client.replace(clique.to_resource())
+    (at,) = [k for k, d in enumerate(clique.daemons) if d.node_name == node]
+    value = (Readiness.READY if ready else Readiness.NOT_READY).value
+    ops = [
+        {"op": "test", "path": f"/daemons/{at}/nodeName", "value": node},
+        {"op": "add", "path": f"/daemons/{at}/status", "value": value},
+    ]
+    await client.patch(
+        ComputeDomainCliqueResource, name, ops, namespace=ns, patch_type=PatchType.JSON
+    )
 
 
 async def workload_pod(client: AsyncClient, ns: str, name: str, *, node: str) -> Pod:

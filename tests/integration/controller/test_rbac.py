@@ -184,7 +184,7 @@ async def test_controller_runs_under_its_chart_service_account(
             assert "compute_domains_controller_leader 1.0" in body
             assert "compute_domains_controller_api_requests_total" in body
 
-            # The pod goes: the controller prunes the clique (pods list + clique update).
+            # The pod goes: the controller prunes the clique (pods list + clique patch).
             await client.delete(
                 Pod, f"daemon-{uid[:8]}-{node}", namespace=driver_ns, grace_period=0
             )
@@ -245,7 +245,7 @@ async def test_daemon_account_has_what_daemons_need_and_no_more(
         ]
         allowed += [
             {"verb": v, "group": group, "resource": "computedomaincliques", "namespace": driver_ns}
-            for v in ("create", "update", "patch", "get", "list", "watch", "delete")
+            for v in ("patch", "get", "list", "watch")
         ]
         allowed += [
             {"verb": v, "resource": "pods", "namespace": driver_ns}
@@ -261,11 +261,21 @@ async def test_daemon_account_has_what_daemons_need_and_no_more(
                 "namespace": "x",
             },
             {
-                "verb": "create",
+                "verb": "patch",
                 "group": group,
                 "resource": "computedomaincliques",
                 "namespace": "other",
             },
+            # The controller creates cliques and assigns indices; a daemon only patches.
+            *(
+                {
+                    "verb": v,
+                    "group": group,
+                    "resource": "computedomaincliques",
+                    "namespace": driver_ns,
+                }
+                for v in ("create", "update", "delete")
+            ),
             {"verb": "patch", "resource": "pods", "namespace": "other"},
             {"verb": "delete", "resource": "pods", "namespace": driver_ns},
             {"verb": "patch", "resource": "nodes"},

@@ -24,8 +24,8 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from compute_domains import controller
 from compute_domains.api import names
-from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
-from compute_domains.api.computedomain import ComputeDomainResource, Readiness
+from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource
 from tests.integration.controller import objects
 from tests.integration.controller.conftest import IMAGE, StartController
 from tests.integration.helpers import wait_for
@@ -105,16 +105,19 @@ async def test_entries_follow_clique_pod_and_node(
         }
         assert cdo["status"]["totalNodes"] == 2 and cdo["status"]["readyNodes"] == 0
 
-        # Clique says Ready, pod does not: the entry stays NotReady. Same write moves n2's IP.
-        name = names.clique_object_name(uid, CLIQUE)
-        raw = await client.get(ComputeDomainCliqueResource, name, namespace=driver_ns)
-        clique = ComputeDomainClique.from_resource(raw).with_status(n1, Readiness.READY)
-        clique = clique.with_registered(n2, "10.7.0.22")
-        await client.replace(clique.to_resource())
+        # Clique says Ready, pod does not: the entry stays NotReady. n2's daemon pod gets a new
+        # IP: the controller moves its entry there and it keeps its index.
+        await objects.set_clique_status(
+            client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n1, ready=True
+        )
+        await objects.set_pod_ready(
+            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.22", ready=False
+        )
         cdo = await _wait_status(
             client, user_ns, "cd-s", lambda s, n: n[n2]["ipAddress"] == "10.7.0.22"
         )
         assert _nodes(cdo)[n1]["status"] == "NotReady"
+        assert _nodes(cdo)[n2]["index"] == 1
 
         # Pod turns Ready too: now the entry is Ready, the CD not yet (n2 NotReady).
         await objects.set_pod_ready(
@@ -125,7 +128,7 @@ async def test_entries_follow_clique_pod_and_node(
 
         # Both Ready: the CD is Ready.
         await objects.set_pod_ready(
-            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.2", ready=True
+            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.22", ready=True
         )
         await objects.set_clique_status(
             client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n2, ready=True
@@ -157,7 +160,7 @@ async def test_entries_follow_clique_pod_and_node(
         pruned = await wait_for(
             client,
             ComputeDomainCliqueResource,
-            name,
+            names.clique_object_name(uid, CLIQUE),
             lambda c: len(c.get("daemons") or []) == 1,
             namespace=driver_ns,
         )

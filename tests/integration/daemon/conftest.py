@@ -1,17 +1,20 @@
-"""Daemon integration fixtures: a 3-node sim, the CRDs, a driver namespace with the daemon's RBAC.
+"""Daemon integration fixtures: a 3-node sim, the CRDs, a driver namespace with the daemon's RBAC,
+and the controller (in this process), which assigns the daemons' clique indices.
 
-No controller and no kubelet plugin run here: tests create daemon pods by hand, one per node,
-as the controller's DaemonSet would, and set in their env what the plugin's CDI edits would
-inject (``CLIQUE_ID``, ``COMPUTE_DOMAIN_*``); ``/imexd`` is an emptyDir.
+No kubelet plugin runs here: tests create daemon pods by hand, one per node, as the
+controller's DaemonSet would (owned by a ConfigMap, so the CD's real DaemonSet never adopts
+them), and set in their env what the plugin's CDI edits would inject (``CLIQUE_ID``,
+``COMPUTE_DOMAIN_*``); ``/imexd`` is an emptyDir.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +24,17 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
+from compute_domains import controller
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
-from tests.integration.daemon.pods import NODES
+from tests.integration.daemon.pods import IMAGE, NODES
 from tests.integration.helpers import wait_for
 
 CRD_DIR = Path(__file__).resolve().parents[3] / "deploy/helm/compute-domains/crds"
@@ -40,11 +44,11 @@ DAEMON_RULES = [
     PolicyRule(apiGroups=[""], resources=["pods"], verbs=["get", "list", "watch", "patch"]),
     # Events on our pod (clique full, IMEX restarted).
     PolicyRule(apiGroups=[""], resources=["events"], verbs=["create", "patch"]),
-    # Our clique: create it, register, report readiness, deregister.
+    # Our clique: follow it, report our readiness, remove our entry (the controller adds it).
     PolicyRule(
         apiGroups=[names.GROUP],
         resources=[names.CLIQUE_PLURAL],
-        verbs=["get", "list", "watch", "create", "update", "patch"],
+        verbs=["get", "list", "watch", "patch"],
     ),
 ]
 """What the daemon needs in the driver namespace (the intent of the chart's daemon Role)."""
@@ -168,3 +172,45 @@ async def compute_domain(admin: AsyncClient, driver_ns: str) -> Any:
         }
     )
     return await admin.create(body)
+
+
+@pytest.fixture
+async def pod_owner(admin: AsyncClient, driver_ns: str) -> Any:
+    """The ConfigMap that owns the hand-made daemon pods (``pods.daemon_pod(owner=...)``)."""
+    return await admin.create(
+        ConfigMap.from_dict({"metadata": {"name": "daemon-pod-owner", "namespace": driver_ns}})
+    )
+
+
+StartController = Callable[[int], Awaitable[controller.Controller]]
+
+
+@pytest.fixture
+async def start_controller(
+    daemon_sim: state.SimPaths, driver_ns: str
+) -> AsyncIterator[StartController]:
+    """``await start_controller(max_nodes)``: the controller, leading (cancelled at teardown)."""
+    running: list[asyncio.Task[None]] = []
+
+    async def start(max_nodes: int) -> controller.Controller:
+        settings = controller.ControllerSettings(
+            namespace=driver_ns,
+            kube=kube.KubeSettings(kubeconfig=daemon_sim.kubeconfig, field_manager="controller"),
+            daemon=controller.DaemonSettings(image=IMAGE, max_nodes_per_imex_domain=max_nodes),
+            metrics_port=0,
+        )
+        instance = controller.Controller(settings)
+        task = asyncio.create_task(instance.run(), name="controller")
+        running.append(task)
+        leading = asyncio.create_task(instance.leading.wait())
+        done, _ = await asyncio.wait({leading, task}, timeout=90, return_when="FIRST_COMPLETED")
+        leading.cancel()
+        if task in done:
+            task.result()
+        assert leading in done, "the controller did not start leading within 90 s"
+        return instance
+
+    yield start
+    for task in running:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

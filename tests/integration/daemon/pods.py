@@ -27,7 +27,7 @@ from lightkube.models.core_v1 import (
     Volume,
     VolumeMount,
 )
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import Event, Node, Pod
 
 import compute_domains
@@ -75,10 +75,12 @@ def daemon_pod(
     cd: Any,
     clique_id: str,
     max_nodes: int,
+    owner: Any = None,
     init: list[Container] | None = None,
     sidecars: list[Container] | None = None,
 ) -> Pod:
-    """A daemon pod bound to ``node`` with the DaemonSet's env plus the CDI-injected env."""
+    """A daemon pod bound to ``node`` with the DaemonSet's env plus the CDI-injected env;
+    ``owner`` (a ConfigMap) is its controller, so the CD's real DaemonSet never adopts it."""
     env = [
         EnvVar(name="LOG_VERBOSITY", value="info"),
         EnvVar(name="MAX_NODES_PER_IMEX_DOMAIN", value=str(max_nodes)),
@@ -110,7 +112,20 @@ def daemon_pod(
     )
     return Pod(
         metadata=ObjectMeta(
-            name=name, namespace=ns, labels={names.COMPUTE_DOMAIN_LABEL: cd.metadata.uid}
+            name=name,
+            namespace=ns,
+            labels={names.COMPUTE_DOMAIN_LABEL: cd.metadata.uid},
+            ownerReferences=None
+            if owner is None
+            else [
+                OwnerReference(
+                    apiVersion="v1",
+                    kind="ConfigMap",
+                    name=owner.metadata.name,
+                    uid=owner.metadata.uid,
+                    controller=True,
+                )
+            ],
         ),
         spec=PodSpec(
             nodeName=node,

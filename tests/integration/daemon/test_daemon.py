@@ -1,11 +1,12 @@
 """The daemon on simulated GB200 nodes: one IMEX domain per clique, stable indices, readiness.
 
-No controller or kubelet plugin runs: daemon pods are made by hand (see ``pods.py``). Covered:
-three daemons register (indices 0..2), report Ready, and their IMEX daemons form an UP domain;
-a force-deleted daemon's replacement keeps the node's index and no IMEX process outlives it; a
-gracefully deleted daemon removes its entry; the clique is garbage-collected with the last
-daemon; a 19th-node situation (a full clique) is reported and resolved when a slot frees up; a
-node without a clique idles; an IMEX that keeps failing is restarted with back-off.
+No kubelet plugin runs: daemon pods are made by hand (see ``pods.py``); the controller runs and
+assigns the clique indices. Covered: three daemons get indices 0..2 from the controller without
+a single refused clique write, report Ready, and their IMEX daemons form an UP domain; a
+force-deleted daemon's replacement keeps the node's index and no IMEX process outlives it; a
+gracefully deleted daemon removes its entry; the last daemons' entries go with them and the
+clique with the CD; a 19th-node situation (a full clique) is reported and resolved when a slot
+frees up; a node without a clique idles; an IMEX that keeps failing is restarted with back-off.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
-from compute_domains.api.computedomain import Readiness
+from compute_domains.api.computedomain import ComputeDomainResource, Readiness
 from compute_domains.daemon import imexconfig
 from compute_domains.sim import state
 from tests.integration.daemon import pods
+from tests.integration.daemon.conftest import StartController
 from tests.integration.daemon.pods import NODES
 from tests.integration.helpers import wait_for
 
@@ -42,13 +44,19 @@ async def _create(admin: AsyncClient, pod: Pod) -> None:
 
 
 async def test_three_daemons_form_one_domain_with_stable_indices(
-    admin: AsyncClient, daemon_sim: state.SimPaths, driver_ns: str, compute_domain: Any
+    admin: AsyncClient,
+    daemon_sim: state.SimPaths,
+    driver_ns: str,
+    compute_domain: Any,
+    pod_owner: Any,
+    start_controller: StartController,
 ) -> None:
     cd, ns = compute_domain, driver_ns
+    await start_controller(3)
     clique_id = await pods.node_clique(admin, NODES[0])
     assert {await pods.node_clique(admin, n) for n in NODES} == {clique_id}
     name = _clique_name(cd, clique_id)
-    spec = {"ns": ns, "cd": cd, "clique_id": clique_id, "max_nodes": 3}
+    spec = {"ns": ns, "cd": cd, "clique_id": clique_id, "max_nodes": 3, "owner": pod_owner}
     for i, node in enumerate(NODES):
         await _create(admin, pods.daemon_pod(f"daemon-{i}", node, **spec))
     clique = await pods.wait_clique(admin, ns, name, pods.all_ready(set(NODES)))
@@ -62,8 +70,9 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
         entry = clique.daemon(node)
         assert entry is not None and entry.ip_address == pod.status.podIP
     owners = clique.metadata.ownerReferences or []
-    assert {o.name for o in owners} == {"daemon-0", "daemon-1", "daemon-2"}
-    assert all(o.kind == "Pod" and not o.controller and not o.blockOwnerDeletion for o in owners)
+    assert {o.name for o in owners if o.kind == "Pod"} == {"daemon-0", "daemon-1", "daemon-2"}
+    assert {o.kind for o in owners} == {"Pod", "DaemonSet"}  # the CD's DaemonSet keeps it too
+    assert all(not o.controller and not o.blockOwnerDeletion for o in owners)
     report = await pods.wait_domain_up(daemon_sim.root, running[0].status.podIP, 3)
     assert {n["host"] for n in report["nodes"].values()} == {
         f"compute-domain-daemon-000{i}" for i in range(3)
@@ -73,8 +82,8 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
         async with httpx.AsyncClient() as http:
             url = f"http://{pod.status.podIP}:{pods.METRICS_PORT}/metrics"
             page = (await http.get(url, timeout=10)).text
-        for verb in ("create", "update"):
-            assert f'compute_domains_daemon_clique_conflicts_total{{verb="{verb}"}}' in page, page
+        for verb in ("create", "update", "patch"):  # no daemon ever had a clique write refused
+            assert f'compute_domains_daemon_clique_conflicts_total{{verb="{verb}"}} 0.0' in page
 
     # Force-delete node 1's daemon (SIGKILL, no deregistration): its IMEX dies with it, and
     # the replacement on the same node keeps the node's index.
@@ -111,9 +120,12 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
     }
     await pods.wait_no_imex("daemon-2")
 
-    # With the last daemon pod gone, the garbage collector deletes the clique.
+    # With the last daemon pods gone, their entries go (the DaemonSet keeps the clique and the
+    # indices it remembers while the CD lives); the CD's deletion takes the clique along.
     for pod in ("daemon-0", "daemon-1b"):
         await admin.delete(Pod, pod, namespace=ns)
+    await pods.wait_clique(admin, ns, name, lambda c: not c.daemons)
+    await admin.delete(ComputeDomainResource, cd.metadata.name, namespace=ns)
     await _wait_gone(admin, ns, name)
 
 
@@ -144,12 +156,17 @@ async def _wait_gone(admin: AsyncClient, ns: str, name: str, timeout: float = 90
 
 
 async def test_a_full_clique_is_reported_and_the_node_joins_when_a_slot_frees(
-    admin: AsyncClient, driver_ns: str, compute_domain: Any
+    admin: AsyncClient,
+    driver_ns: str,
+    compute_domain: Any,
+    pod_owner: Any,
+    start_controller: StartController,
 ) -> None:
     cd, ns = compute_domain, driver_ns
+    await start_controller(2)
     clique_id = await pods.node_clique(admin, NODES[0])
     name = _clique_name(cd, clique_id)
-    spec = {"ns": ns, "cd": cd, "clique_id": clique_id, "max_nodes": 2}
+    spec = {"ns": ns, "cd": cd, "clique_id": clique_id, "max_nodes": 2, "owner": pod_owner}
     for i, node in enumerate(NODES):
         await _create(admin, pods.daemon_pod(f"daemon-{i}", node, **spec))
 
@@ -211,11 +228,17 @@ async def test_a_node_without_a_clique_idles_and_is_ready(
 
 
 async def test_an_imex_that_keeps_failing_is_restarted_with_backoff(
-    admin: AsyncClient, daemon_sim: state.SimPaths, driver_ns: str, compute_domain: Any
+    admin: AsyncClient,
+    daemon_sim: state.SimPaths,
+    driver_ns: str,
+    compute_domain: Any,
+    pod_owner: Any,
+    start_controller: StartController,
 ) -> None:
     """The simulated IMEX refuses to start (NV_ERR_IN_USE) while a fault flag exists; a sidecar
     removes the flag after a while, and the next restart comes up."""
     ns = driver_ns
+    await start_controller(1)
     clique_id = await pods.node_clique(admin, NODES[2])
     template = imexconfig.DEFAULT_TEMPLATE + "SIM_FAULT_DIR=/imexd/faults\n"
     mount = [VolumeMount(name="imexd", mountPath="/imexd")]
@@ -244,6 +267,7 @@ async def test_an_imex_that_keeps_failing_is_restarted_with_backoff(
         cd=compute_domain,
         clique_id=clique_id,
         max_nodes=1,
+        owner=pod_owner,
         init=[init],
         sidecars=[healer],
     )

@@ -35,6 +35,7 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import imexconfig, steps
 from compute_domains.sim import state
 from tests.integration.daemon import pods
+from tests.integration.daemon.conftest import StartController
 from tests.integration.daemon.pods import NODES
 from tests.integration.helpers import wait_for
 
@@ -44,7 +45,7 @@ NODE = NODES[1]
 POD = "daemon-probed"
 
 
-def _wedged_daemon(ns: str, cd: Any, clique_id: str, faults: str) -> Pod:
+def _wedged_daemon(ns: str, cd: Any, clique_id: str, faults: str, owner: Any) -> Pod:
     """A daemon pod whose IMEX reads its fault flags from the node folder ``faults``."""
     template = imexconfig.DEFAULT_TEMPLATE + "SIM_FAULT_DIR=/faults\n"
     init = Container(
@@ -54,7 +55,9 @@ def _wedged_daemon(ns: str, cd: Any, clique_id: str, faults: str) -> Pod:
         env=[EnvVar(name="TEMPLATE", value=template)],
         volumeMounts=[VolumeMount(name="imexd", mountPath="/imexd")],
     )
-    pod = pods.daemon_pod(POD, NODE, ns=ns, cd=cd, clique_id=clique_id, max_nodes=1, init=[init])
+    pod = pods.daemon_pod(
+        POD, NODE, ns=ns, cd=cd, clique_id=clique_id, max_nodes=1, owner=owner, init=[init]
+    )
     assert pod.spec is not None and pod.spec.volumes is not None
     pod.spec.volumes.append(
         Volume(name="faults", hostPath=HostPathVolumeSource(path=faults, type="Directory"))
@@ -107,16 +110,22 @@ def _entry(status: Readiness) -> Callable[[ComputeDomainClique], bool]:
 
 
 async def test_readyz_is_the_daemons_own_imex_check(
-    admin: AsyncClient, daemon_sim: state.SimPaths, driver_ns: str, compute_domain: Any
+    admin: AsyncClient,
+    daemon_sim: state.SimPaths,
+    driver_ns: str,
+    compute_domain: Any,
+    pod_owner: Any,
+    start_controller: StartController,
 ) -> None:
     ns, cd = driver_ns, compute_domain
+    await start_controller(1)
     clique_id = await pods.node_clique(admin, NODE)
     clique = names.clique_object_name(cd.metadata.uid, clique_id)
     faults = f"/var/tmp/imex-faults-{uuid.uuid4().hex[:6]}"
     folder = daemon_sim.node_root(NODE) / faults.lstrip("/")
     folder.mkdir(parents=True)
     (folder / "hang").touch()  # IMEX never answers a command until the flag goes
-    await admin.create(_wedged_daemon(ns, cd, clique_id, faults))
+    await admin.create(_wedged_daemon(ns, cd, clique_id, faults, pod_owner))
     running = await wait_for(
         admin, Pod, POD, lambda p: bool(p.status and p.status.podIP), namespace=ns, timeout=120
     )

@@ -1,6 +1,6 @@
 """The Ready report's JSON patch against the real API server: it changes our entry's status and
 nothing else without a resourceVersion, and once our entry has moved its ``test`` fails with 422,
-which the membership answers with a fresh read and a full update (``membership._patch_status``).
+which the membership answers with a fresh read and a new patch (``membership._report_loop``).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ async def test_the_status_patch_needs_no_version_and_fails_once_our_entry_moved(
     other = CliqueDaemon(node_name="a", ip_address="10.0.0.10", clique_id=CLIQUE_ID, index=0)
     empty = ComputeDomainClique.new(domain_uid="cd-uid", clique_id=CLIQUE_ID, namespace=driver_ns)
     with_other = dataclasses.replace(empty, daemons=(other,))
-    ours = cliqueentry.desired(with_other, me, 4, Readiness.NOT_READY)
+    ours = with_other.with_registered(me.node_name, me.pod_ip, 4)  # as the controller adds us
     created = ComputeDomainClique.from_resource(await admin.create(ours.to_resource()))
-    ops = cliqueentry.status_patch(created, me, 4, Readiness.READY)
+    ops = cliqueentry.status_patch(created, me, Readiness.READY)
     assert ops is not None
 
-    # Another daemon's write lands first: a full update with our version would now conflict,
+    # Another writer's change lands first: a full update with our version would now conflict,
     # the patch does not.
     bumped = created.metadata.to_dict()
     bumped["labels"] = {**bumped["labels"], "touched": "yes"}

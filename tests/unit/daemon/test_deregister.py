@@ -33,19 +33,25 @@ ME = Identity(
 
 
 class _Clique:
-    """One clique object: ``get`` returns it, ``replace`` stores the new version."""
+    """One clique object: ``get`` returns it, ``patch`` applies our removal (tests checked)."""
 
     def __init__(self, clique: ComputeDomainClique) -> None:
         self.stored = clique.to_resource()
-        self.replaced: list[Any] = []
+        self.patches: list[Any] = []
 
     async def get(self, _kind: object, _name: str, *, namespace: str) -> Any:
         return self.stored
 
-    async def replace(self, obj: Any) -> Any:
-        self.replaced.append(obj)
-        self.stored = obj
-        return obj
+    async def patch(self, _kind: object, _name: str, ops: Any, **_kw: Any) -> Any:
+        self.patches.append(ops)
+        doc = ComputeDomainClique.from_resource(self.stored).to_dict()
+        (removed,) = [o for o in ops if o["op"] == "remove"]
+        position = int(removed["path"].rsplit("/", 1)[1])
+        for test in (o for o in ops if o["op"] == "test"):
+            assert doc["daemons"][position][test["path"].rsplit("/", 1)[1]] == test["value"]
+        del doc["daemons"][position]
+        self.stored = ComputeDomainClique.from_dict(doc).to_resource()
+        return self.stored
 
 
 async def test_stopping_removes_our_entry_and_logs_it_in_nvidias_words(

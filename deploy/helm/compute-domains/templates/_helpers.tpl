@@ -121,3 +121,14 @@ while the top-level key is left at "/" (validation.yaml refuses two different ro
 {{- $alias := .Values.kubeletPlugin.nvidiaDriverRoot | default "" -}}
 {{- if and $alias (eq $top "/") }}{{ $alias }}{{ else }}{{ $top }}{{ end -}}
 {{- end -}}
+
+{{- /* PriorityClass of the daemon pods: the chart's own (default <fullname>-daemon), a named
+existing one, or "" for none. */ -}}
+{{- define "cd.daemonPriorityClass" -}}
+{{- $pc := (.Values.daemon).priorityClass | default dict -}}
+{{- if $pc.create -}}
+{{- $pc.name | default (printf "%s-daemon" (include "cd.fullname" .)) -}}
+{{- else -}}
+{{- $pc.name | default "" -}}
+{{- end -}}
+{{- end -}}
