@@ -17,7 +17,9 @@ every CD. One pass over a CD, from the shared caches (which hold our own writes)
    list of the CD's daemon pods confirms it (the cache may lag behind a pod just created), by
    a patch that tests each removed entry's node and IP.
 
-Nothing is assigned for a UID without a cached CD (its leftovers are the teardown's).
+Nothing is assigned for a UID without a cached CD (its leftovers are the teardown's), and no
+clique is created for a CD being deleted: its teardown deletes the cliques while the daemon pods
+may still look alive for a moment, and must not find them made again.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ class IndexAssigner:
         log = {"cd": f"{cd.metadata.namespace}/{cd.metadata.name}"}
         pods = self._cache.pods.by_index(caches.CD_INDEX, domain_uid)
         owner = self._daemonset_ref(domain_uid)
+        deleting = cd.metadata.deletionTimestamp is not None
         for clique_id, members in sorted(cliqueindex.candidates(pods).items()):
-            await self._assign(domain_uid, clique_id, members, owner, log)
+            await self._assign(domain_uid, clique_id, members, owner, log, create=not deleting)
         pod_nodes = {p.spec.nodeName for p in pods if p.spec is not None and p.spec.nodeName}
         await self._prune(domain_uid, pod_nodes, log)
 
@@ -127,6 +130,8 @@ class IndexAssigner:
         members: list[cliqueindex.Candidate],
         owner: dict[str, str] | None,
         log: dict[str, str],
+        *,
+        create: bool,
     ) -> None:
         ns = self._settings.namespace
         max_nodes = self._settings.daemon.max_nodes_per_imex_domain
@@ -153,7 +158,7 @@ class IndexAssigner:
                 )
             try:
                 if current is None:
-                    if not plan.clique.daemons:
+                    if not plan.clique.daemons or not create:
                         return
                     raw = await self._api.create(
                         cliqueindex.for_creation(plan.clique).to_resource()
