@@ -219,10 +219,8 @@ async def register(
     the entry by hand (a clique as an earlier writer left it)."""
     name = names.clique_object_name(domain_uid, clique_id)
     labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
-    has_pod = any(
-        p.spec is not None and p.spec.nodeName == node
-        async for p in client.list(Pod, namespace=ns, labels=labels)
-    )
+    pods = [p async for p in client.list(Pod, namespace=ns, labels=labels)]
+    has_pod = any(p.spec is not None and p.spec.nodeName == node for p in pods)
     if not has_pod:
         try:
             raw = await client.get(ComputeDomainCliqueResource, name, namespace=ns)
