@@ -24,8 +24,8 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from compute_domains import controller
 from compute_domains.api import names
-from compute_domains.api.clique import ComputeDomainCliqueResource
-from compute_domains.api.computedomain import ComputeDomainResource
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomainResource, Readiness
 from tests.integration.controller import objects
 from tests.integration.controller.conftest import IMAGE, StartController
 from tests.integration.helpers import wait_for
@@ -105,19 +105,37 @@ async def test_entries_follow_clique_pod_and_node(
         }
         assert cdo["status"]["totalNodes"] == 2 and cdo["status"]["readyNodes"] == 0
 
-        # Clique says Ready, pod does not: the entry stays NotReady. n2's daemon pod gets a new
-        # IP: the controller moves its entry there and it keeps its index.
+        # Clique says Ready, pod does not: the entry stays NotReady. n2's daemon pod is replaced
+        # by one with a new IP: the controller moves its entry there and it keeps its index.
+        await objects.set_clique_status(
+            client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n2, ready=True
+        )
         await objects.set_clique_status(
             client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n1, ready=True
         )
-        await objects.set_pod_ready(
-            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.22", ready=False
+        await client.delete(Pod, f"daemon-{uid[:8]}-{n2}", namespace=driver_ns, grace_period=0)
+        n2_pod = f"daemon-{uid[:8]}-{n2}-b"
+        await objects.daemon_pod(
+            client,
+            driver_ns,
+            domain_uid=uid,
+            node=n2,
+            ip="10.7.0.22",
+            clique_id=CLIQUE,
+            ready=False,
+            name=n2_pod,
         )
         cdo = await _wait_status(
             client, user_ns, "cd-s", lambda s, n: n[n2]["ipAddress"] == "10.7.0.22"
         )
         assert _nodes(cdo)[n1]["status"] == "NotReady"
-        assert _nodes(cdo)[n2]["index"] == 1
+        assert (_nodes(cdo)[n2]["index"], _nodes(cdo)[n2]["status"]) == (1, "NotReady")
+        raw = await client.get(
+            ComputeDomainCliqueResource, names.clique_object_name(uid, CLIQUE), namespace=driver_ns
+        )
+        moved = ComputeDomainClique.from_resource(raw).daemon(n2)
+        assert moved is not None and (moved.index, moved.ip_address) == (1, "10.7.0.22")
+        assert moved.status is Readiness.NOT_READY  # its Ready was the replaced pod's
 
         # Pod turns Ready too: now the entry is Ready, the CD not yet (n2 NotReady).
         await objects.set_pod_ready(
@@ -127,9 +145,7 @@ async def test_entries_follow_clique_pod_and_node(
         assert cdo["status"]["status"] == "NotReady" and cdo["status"]["readyNodes"] == 1
 
         # Both Ready: the CD is Ready.
-        await objects.set_pod_ready(
-            client, driver_ns, f"daemon-{uid[:8]}-{n2}", ip="10.7.0.22", ready=True
-        )
+        await objects.set_pod_ready(client, driver_ns, n2_pod, ip="10.7.0.22", ready=True)
         await objects.set_clique_status(
             client, driver_ns, domain_uid=uid, clique_id=CLIQUE, node=n2, ready=True
         )
@@ -298,7 +314,10 @@ async def test_full_clique_is_reported(
         assert event.type == "Warning" and n2 in event.message and CLIQUE in event.message
         # The CD says which node cannot join and why: n2 is listed NotReady with no slot.
         cdo = await _wait_status(
-            client, user_ns, "cd-f", lambda s, n: n1 in n and _reason(s) == "CliqueFull"
+            client,
+            user_ns,
+            "cd-f",
+            lambda s, n: n1 in n and n[n1]["status"] == "Ready" and _reason(s) == "CliqueFull",
         )
         assert cdo["status"]["status"] == "NotReady"
         assert {k: (v["status"], v["index"]) for k, v in _nodes(cdo).items()} == {
