@@ -10,9 +10,6 @@ snapshot as idempotent. There is no polling.
 the default table, except that 401/403 are permanent. A daemon whose RBAC is missing can never
 register or report readiness; it exits, and its pod's restarts are what an operator sees
 (the controller, by contrast, retries a 403 until an administrator fixes its role).
-
-:func:`domain_going` tells whether a ComputeDomain is being deleted or gone: its teardown deletes
-its cliques while its daemons still run, and a clique deleted then is not to be created again.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2 as httpx
 from lightkube import AsyncClient
 
-from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.infra import backoff, errors, kube
 from compute_domains.infra.kube import watch
 
@@ -75,20 +70,3 @@ async def follow(
             yield item.objects[0] if item.objects else None
         else:
             yield None if item.type == "DELETED" else item.obj
-
-
-async def domain_going(client: AsyncClient, *, namespace: str, name: str, uid: str) -> bool:
-    """Whether ComputeDomain ``namespace/name`` with UID ``uid`` is being deleted or gone (a CD
-    of that name with another UID is a new one: ours is gone).
-
-    Raises:
-        errors.ComputeDomainsError: the read failed otherwise (``classify``).
-    """
-    try:
-        raw = await client.get(ComputeDomainResource, name, namespace=namespace)
-    except (httpx.HTTPError, OSError) as err:
-        if status_code(err) == 404:
-            return True
-        raise classify(err, f"read ComputeDomain {namespace}/{name}") from err
-    meta = raw.metadata
-    return meta is None or meta.deletionTimestamp is not None or (bool(uid) and meta.uid != uid)

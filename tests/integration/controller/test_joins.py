@@ -6,7 +6,10 @@ process. Covered: twelve daemons whose pods appear together get twelve distinct 
 0..11 and report Ready, without one refused clique write (no 409, no failed patch test) by any
 daemon or the controller; a replacement pod on a node keeps that node's index; a thirteenth
 node finds the clique full, which its daemon reports (Event on its pod) and the controller too
-(Event on the CD), and it joins on the freed index once a daemon leaves.
+(Event on the CD), and it joins on the freed index once a daemon leaves. A clique deleted while
+its CD lives is made again by the controller (the entry on its index); once the CD is being
+deleted, its teardown deletes the clique and nobody makes it again (the daemons never create a
+clique; the controller creates none for a CD being deleted or gone).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
 from compute_domains import controller
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
-from compute_domains.api.computedomain import Readiness
+from compute_domains.api.computedomain import ComputeDomainResource, Readiness
 from compute_domains.daemon import events, membership, metrics
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff
@@ -242,3 +246,66 @@ async def wait_until_async(ok: Any, timeout: float = 60) -> None:
     async with asyncio.timeout(timeout):
         while not await ok():
             await asyncio.sleep(0.5)
+
+
+async def test_a_deleted_clique_is_made_again_only_while_its_cd_lives(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    await start_controller()
+    cd = await objects.create_cd(client, "cd-t", user_ns, "cd-t-channel")
+    uid = cd.metadata.uid
+    node = f"t0-{uid[:6]}"
+    name = names.clique_object_name(uid, CLIQUE)
+    async with objects.nodes(client, node), _daemons(client, driver_ns, cd, [node], 50) as (d,):
+        first = await wait_for(
+            client,
+            ComputeDomainCliqueResource,
+            name,
+            lambda r: ComputeDomainClique.from_resource(r).daemon(node) is not None,
+            namespace=driver_ns,
+        )
+        await wait_until(lambda: d.member.index is not None)
+        index = d.member.index
+
+        # The CD lives: a deleted clique is made again, the entry on its index.
+        await client.delete(ComputeDomainCliqueResource, name, namespace=driver_ns)
+
+        def remade(raw: Any) -> bool:
+            entry = ComputeDomainClique.from_resource(raw).daemon(node)
+            return raw.metadata.uid != first.metadata.uid and entry is not None
+
+        again = await wait_for(
+            client, ComputeDomainCliqueResource, name, remade, namespace=driver_ns
+        )
+        assert ComputeDomainClique.from_resource(again).daemon(node).index == index  # type: ignore[union-attr]
+
+        # The CD is deleted: its teardown deletes the clique, which stays gone while the daemon
+        # (its pod is owned elsewhere here, so it lives on) keeps following it.
+        await client.delete(ComputeDomainResource, "cd-t", namespace=user_ns)
+        await _wait_gone(client, ComputeDomainResource, "cd-t", user_ns)
+        await _wait_gone(client, ComputeDomainCliqueResource, name, driver_ns)
+        # A change of the daemon pod asks the controller to look at the CD again.
+        await objects.set_pod_ready(
+            client, driver_ns, d.ident.pod_name, ip=d.ident.pod_ip, ready=True
+        )
+        # An absence, watched for 3 s (the controller's pass takes milliseconds).
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 3.0
+        while loop.time() < end:
+            found = [r async for r in client.list(ComputeDomainCliqueResource, namespace=driver_ns)]
+            assert [r.metadata.name for r in found] == []
+            await asyncio.sleep(0.25)
+        assert d.refused() == 0.0
+
+
+async def _wait_gone(client: AsyncClient, res: Any, name: str, ns: str) -> None:
+    async def gone() -> bool:
+        try:
+            await client.get(res, name, namespace=ns)
+        except ApiError as err:
+            if err.status.code == 404:
+                return True
+            raise
+        return False
+
+    await wait_until_async(gone, timeout=90)
