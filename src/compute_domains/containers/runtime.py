@@ -23,6 +23,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import compute_domains
 from compute_domains.containers import procs
@@ -104,11 +105,51 @@ class ContainerConfig:
     binds land there (``containers.netbind``), as in a network namespace of its own; "" for none."""
 
 
+class Exit(Protocol):
+    """What is waited on for a container's end (a process, or an in-process task's stand-in)."""
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once it ended; None while it runs."""
+
+    async def wait(self) -> int:
+        """Wait for the end; the exit status."""
+
+
+class ContainerChild(Protocol):
+    """A container's first program as the kubelet handles it (``procs.Child`` for a process;
+    ``containers.virtual`` for an in-process one)."""
+
+    @property
+    def name(self) -> str:
+        """The container's runtime id."""
+
+    @property
+    def pid(self) -> int:
+        """Its process id (an in-process container has a stand-in number)."""
+
+    @property
+    def proc(self) -> Exit:
+        """Its exit."""
+
+    async def stop(self, grace: float = 10.0) -> int:
+        """SIGTERM semantics, ``grace`` seconds, then SIGKILL semantics; the exit status."""
+
+    def kill(self) -> None:
+        """SIGKILL semantics, without waiting."""
+
+    def end_group(self) -> None:
+        """End what is left of the container once its first program ended."""
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of its log."""
+
+
 @dataclasses.dataclass(slots=True)
 class Running:
     """A started container: its process, log file and spec (for exec probes)."""
 
-    child: procs.Child
+    child: ContainerChild
     spec_path: Path
 
 

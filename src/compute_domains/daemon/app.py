@@ -41,6 +41,7 @@ from compute_domains.daemon import (
     events,
     health,
     imexconfig,
+    launcher,
     membership,
     peers,
     probe,
@@ -65,6 +66,8 @@ class Daemon:
         rng: randomness for backoff jitter (tests pass a seeded one).
         metrics: this process's metrics (a fresh registry when not given).
         timeline: the start-up steps (counted from the first step when not given).
+        programs: how ``nvidia-imex`` and the ctl check run (child processes when not given;
+            the simulator's virtual nodes pass an in-process launcher).
     """
 
     def __init__(
@@ -75,8 +78,10 @@ class Daemon:
         rng: random.Random | None = None,
         metrics: daemon_metrics.DaemonMetrics | None = None,
         timeline: steps.Steps | None = None,
+        programs: launcher.Launcher | None = None,
     ) -> None:
         self._settings = settings
+        self._programs = programs
         self._client = client
         self._rng = rng or random.Random()
         self._log = logging.LoggerAdapter(
@@ -91,7 +96,7 @@ class Daemon:
             timeout=settings.health.timeout,
         )
         self.health = health.ImexHealth(
-            lambda: probe.check(own),
+            lambda: probe.check(own, None if programs is None else programs.run),
             settings.health,
             on_change=self._own_check_changed,
             on_result=self.metrics.imex_check,
@@ -197,6 +202,7 @@ class Daemon:
             rng=self._rng,
             on_restart=on_restart,
             on_output=self.health.imex_output,
+            programs=self._programs,
         )
         updater = peers.PeerUpdater(s.peers, imex, max_nodes=s.max_nodes, on_started=on_started)
         member = membership.Membership(

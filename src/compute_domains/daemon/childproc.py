@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 _LEVEL_TAG = re.compile(r"\[(CRITICAL|ERROR|WARNING|INFO|DEBUG)\]")
 _LEVELS = {"CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARNING": logging.WARNING}
@@ -87,8 +87,24 @@ def _preexec(signum: int | None) -> Callable[[], None] | None:
     return set_parent_death_signal
 
 
+class _Proc(Protocol):
+    """The part of a child (``launcher.Child``) that pumping and stopping use."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def stderr(self) -> asyncio.StreamReader | None: ...
+    async def wait(self) -> int: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
 async def pump_until_exit(
-    proc: asyncio.subprocess.Process,
+    proc: _Proc,
     *,
     name: str,
     log: Log,
@@ -130,7 +146,7 @@ async def _pump(stream: asyncio.StreamReader, log: Log, on_line: Callable[[], No
             on_line()
 
 
-async def terminate(proc: asyncio.subprocess.Process, *, grace: float, log: Log) -> int | None:
+async def terminate(proc: _Proc, *, grace: float, log: Log) -> int | None:
     """Stop ``proc`` if it runs (SIGTERM, ``grace`` seconds, SIGKILL); its exit status."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):

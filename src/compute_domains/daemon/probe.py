@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 READY_OUTPUT = "READY\n"
@@ -44,11 +45,31 @@ class CheckResult:
     message: str
 
 
+Runner = Callable[[Sequence[str], float], Awaitable[tuple[int, str]]]
+"""Runs a program to its end: (exit status, merged output), 124 on timeout, 127 when it cannot
+start (``daemon.launcher.Launcher.run``)."""
+
+_NOOP = "check succeeded (noop, clique ID is empty)"
+
+
+def _argv(settings: CheckSettings) -> list[str]:
+    return [settings.ctl_command, "-c", str(settings.config_path), "-q"]
+
+
+def verdict(argv: Sequence[str], returncode: int, text: str) -> CheckResult:
+    """What one ctl answer means (exit status, merged output)."""
+    if returncode == 124:
+        return CheckResult(False, f"IMEX daemon not ready: {argv[0]} gave no answer in time")
+    if returncode == 0 and text == READY_OUTPUT:
+        return CheckResult(True, "check succeeded")
+    return CheckResult(False, f"IMEX daemon not ready (exit status {returncode}): {text.strip()!r}")
+
+
 def run(settings: CheckSettings) -> CheckResult:
     """Run the probe once, synchronously; never raises for a failing or missing ctl tool."""
     if not settings.clique_id:
-        return CheckResult(True, "check succeeded (noop, clique ID is empty)")
-    argv = [settings.ctl_command, "-c", str(settings.config_path), "-q"]
+        return CheckResult(True, _NOOP)
+    argv = _argv(settings)
     try:
         proc = subprocess.run(
             argv,
@@ -62,16 +83,18 @@ def run(settings: CheckSettings) -> CheckResult:
         return CheckResult(False, f"IMEX daemon not ready: {argv[0]} gave no answer in time")
     except OSError as err:
         return CheckResult(False, f"IMEX daemon not ready: cannot run {argv[0]}: {err}")
-    text = proc.stdout.decode(errors="replace")
-    if proc.returncode == 0 and text == READY_OUTPUT:
-        return CheckResult(True, "check succeeded")
-    return CheckResult(
-        False, f"IMEX daemon not ready (exit status {proc.returncode}): {text.strip()!r}"
-    )
+    return verdict(argv, proc.returncode, proc.stdout.decode(errors="replace"))
 
 
-async def check(settings: CheckSettings) -> CheckResult:
-    """:func:`run` for async callers (in a worker thread, so the loop keeps serving)."""
-    import asyncio  # only async callers pay for it; the probe process never imports asyncio
+async def check(settings: CheckSettings, runner: Runner | None = None) -> CheckResult:
+    """:func:`run` for async callers (in a worker thread, so the loop keeps serving); with a
+    ``runner`` (an in-process launcher's), the ctl query goes through it instead."""
+    if runner is None:
+        import asyncio  # only async callers pay for it; the probe process never imports asyncio
 
-    return await asyncio.to_thread(run, settings)
+        return await asyncio.to_thread(run, settings)
+    if not settings.clique_id:
+        return CheckResult(True, _NOOP)
+    argv = _argv(settings)
+    returncode, text = await runner(argv, settings.timeout)
+    return verdict(argv, returncode, text)

@@ -14,6 +14,8 @@ Contract (STYLE §2.4):
 * A failure to spawn on :meth:`Supervisor.start` is returned to that caller; a failure to respawn
   after a crash is fatal (raised from :meth:`Supervisor.run`), as upstream treats it.
 * With ``parent_death_signal`` set, no child outlives us even when we are killed (``childproc``).
+* The child is started by a ``launcher.Launcher`` (a process by default; the simulator's
+  virtual nodes pass an in-process one): supervision is the same either way.
 * ``on_output`` is called after each line the child prints (the own IMEX check's cue).
 """
 
@@ -28,7 +30,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from compute_domains.daemon import childproc
+from compute_domains.daemon import childproc, launcher
 from compute_domains.infra import backoff, errors
 
 logger = logging.getLogger(__name__)
@@ -91,8 +93,10 @@ class Supervisor:
         on_restart: Callable[[ChildExit], None] | None = None,
         on_output: Callable[[], None] | None = None,
         log: logging.Logger | None = None,
+        programs: launcher.Launcher | None = None,
     ) -> None:
         self._argv = list(argv)
+        self._programs = programs if programs is not None else launcher.ProcessLauncher()
         self._settings = settings
         self._env = dict(env) if env is not None else None
         self._cwd = cwd
@@ -100,7 +104,7 @@ class Supervisor:
         self._on_restart = on_restart
         self._on_output = on_output
         self._log = logging.LoggerAdapter(log or logger, {"child": settings.name})
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: launcher.Child | None = None
         self._wanted = asyncio.Event()
         self._unwanted = asyncio.Event()
         self._unwanted.set()
@@ -213,8 +217,8 @@ class Supervisor:
         self._wanted.clear()
         self._unwanted.set()
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
-        proc = await childproc.spawn(
+    async def _spawn(self) -> launcher.Child:
+        proc = await self._programs.spawn(
             self._argv,
             env=self._env,
             cwd=self._cwd,

@@ -140,6 +140,13 @@ class _TextFormatter(logging.Formatter):
         return f"{line} {' '.join(bound)}" if bound else line
 
 
+def formatter(fmt: LogFormat = "text") -> logging.Formatter:
+    """The formatter of one log format (what ``setup`` puts on the process's handler)."""
+    if fmt == "json":
+        return _JsonFormatter()
+    return _TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
 def setup(level: str = "info", fmt: LogFormat = "text") -> None:
     """Configure the root logger for one process (stderr); ``level`` as ``level_number`` takes.
 
@@ -150,10 +157,7 @@ def setup(level: str = "info", fmt: LogFormat = "text") -> None:
     for detail, name in ((V1, "V1"), (V2, "V2"), (V3, "V3")):
         logging.addLevelName(detail, name)
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(formatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(number)

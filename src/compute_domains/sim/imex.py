@@ -28,8 +28,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compute_domains.sim import imex_ctlbase, imex_query
+
+if TYPE_CHECKING:
+    from compute_domains.sim import imex_config
 
 # The daemon and the -N/-n client (asyncio) are imported where they run: ``ctl -q`` is the
 # probe path and stays light.
@@ -74,18 +78,20 @@ def _ignore_early_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def main_imex(argv: Sequence[str]) -> int:
-    """Run the simulated daemon with ``argv`` (without the program name); its exit status."""
-    _ignore_early_signals()
-    import asyncio
+def parse_imex(argv: Sequence[str]) -> argparse.Namespace:
+    """``nvidia-imex``'s command line (without the program name).
 
-    from compute_domains.sim import imex_config, imex_daemon
+    Raises:
+        SystemExit: a usage error (argparse's), as the program would exit.
+    """
+    return _imex_parser().parse_args(list(argv))
 
-    args = _imex_parser().parse_args(list(argv))
-    if args.version:
-        sys.stdout.write(f"IMEX version: {args.sim_version}\n")
-        return 0
-    options = imex_config.ImexOptions(
+
+def imex_options(args: argparse.Namespace) -> imex_config.ImexOptions:
+    """The daemon's options from a parsed ``nvidia-imex`` command line."""
+    from compute_domains.sim import imex_config
+
+    return imex_config.ImexOptions(
         config_path=args.config,
         nogpu=args.nogpu,
         port=args.port,
@@ -96,23 +102,41 @@ def main_imex(argv: Sequence[str]) -> int:
         version=args.sim_version,
     )
 
+
+def main_imex(argv: Sequence[str]) -> int:
+    """Run the simulated daemon with ``argv`` (without the program name); its exit status."""
+    _ignore_early_signals()
+    import asyncio
+
+    from compute_domains.sim import imex_daemon
+
+    args = _imex_parser().parse_args(list(argv))
+    if args.version:
+        sys.stdout.write(f"IMEX version: {args.sim_version}\n")
+        return 0
+    options = imex_options(args)
+
     async def serve() -> int:
         return await imex_daemon.ImexDaemon(options).run()
 
     return asyncio.run(serve())
 
 
-def main_ctl(argv: Sequence[str]) -> int:
-    """Run the simulated ``nvidia-imex-ctl`` with ``argv``; its exit status."""
+def ctl_options(argv: Sequence[str]) -> imex_ctlbase.CtlOptions:
+    """``nvidia-imex-ctl``'s command line (without the program name) as options.
+
+    Raises:
+        SystemExit: a usage error (argparse's).
+        imex_ctlbase.CtlError: an invalid port (status 2).
+    """
     args = _ctl_parser().parse_args(list(argv))
     tcp: tuple[str, int] | None = None
     if args.tcp is not None:
         try:
             tcp = (args.tcp[0], int(args.tcp[1]))
         except ValueError:
-            sys.stderr.write(f"invalid port {args.tcp[1]!r}\n")
-            return 2
-    options = imex_ctlbase.CtlOptions(
+            raise imex_ctlbase.CtlError(f"invalid port {args.tcp[1]!r}", 2) from None
+    return imex_ctlbase.CtlOptions(
         action=args.action,
         config_path=args.config or DEFAULT_CONFIG,
         tcp=tcp,
@@ -121,6 +145,15 @@ def main_ctl(argv: Sequence[str]) -> int:
         host_names=args.host_names,
         timeout=None if args.timeout_ms is None else args.timeout_ms / 1000.0,
     )
+
+
+def main_ctl(argv: Sequence[str]) -> int:
+    """Run the simulated ``nvidia-imex-ctl`` with ``argv``; its exit status."""
+    try:
+        options = ctl_options(argv)
+    except imex_ctlbase.CtlError as failure:
+        sys.stderr.write(f"{failure}\n")
+        return failure.status
     if options.action == "q":
         try:
             imex_ctlbase.query(options, sys.stdout)

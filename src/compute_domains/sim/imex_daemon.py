@@ -27,13 +27,15 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import ipaddress
 import os
 import random
 import signal
 import sys
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from compute_domains.sim import imex_cmd, imex_config, imex_links, imex_log, imex_peers
 from compute_domains.sim.imex_wire import LocalState
@@ -43,9 +45,20 @@ class ImexDaemon:
     """One simulated daemon process; :meth:`run` returns its exit status."""
 
     def __init__(
-        self, options: imex_config.ImexOptions, *, rng: random.Random | None = None
+        self,
+        options: imex_config.ImexOptions,
+        *,
+        rng: random.Random | None = None,
+        stream: TextIO | None = None,
+        own_signals: bool = True,
     ) -> None:
+        """Args: options: the command line's; rng: backoff jitter; stream: where the log goes
+        without a log file (stderr by default); own_signals: install the process's signal
+        handlers (False when it runs in a process of others: :meth:`deliver` then)."""
         self._opts = options
+        self._stream = stream if stream is not None else sys.stderr
+        self._own_signals = own_signals
+        self._handlers: dict[int, Callable[[], None]] = {}
         self._rng = rng or random.Random()
         self._state = LocalState.INITIALIZING
         self._stop = asyncio.Event()
@@ -55,7 +68,7 @@ class ImexDaemon:
         self._session_fd: int | None = None
         self._node_id = -1
         self._entries: list[str] = []
-        self._log = imex_log.ImexLog(sys.stderr)
+        self._log = imex_log.ImexLog(self._stream)
 
     @property
     def _version(self) -> str:
@@ -71,7 +84,10 @@ class ImexDaemon:
         if self._opts.port is not None:
             config = dataclasses.replace(config, server_port=self._opts.port)
         log = imex_log.open_log(
-            config.log_file_name, append=config.log_append, level=config.log_level
+            config.log_file_name,
+            append=config.log_append,
+            level=config.log_level,
+            stream=self._stream,
         )
         self._log = log
         try:
@@ -240,11 +256,23 @@ class ImexDaemon:
         return servers
 
     def _install_signals(self, config: imex_config.ImexConfig, log: imex_log.ImexLog) -> None:
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            loop.add_signal_handler(sig, self._on_stop_signal, sig, log)
-        loop.add_signal_handler(signal.SIGUSR1, self._on_reload, log)
-        loop.add_signal_handler(signal.SIGHUP, self._on_hup, config, log)
+            self._handlers[sig] = functools.partial(self._on_stop_signal, sig, log)
+        self._handlers[signal.SIGUSR1] = functools.partial(self._on_reload, log)
+        self._handlers[signal.SIGHUP] = functools.partial(self._on_hup, config, log)
+        if self._own_signals:
+            loop = asyncio.get_running_loop()
+            for signum, handler in self._handlers.items():
+                loop.add_signal_handler(signum, handler)
+
+    def deliver(self, sig: int) -> bool:
+        """Handle ``sig`` as if the process had received it; False when it would have been
+        ignored (before the handlers are in place, or a signal it does not handle)."""
+        handler = self._handlers.get(sig)
+        if handler is None:
+            return False
+        handler()
+        return True
 
     def _on_stop_signal(self, sig: signal.Signals, log: imex_log.ImexLog) -> None:
         if self._faults.hang:

@@ -81,8 +81,9 @@ class ImexLog:
             self._stream.close()
 
 
-def open_log(file_name: str, *, append: bool, level: int) -> ImexLog:
-    """The daemon's log as configured by ``LOG_FILE_NAME`` / ``LOG_APPEND_TO_LOG``."""
+def open_log(file_name: str, *, append: bool, level: int, stream: TextIO | None = None) -> ImexLog:
+    """The daemon's log as configured by ``LOG_FILE_NAME`` / ``LOG_APPEND_TO_LOG``; without a
+    file, ``stream`` (the process's stderr)."""
     if file_name:
         try:
             stream = open(file_name, "a" if append else "w", encoding="utf-8")
@@ -94,7 +95,7 @@ def open_log(file_name: str, *, append: bool, level: int) -> ImexLog:
             return log
     else:
         reason = "No such file or directory"
-    log = ImexLog(sys.stderr, level=level)
+    log = ImexLog(stream if stream is not None else sys.stderr, level=level)
     log.raw(f"WARNING: failed to open IMEX log file {file_name} errno = {reason}")
     log.raw("INFO: using stderr for IMEX logging")
     log.raw(f"WARNING: failed to chmod IMEX log file {file_name} errno = {reason}")

@@ -1,0 +1,179 @@
+"""The IMEX stand-in run in-process: a daemon's launcher for virtual nodes (no process per IMEX).
+
+In the simulator's virtual-node mode many nodes' daemons share one process, so ``nvidia-imex``
+cannot be a child process each. :class:`InProcessImex` answers the daemon's launcher calls
+(``daemon.launcher.Launcher``, matched by shape: ``sim`` imports no component) with the
+stand-in's own classes: ``spawn(["nvidia-imex", ...])`` runs an ``ImexDaemon`` as an asyncio
+task whose log lines arrive on the child's ``stderr`` as they would through a pipe; signals are
+delivered to it as the process would have received them (``ImexDaemon.deliver``); SIGKILL
+cancels it. ``run(["nvidia-imex-ctl", ..., "-q"])`` asks the daemon's command service exactly
+as the ctl program does (``imex_ctlbase.query``, in a worker thread).
+
+Invariant: the command line is parsed by the stand-in's own parsers, so a flag the program
+would refuse fails here the same way (exit status 2). Only the stand-in's default hosts file
+(``/etc/hosts`` in the container) is given by the launcher: the container's hosts file on the
+node. Only ``nvidia-imex`` and ``nvidia-imex-ctl`` (by base name) are known; any other program
+is missing (FileNotFoundError / 127), as in a container without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import itertools
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from compute_domains.sim import imex, imex_config, imex_ctlbase, imex_daemon
+
+_IMEX = "nvidia-imex"
+_CTL = "nvidia-imex-ctl"
+_PIDS = itertools.count(1 << 22)
+"""Stand-in pids: above Linux's largest pid (2**22), so never a real process's."""
+
+
+class _Feed(io.StringIO):
+    """A text stream whose writes arrive on an ``asyncio.StreamReader`` (a pipe's read end)."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        super().__init__()
+        self._reader = reader
+
+    def write(self, text: str) -> int:
+        if not self._reader.at_eof():
+            self._reader.feed_data(text.encode())
+        return len(text)
+
+    def close(self) -> None:
+        if not self._reader.at_eof():
+            self._reader.feed_eof()
+        super().close()
+
+
+class ImexChild:
+    """One in-process ``nvidia-imex``: the shape of ``asyncio.subprocess.Process`` the daemon's
+    supervisor uses."""
+
+    def __init__(self, daemon: imex_daemon.ImexDaemon, stderr: asyncio.StreamReader) -> None:
+        self.pid = next(_PIDS)
+        self.stdout: asyncio.StreamReader | None = asyncio.StreamReader()
+        self.stderr: asyncio.StreamReader | None = stderr
+        self.returncode: int | None = None
+        self._daemon = daemon
+        self._task = asyncio.create_task(self._run(), name=f"nvidia-imex:{self.pid}")
+
+    async def _run(self) -> None:
+        try:
+            rc = await self._daemon.run()
+        except asyncio.CancelledError:
+            rc = -signal.SIGKILL
+        except Exception as err:  # a crash of the program is its exit, as for a process
+            assert self.stderr is not None
+            self.stderr.feed_data(f"nvidia-imex crashed: {err!r}\n".encode())
+            rc = 1
+        self.returncode = rc
+        for stream in (self.stdout, self.stderr):
+            if stream is not None and not stream.at_eof():
+                stream.feed_eof()
+
+    async def wait(self) -> int:
+        """Wait until the daemon ended; its exit status."""
+        await asyncio.shield(self._task)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Deliver ``sig``; SIGKILL ends it at once."""
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        if sig == signal.SIGKILL:
+            self._task.cancel()
+        else:
+            self._daemon.deliver(sig)
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+
+class InProcessImex:
+    """A daemon's launcher that runs the IMEX stand-in in this process."""
+
+    def __init__(self, *, hosts_file: Path) -> None:
+        """Args: hosts_file: the container's ``/etc/hosts`` on the node (the stand-in's
+        default hosts file)."""
+        self._hosts_file = hosts_file
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: Path | None,
+        parent_death_signal: int | None,
+    ) -> ImexChild:
+        """Start ``nvidia-imex <args>`` as a task (env, cwd and the death signal have no
+        meaning in-process: it ends with this process).
+
+        Raises:
+            FileNotFoundError: not ``nvidia-imex``.
+            OSError: its command line is refused.
+        """
+        del env, cwd, parent_death_signal
+        if not argv or Path(argv[0]).name != _IMEX:
+            raise FileNotFoundError(2, f"{argv[0] if argv else '?'}: no such program here")
+        try:
+            args = imex.parse_imex(argv[1:])
+        except SystemExit as exit_:
+            raise OSError(f"nvidia-imex refused its arguments (status {exit_.code})") from None
+        options = imex.imex_options(args)
+        if options.hosts_file == Path("/etc/hosts"):
+            options = _with_hosts(options, self._hosts_file)
+        stderr = asyncio.StreamReader()
+        daemon = imex_daemon.ImexDaemon(options, stream=_Feed(stderr), own_signals=False)
+        return ImexChild(daemon, stderr)
+
+    async def run(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        """``nvidia-imex-ctl <args>`` (``-q`` only) to its end: (status, merged output)."""
+        if not argv or Path(argv[0]).name != _CTL:
+            return 127, f"{argv[0] if argv else '?'}: not found\n"
+        try:
+            options = imex.ctl_options(argv[1:])
+        except SystemExit as exit_:
+            return int(exit_.code or 2), "usage error\n"
+        except imex_ctlbase.CtlError as failure:
+            return failure.status, f"{failure}\n"
+        if options.action != "q":
+            return 2, f"{_CTL}: only -q runs in-process\n"
+        out = io.StringIO()
+
+        def query() -> int:
+            try:
+                imex_ctlbase.query(_with_timeout(options, timeout), out)
+            except imex_ctlbase.CtlError as failure:
+                out.write(f"{failure}\n")
+                return failure.status
+            return 0
+
+        try:
+            async with asyncio.timeout(timeout + 1.0):
+                rc = await asyncio.to_thread(query)
+        except TimeoutError:
+            return 124, out.getvalue()
+        return rc, out.getvalue()
+
+
+def _with_hosts(options: imex_config.ImexOptions, hosts: Path) -> imex_config.ImexOptions:
+    return dataclasses.replace(options, hosts_file=hosts)
+
+
+def _with_timeout(options: imex_ctlbase.CtlOptions, timeout: float) -> imex_ctlbase.CtlOptions:
+    if options.timeout is not None and options.timeout <= timeout:
+        return options
+    return dataclasses.replace(options, timeout=timeout)
