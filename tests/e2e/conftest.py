@@ -20,11 +20,17 @@ DRIVER_NS = "compute-domains"
 def rack_sim(
     toolset: toolchain.Toolset, sim_home: Path, request: pytest.FixtureRequest
 ) -> Iterator[state.SimPaths]:
-    """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18)."""
+    """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18),
+    node mode from its ``NODES_MODE`` (default ``process``)."""
     shape = getattr(request.module, "SHAPE", topology.Shape(racks=1, nodes_per_rack=18))
     paths = state.SimPaths(sim_home, request.module.__name__.rsplit(".", 1)[-1][:20])
     started = lifecycle.start(
-        paths, toolset.bin_dir, die_with_parent=True, shape=shape, chart=options.chart_dir()
+        paths,
+        toolset.bin_dir,
+        die_with_parent=True,
+        shape=shape,
+        chart=options.chart_dir(),
+        nodes_mode=getattr(request.module, "NODES_MODE", "process"),
     )
     yield paths
     lifecycle.stop(paths, process=started.process, remove=not keep_sims())

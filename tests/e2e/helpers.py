@@ -24,6 +24,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
 from prometheus_client.parser import text_string_to_metric_families
 
+from compute_domains.containers import procs
 from compute_domains.api import computedomain, names
 from compute_domains.cli import options
 from compute_domains.sim import driver, driverroot, state
@@ -322,3 +323,38 @@ async def reconciles(pod: Pod) -> int:
         for sample in family.samples
         if sample.name.endswith("_count")
     )
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant process of ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[2])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def component_processes(paths: state.SimPaths) -> list[str]:
+    """Command lines of the sim's processes that run a kubelet plugin, a daemon or IMEX: there
+    are such processes on process-mode nodes and none on virtual ones (they are tasks)."""
+    recorded = state.read_state(paths)
+    assert recorded is not None
+    lines = [" ".join(procs.pid_cmdline(p)) for p in _descendants(recorded.supervisor_pid)]
+    marks = ("plugin run", "daemon run", "imex_main imex")
+    return [line for line in lines if any(m in line for m in marks)]
+
+
+def nodes_mode(paths: state.SimPaths) -> str:
+    """How the sim's nodes run their containers (its state record)."""
+    recorded = state.read_state(paths)
+    assert recorded is not None
+    return str(recorded.extra.get("nodesMode", "process"))

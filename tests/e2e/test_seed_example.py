@@ -3,7 +3,8 @@
 Mirrors upstream's B-series MNNVL workload scenarios: 18 daemons form one IMEX domain that is UP,
 every workload container sees ``/dev/nvidia-caps-imex-channels/channel0``, the ComputeDomain
 reports 18 Ready nodes with indices 0-17, and deleting the Deployment and the ComputeDomain
-leaves no daemon, clique, node label, claim or CDI file behind.
+leaves no daemon, clique, node label, claim or CDI file behind. ``test_seed_example_virtual``
+runs the same test on virtual nodes (``--nodes-mode virtual``).
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     assert len(cliques) == 1
     daemons = await helpers.daemon_pods(admin, uid)
     assert len(daemons) == 18 and all(helpers.ready(p) for p in daemons)
+    # Process-mode nodes run the plugin, the daemons and IMEX as processes; virtual ones as
+    # tasks of the sim's process (the same code: this very test passes on both).
+    running = helpers.component_processes(rack_sim)
+    if helpers.nodes_mode(rack_sim) == "virtual":
+        assert running == [], running
+    else:
+        assert any("daemon run" in line for line in running), running
 
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from compute_domains.cli import daemonopts, serving
-from compute_domains.daemon import app, imexconfig, steps, supervisor
+from compute_domains.daemon import app, imexconfig, launcher, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import errors, kube, logs
@@ -96,6 +97,18 @@ def run(opts: dict[str, Any]) -> None:
         on_step=metrics.step,
         fields={"node": opts["node_name"]},
     )
+    settings = daemon_settings(opts)
+    timeline.mark(steps.SETTINGS_LOADED)
+    asyncio.run(_serve(settings, metrics, timeline, opts["shutdown_timeout"]))
+
+
+def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
+    """The daemon's validated settings from the values of ``run``'s parameters (also used by
+    ``cli.inprocess`` for a virtual node's daemon).
+
+    Raises:
+        ConfigError: the values do not make a valid daemon.
+    """
     settings = DaemonSettings(
         identity=Identity(
             node_name=opts["node_name"],
@@ -123,13 +136,15 @@ def run(opts: dict[str, Any]) -> None:
             hosts_file=opts["hosts_file"], unfilled_address=opts["unfilled_slot_address"] or None
         ),
         kube=kube.KubeSettings(
-            kubeconfig=opts["kubeconfig"], field_manager="compute-domain-daemon"
+            kubeconfig=opts["kubeconfig"],
+            service_account_dir=opts.get("service_account_dir"),
+            api_server=opts.get("api_server"),
+            field_manager="compute-domain-daemon",
         ),
         metrics_port=opts["metrics_port"],
     )
     settings.validate()
-    timeline.mark(steps.SETTINGS_LOADED)
-    asyncio.run(_serve(settings, metrics, timeline, opts["shutdown_timeout"]))
+    return settings
 
 
 def _setup_logs(opts: dict[str, Any]) -> None:
@@ -147,11 +162,26 @@ async def _serve(
     shutdown_timeout: float,
 ) -> None:
     """Run the daemon; the first SIGTERM/SIGINT cancels it; exit is forced after a bound."""
+    await serving.serve(run_daemon(settings, metrics, timeline), "daemon", shutdown_timeout)
+    logger.info("stopped")
+
+
+async def run_daemon(
+    settings: DaemonSettings,
+    metrics: daemon_metrics.DaemonMetrics,
+    timeline: steps.Steps,
+    programs: launcher.Launcher | None = None,
+) -> None:
+    """Run the daemon with its own API client until cancelled; ``programs`` is how it runs
+    ``nvidia-imex`` (child processes when None).
+
+    Raises:
+        ComputeDomainsError: a task failed (one line naming every cause).
+    """
     client = kube.client(settings.kube)
-    daemon = app.Daemon(settings, client, metrics=metrics, timeline=timeline)
+    daemon = app.Daemon(settings, client, metrics=metrics, timeline=timeline, programs=programs)
     try:
-        await serving.serve(daemon.run(), "daemon", shutdown_timeout)
-        logger.info("stopped")
+        await daemon.run()
     except ExceptionGroup as group_:
         # Each task's failure was logged with its traceback; print one clear line per cause.
         leaves = _leaves(group_)

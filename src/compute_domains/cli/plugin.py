@@ -1,6 +1,8 @@
 """``cdctl plugin ...``: run the plugin component (flags and environment → settings → ``run()``).
 
-``cdctl plugin run`` is what the Helm chart's DaemonSet runs on every GPU node. Every flag has
+``cdctl plugin run`` is what the Helm chart's DaemonSet runs on every GPU node. Its parameters
+become settings in ``plugin_settings`` (also used by ``cli.inprocess``, which runs the same
+command inside a simulator process for a virtual node). Every flag has
 an environment variable (upstream's names where upstream has the setting), so the chart
 configures it through ``env``. SIGTERM or SIGINT cancels the plugin; it stops its gRPC servers
 and removes its sockets within ``--shutdown-timeout`` seconds, after which the process exits
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -178,62 +182,58 @@ def group() -> None:
 @serving.kubeconfig_option
 @serving.log_options
 @serving.shutdown_timeout_option(15.0)
-def run(
-    node_name: str,
-    namespace: str,
-    registrar_dir: Path,
-    plugins_dir: Path,
-    cdi_root: Path,
-    host_root: Path,
-    proc_devices_path: Path,
-    boot_id_path: Path,
-    fabric_imex_mgmt_path: Path,
-    nvidia_driver_root: Path,
-    container_driver_root: Path | None,
-    imex_config_template: Path | None,
-    strict_fabric: bool,
-    channel_slots: int,
-    quarantine_corrupt_checkpoint: bool,
-    metrics_port: int | None,
-    metrics_address: str,
-    healthcheck_port: int | None,
-    cleanup_interval: float,
-    kubeconfig: Path | None,
-    log_level: str,
-    log_format: str,
-    shutdown_timeout: float,
-) -> None:
+def run(**opts: Any) -> None:
     """Run the DRA kubelet plugin of this node until SIGTERM."""
-    serving.setup_logs(log_level, log_format)
-    settings = config.PluginSettings(
-        node_name=node_name,
-        driver_namespace=namespace,
-        paths=config.PathSettings(
-            host_root=host_root,
-            registrar_dir=registrar_dir,
-            plugins_dir=plugins_dir,
-            cdi_root=cdi_root,
-            proc_devices=proc_devices_path,
-            boot_id=boot_id_path,
-            fabric_imex_mgmt=fabric_imex_mgmt_path,
-            driver_root=nvidia_driver_root,
-            driver_root_local=container_driver_root,
-            imex_config_template=imex_config_template,
-        ),
-        cleanup=config.CleanupSettings(interval_s=cleanup_interval),
-        metrics=config.MetricsSettings(port=metrics_port, bind_address=metrics_address),
-        kube=kube.KubeSettings(kubeconfig=kubeconfig, field_manager="compute-domain-plugin"),
-        channel_slots=channel_slots,
-        strict_fabric=strict_fabric,
-        health_port=healthcheck_port,
-        quarantine_corrupt_checkpoint=quarantine_corrupt_checkpoint,
+    serving.setup_logs(opts["log_level"], opts["log_format"])
+    settings = plugin_settings(opts)
+    log_start(settings)
+    nvml = discovery.NvmlDiscovery(
+        proc_devices=settings.paths.proc_devices, strict_fabric=settings.strict_fabric
     )
-    # nodeName and the feature gates in effect: NVIDIA's startup line has them (tooling greps).
+    asyncio.run(serving.serve(app.Plugin(settings, nvml).run(), "plugin", opts["shutdown_timeout"]))
+
+
+def plugin_settings(opts: Mapping[str, Any]) -> config.PluginSettings:
+    """The plugin's settings from the values of ``run``'s parameters (flags or environment)."""
+    container_driver_root: Path | None = opts["container_driver_root"]
+    return config.PluginSettings(
+        node_name=opts["node_name"],
+        driver_namespace=opts["namespace"],
+        paths=config.PathSettings(
+            host_root=opts["host_root"],
+            registrar_dir=opts["registrar_dir"],
+            plugins_dir=opts["plugins_dir"],
+            cdi_root=opts["cdi_root"],
+            proc_devices=opts["proc_devices_path"],
+            boot_id=opts["boot_id_path"],
+            fabric_imex_mgmt=opts["fabric_imex_mgmt_path"],
+            driver_root=opts["nvidia_driver_root"],
+            driver_root_local=container_driver_root,
+            imex_config_template=opts["imex_config_template"],
+        ),
+        cleanup=config.CleanupSettings(interval_s=opts["cleanup_interval"]),
+        metrics=config.MetricsSettings(
+            port=opts["metrics_port"], bind_address=opts["metrics_address"]
+        ),
+        kube=kube.KubeSettings(
+            kubeconfig=opts["kubeconfig"],
+            service_account_dir=opts.get("service_account_dir"),
+            api_server=opts.get("api_server"),
+            field_manager="compute-domain-plugin",
+        ),
+        channel_slots=opts["channel_slots"],
+        strict_fabric=opts["strict_fabric"],
+        health_port=opts["healthcheck_port"],
+        quarantine_corrupt_checkpoint=opts["quarantine_corrupt_checkpoint"],
+    )
+
+
+def log_start(settings: config.PluginSettings) -> None:
+    """The start-up line: settings, node name and the feature gates in effect (NVIDIA's line
+    has them; tooling greps)."""
     logger.info(
         "starting plugin with %s; nodeName: %s, Feature gates: %s",
         settings,
-        node_name,
-        featuregates.render(featuregates.effective(strict_fabric=strict_fabric)),
+        settings.node_name,
+        featuregates.render(featuregates.effective(strict_fabric=settings.strict_fabric)),
     )
-    nvml = discovery.NvmlDiscovery(proc_devices=proc_devices_path, strict_fabric=strict_fabric)
-    asyncio.run(serving.serve(app.Plugin(settings, nvml).run(), "plugin", shutdown_timeout))

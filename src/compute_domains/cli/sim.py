@@ -9,13 +9,14 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from compute_domains.cli import options, simnode, simoptions, tools
+from compute_domains.cli import inprocess, options, simnode, simoptions, tools
 from compute_domains.containers import procs
 from compute_domains.sim import cluster, errors, lifecycle, state
 from compute_domains.sim import driver as driver_mod
@@ -36,12 +37,14 @@ def group() -> None:
     help="Install the project's Helm chart once the nodes are up.",
 )
 @simoptions.IMAGE_MAP
+@simoptions.NODES_MODE
 @simoptions.shape_options
 def up(
     name: str,
     api_port: int | None,
     driver: bool,
     image_map: tuple[str, ...],
+    nodes_mode: str,
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -67,6 +70,7 @@ def up(
             shape=shape,
             chart=chart,
             image_map=simoptions.image_map(image_map),
+            nodes_mode=nodes_mode,
         )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
@@ -167,6 +171,7 @@ def status(name: str, output: str) -> None:
     help="Upstream's node-lifecycle timings (40 s to NotReady, 300 s to eviction).",
 )
 @simoptions.IMAGE_MAP
+@simoptions.NODES_MODE
 @simoptions.shape_options
 def serve(
     home: Path,
@@ -177,6 +182,7 @@ def serve(
     chart: Path | None,
     patient_nodes: bool,
     image_map: tuple[str, ...],
+    nodes_mode: str,
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -205,6 +211,10 @@ def serve(
         driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
         patience=patient_nodes,
         image_map=simoptions.image_map(image_map),
+        nodes_mode="virtual" if nodes_mode == "virtual" else "process",
+        programs=inprocess.programs(Path(sys.executable).parent)
+        if nodes_mode == "virtual"
+        else None,
     )
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)

@@ -29,6 +29,17 @@ IMAGE_MAP = click.option(
 )
 
 
+NODES_MODE = click.option(
+    "--nodes-mode",
+    type=click.Choice(["process", "virtual"]),
+    default="process",
+    show_default=True,
+    help="How nodes run their containers: a process each (fidelity; any driver's images), or "
+    "virtual: the project's plugin and daemons, the IMEX stand-in and pause containers as tasks "
+    "of the sim's process (scale); other containers stay processes.",
+)
+
+
 def image_map(items: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
     """``--image-map`` values as (repository, folder) pairs.
 

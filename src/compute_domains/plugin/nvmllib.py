@@ -47,13 +47,13 @@ def find_library(search_path: Iterable[Path]) -> Path | None:
 class LibraryNvml:
     """The ``discovery.Nvml`` surface over one library file (loaded at the first call)."""
 
-    NVMLError = LibraryNvmlError
-    NVML_SUCCESS = pynvml.NVML_SUCCESS
-    NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-    NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-    NVML_INIT_FLAG_NO_GPUS = pynvml.NVML_INIT_FLAG_NO_GPUS
-    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
-    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
+    NVMLError: type[Exception] = LibraryNvmlError
+    NVML_SUCCESS: int = pynvml.NVML_SUCCESS
+    NVML_ERROR_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_FUNCTION_NOT_FOUND: int = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_INIT_FLAG_NO_GPUS: int = pynvml.NVML_INIT_FLAG_NO_GPUS
+    c_nvmlGpuFabricInfo_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfoV_t
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -121,8 +121,8 @@ class LibraryNvml:
 
     def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int:  # noqa: D102
         self._check(self._fn("nvmlDeviceGetGpuFabricInfo")(handle, info))
-        return pynvml.NVML_SUCCESS
+        return self.NVML_SUCCESS
 
     def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int:  # noqa: D102
         self._check(self._fn("nvmlDeviceGetGpuFabricInfoV")(handle, info))
-        return pynvml.NVML_SUCCESS
+        return self.NVML_SUCCESS

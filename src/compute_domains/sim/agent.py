@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from compute_domains.containers import runtime
+from compute_domains.containers import runtime, virtual
 from compute_domains.infra import atomicfile, kube
 from compute_domains.sim import driverroot, images, pki, topology
 from compute_domains.sim.kubelet import config, node, server
@@ -56,6 +56,11 @@ class AgentSettings:
     """Project image tag → ``bin`` folder of an earlier release (``sim.releases``); none by
     default, so every tag runs this installation."""
     kubelet: config.KubeletSettings = dataclasses.field(default_factory=config.KubeletSettings)
+    virtual_nodes: bool = False
+    """Virtual nodes: containers whose program is known run as tasks of this process
+    (``containers.virtual``); False: every container is a process."""
+    programs: virtual.Programs | None = None
+    """With ``virtual_nodes``: the in-process programs (``pause`` always is one)."""
 
 
 def nodes_base(sim_root: Path) -> Path:
@@ -159,11 +164,13 @@ class NodeAgent:
         extra: tuple[str, ...] = (str(self._s.stand_in_bin),) if self._s.stand_in_bin else ()
         # A release's venv must be visible inside containers wherever its cache lives.
         extra += tuple(str(b.parent) for b in self._s.releases.values())
-        rt = runtime.Runtime(
-            runtime.RuntimeSettings(
-                isolate=self._s.isolate, extra_system_dirs=extra, node_proc=root / "proc"
-            ),
-            root / "containers",
+        rt_settings = runtime.RuntimeSettings(
+            isolate=self._s.isolate, extra_system_dirs=extra, node_proc=root / "proc"
+        )
+        rt = (
+            virtual.VirtualRuntime(rt_settings, root / "containers", self._s.programs)
+            if self._s.virtual_nodes
+            else runtime.Runtime(rt_settings, root / "containers")
         )
         settings = config.NodeSettings(
             spec=spec,

@@ -16,7 +16,9 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Literal
 
+from compute_domains.containers import virtual
 from compute_domains.infra import errors, kube
 from compute_domains.sim import (
     agent,
@@ -34,6 +36,9 @@ from compute_domains.sim.kubelet import config, nodestatus
 from compute_domains.sim.nvml import build as nvml_build
 
 logger = logging.getLogger(__name__)
+
+NodesMode = Literal["process", "virtual"]
+"""How simulated nodes run their containers (``SimSettings.nodes_mode``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +72,13 @@ class SimSettings:
     after 300 s) instead of the fast ones fault drills use (8 s, 10 s): for long, heavy runs
     (demo, benchmarks) where a loaded 2-core machine may delay heartbeats by seconds, and an
     evicted workload would measure the machine instead of the driver."""
+    nodes_mode: NodesMode = "process"
+    """How the nodes' containers run: ``process`` (a process each, in its own view: fidelity,
+    and any driver's images) or ``virtual`` (the project's components, ``pause`` and the
+    programs ``programs`` knows as tasks of this process: scale; docs/decisions/0009)."""
+    programs: virtual.Programs | None = None
+    """Virtual mode: which containers run in-process (the CLI's table of the project's
+    commands); None runs only ``pause`` in-process."""
 
 
 class SimCluster:
@@ -87,6 +99,7 @@ class SimCluster:
                 bin_dir=str(self._s.bin_dir),
                 created=self._created,
                 error=error,
+                extra={"nodesMode": self._s.nodes_mode},
             ),
         )
 
@@ -195,6 +208,8 @@ class SimCluster:
                 image_map=dict(self._s.image_map),
                 releases=releases.installed(self._s.home / "releases"),
                 kubelet=self._s.kubelet,
+                virtual_nodes=self._s.nodes_mode == "virtual",
+                programs=self._s.programs,
             )
         )
         server = control.ControlServer(root / "control.sock", node_agent)

@@ -44,6 +44,7 @@ def _supervisor_argv(
     chart: Path | None,
     patience: bool = False,
     image_map: tuple[tuple[str, Path], ...] = (),
+    nodes_mode: str = "process",
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -78,6 +79,8 @@ def _supervisor_argv(
         argv.append("--patient-nodes")
     for repo, folder in image_map:
         argv += ["--image-map", f"{repo}={folder}"]
+    if nodes_mode != "process":
+        argv += ["--nodes-mode", nodes_mode]
     return argv
 
 
@@ -129,10 +132,12 @@ def start(
     on_wait: Callable[[str], None] | None = None,
     patience: bool = False,
     image_map: tuple[tuple[str, Path], ...] = (),
+    nodes_mode: str = "process",
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
-    ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``).
+    ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``);
+    ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``).
     """
     recorded = state.read_state(paths)
     if recorded is not None and state.supervisor_alive(paths, recorded):
@@ -155,6 +160,7 @@ def start(
                 chart,
                 patience,
                 image_map,
+                nodes_mode,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

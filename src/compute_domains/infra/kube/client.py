@@ -11,7 +11,9 @@ from pathlib import Path
 
 import httpx2 as httpx
 from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import SERVICE_ACCOUNT, KubeConfig
+from lightkube.config.models import Cluster, User
+from lightkube.core.exceptions import ConfigError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,6 +24,10 @@ class KubeSettings:
     """A kubeconfig file; None means in-cluster (the pod's ServiceAccount)."""
     service_account_dir: Path | None = None
     """Folder with ``token``, ``ca.crt``, ``namespace`` (in-cluster); None for the standard one."""
+    api_server: str | None = None
+    """In-cluster only: the API server URL (``https://host:port``) instead of the
+    ``KUBERNETES_SERVICE_HOST``/``_PORT`` of this process's environment (a process hosting
+    many pods' components passes each pod's own)."""
     field_manager: str = "compute-domains"
     """Field manager name recorded on every write (server-side apply ownership)."""
     timeout_s: float = 30.0
@@ -32,6 +38,18 @@ def load_config(settings: KubeSettings) -> KubeConfig:
     """The kubeconfig or ServiceAccount configuration the settings name."""
     if settings.kubeconfig is not None:
         return KubeConfig.from_file(settings.kubeconfig)
+    if settings.api_server is not None:
+        account = settings.service_account_dir or Path(SERVICE_ACCOUNT)
+        try:
+            token = (account / "token").read_text()
+            namespace = (account / "namespace").read_text()
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from err
+        return KubeConfig.from_one(
+            cluster=Cluster(server=settings.api_server, certificate_auth=str(account / "ca.crt")),
+            user=User(token=token, token_file=str(account / "token")),
+            namespace=namespace,
+        )
     if settings.service_account_dir is not None:
         return KubeConfig.from_service_account(str(settings.service_account_dir))
     return KubeConfig.from_service_account()
