@@ -24,9 +24,9 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
 from prometheus_client.parser import text_string_to_metric_families
 
-from compute_domains.containers import procs
 from compute_domains.api import computedomain, names
 from compute_domains.cli import options
+from compute_domains.containers import procs
 from compute_domains.sim import driver, driverroot, state
 from tests.e2e.conftest import DRIVER_NS
 
