@@ -91,17 +91,15 @@ Programs = Callable[[View], Program | None]
 
 
 class _Exit:
-    def __init__(self, task: asyncio.Task[int]) -> None:
-        self._task = task
+    def __init__(self, child: TaskChild) -> None:
+        self._child = child
 
     @property
     def returncode(self) -> int | None:
-        if not self._task.done():
-            return None
-        return self._task.result()
+        return self._child.returncode()
 
     async def wait(self) -> int:
-        return await asyncio.shield(self._task)
+        return await self._child.wait()
 
 
 class TaskChild:
@@ -117,19 +115,36 @@ class TaskChild:
         self._task: asyncio.Task[int] = asyncio.create_task(
             self._run(program, view), name=f"container:{name}"
         )
-        self.proc = _Exit(self._task)
+        self._task.add_done_callback(lambda _: sink.close())
+        self.proc = _Exit(self)
 
     async def _run(self, program: Program, view: View) -> int:
         logroute.route_to(self._sink)  # this task's context: the program's records go there
         try:
             return await program(view)
         except asyncio.CancelledError:
-            return 137 if self._killed or not self._stopping else 0
+            return self._cancelled_status()
         except Exception:
             logger.exception("%s failed", view.argv[0] if view.argv else self.name)
             return 1
-        finally:
-            self._sink.close()
+
+    def _cancelled_status(self) -> int:
+        return 137 if self._killed or not self._stopping else 0
+
+    def returncode(self) -> int | None:
+        """The exit status once the program ended; None while it runs."""
+        if not self._task.done():
+            return None
+        if self._task.cancelled():  # stopped before it ever ran
+            return self._cancelled_status()
+        return self._task.result()
+
+    async def wait(self) -> int:
+        """Wait for the program's end; its exit status."""
+        await asyncio.wait({self._task})
+        rc = self.returncode()
+        assert rc is not None
+        return rc
 
     async def stop(self, grace: float = 10.0) -> int:
         """Cancel (SIGTERM semantics); after ``grace`` seconds cancel again until it ends."""
@@ -142,7 +157,7 @@ class TaskChild:
                 self._killed = True
                 self._task.cancel()
                 done, _ = await asyncio.wait({self._task}, timeout=1.0)
-        return self._task.result()
+        return await self.wait()
 
     def kill(self) -> None:
         """Cancel without waiting (SIGKILL semantics)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from compute_domains.sim import imex_log, imex_wire
 
@@ -35,11 +36,15 @@ class PeerServer:
         self._log = log
         self._hanging = hanging
         self._open: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
         self._instances: dict[int, str] = {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one incoming link until it closes."""
         self._open.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             hello = await imex_wire.recv(reader)
             if hello is None or hello["t"] != "hello":
@@ -63,6 +68,8 @@ class PeerServer:
             return
         finally:
             self._open.discard(writer)
+            if task is not None:
+                self._handlers.discard(task)
             await imex_wire.close(writer)
 
     def _note_instance(self, node_id: int, instance: str) -> None:
@@ -82,3 +89,7 @@ class PeerServer:
                 async with asyncio.timeout(1.0):
                     await imex_wire.send(writer, notice)
         await asyncio.gather(*(imex_wire.close(w) for w in writers))
+        # Their handlers end on the EOF; wait for them (bounded), so that, like a process
+        # exit, a stopped daemon leaves no task of its own behind in a process of others.
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=1.0)

@@ -1,0 +1,111 @@
+"""The IMEX stand-in behind a daemon's launcher, in-process (``sim.imex_inproc``)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from compute_domains.sim import imex_inproc
+from tests.unit.sim.test_imex import _free_port
+
+IPS = ("127.0.0.21", "127.0.0.22")
+
+
+async def _lines_until(stream: asyncio.StreamReader, mark: str) -> str:
+    seen = []
+    while True:
+        raw = await asyncio.wait_for(stream.readline(), 5.0)
+        assert raw, f"EOF before {mark!r}: {''.join(seen)}"
+        seen.append(raw.decode())
+        if mark in seen[-1]:
+            return "".join(seen)
+
+
+class Node:
+    """One node's IMEX files: config, shared nodes file, its container's hosts file."""
+
+    def __init__(self, tmp: Path, i: int, port: int, cmd_port: int) -> None:
+        self.cfg = tmp / f"imexd-{i}.cfg"
+        self.hosts = tmp / f"hosts-{i}"
+        nodes = tmp / "nodes.cfg"
+        nodes.write_text("".join(f"compute-domain-daemon-{k:04d}\n" for k in range(len(IPS))))
+        self.hosts.write_text(
+            "".join(f"{a}\tcompute-domain-daemon-{k:04d}\n" for k, a in enumerate(IPS))
+        )
+        self.cfg.write_text(
+            f"LOG_FILE_NAME=\nSERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE={nodes}\n"
+            f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP={IPS[i]}\nIMEX_CMD_PORT={cmd_port}\n"
+        )
+        self.launcher = imex_inproc.InProcessImex(hosts_file=self.hosts)
+
+    async def query(self) -> tuple[int, str]:
+        return await self.launcher.run(["nvidia-imex-ctl", "-c", str(self.cfg), "-q"], 3.0)
+
+
+@pytest.fixture
+async def nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
+    port, cmd_port = _free_port(IPS), _free_port(IPS)
+    yield [Node(tmp_path, i, port, cmd_port) for i in range(len(IPS))]
+
+
+async def test_two_daemons_in_one_process_are_ready_reload_and_stop(nodes: list[Node]) -> None:
+    children = [
+        await n.launcher.spawn(
+            ["nvidia-imex", "-c", str(n.cfg)], env=None, cwd=None, parent_death_signal=None
+        )
+        for n in nodes
+    ]
+    for child in children:
+        assert child.stderr is not None
+        # Read through its own hosts file: both peers resolve and connect.
+        await _lines_until(child.stderr, "Connection established to node 1")
+    for n in nodes:
+        assert await n.query() == (0, "READY\n")
+    children[0].send_signal(signal.SIGUSR1)
+    assert children[0].stderr is not None
+    await _lines_until(children[0].stderr, "SIGUSR1 received")
+    for child in children:
+        child.terminate()
+        assert await child.wait() == 0
+        assert child.stderr is not None
+        rest = (await asyncio.wait_for(child.stderr.read(), 5.0)).decode()
+        assert "IMEX daemon shut down." in rest
+    with pytest.raises(ProcessLookupError):
+        children[0].send_signal(signal.SIGTERM)
+    rc, text = await nodes[0].query()
+    assert rc != 0 and text != "READY\n"
+
+
+async def test_a_killed_daemon_exits_with_sigkill_status(nodes: list[Node]) -> None:
+    n = nodes[0]
+    child = await n.launcher.spawn(
+        ["/usr/bin/nvidia-imex", "-c", str(n.cfg)], env=None, cwd=None, parent_death_signal=None
+    )
+    assert child.stderr is not None
+    await _lines_until(child.stderr, "Creating gRPC channels")
+    child.kill()
+    assert await child.wait() == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        pytest.param(["nvidia-smi"], 127, id="another-program"),
+        pytest.param(["nvidia-imex-ctl", "-c", "/nonexistent.cfg", "-N"], 2, id="not-q"),
+        pytest.param(["nvidia-imex-ctl", "--bogus"], 2, id="usage-error"),
+    ],
+)
+async def test_other_runs_fail_as_the_programs_would(argv: list[str], status: int) -> None:
+    launcher = imex_inproc.InProcessImex(hosts_file=Path("/nonexistent"))
+    rc, _ = await launcher.run(argv, 1.0)
+    assert rc == status
+
+
+async def test_spawning_another_program_is_a_missing_program() -> None:
+    launcher = imex_inproc.InProcessImex(hosts_file=Path("/nonexistent"))
+    with pytest.raises(FileNotFoundError):
+        await launcher.spawn(["nvidia-smi"], env=None, cwd=None, parent_death_signal=None)
