@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compute_domains.bench import churn, compare, drivers, report, rounds, writes
-from compute_domains.cli import benchdrivers, options, tools
+from compute_domains.cli import benchdrivers, options, simoptions, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
@@ -123,12 +123,14 @@ def group() -> None:
 @click.option("--repeats", default=3, show_default=True, help="Rounds per driver.")
 @click.option("--name", default="bench", show_default=True, help="Name of the sims it starts.")
 @click.option("--keep", is_flag=True, help="Leave the last round's sim running afterwards.")
+@simoptions.NODES_MODE
 @benchdrivers.driver_options
 def formation_cmd(
     sizes: str,
     repeats: int,
     name: str,
     keep: bool,
+    nodes_mode: str,
     driver_args: tuple[str, ...],
     set_args: tuple[str, ...],
     namespace_args: tuple[str, ...],
@@ -169,9 +171,11 @@ def formation_cmd(
                 sizes=ns,
                 keep=keep and rnd is plan[-1],
                 say=console.print,
+                nodes_mode=nodes_mode,
             )
         )
     doc = rounds.document(specs, done)
+    doc["nodes_mode"] = nodes_mode  # virtual: node components' CPU is the sim process's
     console.print(_table(doc["results"]))
     side = len(specs) > 1 or specs[0].name != drivers.OURS
     out = _write(console, "sidebyside" if side else "formation", doc)

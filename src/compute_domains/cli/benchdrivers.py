@@ -109,7 +109,12 @@ def specs(
 
 @contextlib.contextmanager
 def fresh_sim(
-    name: str, bin_dir: Path, racks: int, spec: drivers.DriverSpec, keep: bool
+    name: str,
+    bin_dir: Path,
+    racks: int,
+    spec: drivers.DriverSpec,
+    keep: bool,
+    nodes_mode: str = "process",
 ) -> Iterator[rounds.SimHandle]:
     """A new sim without any driver for one round (the round installs it); stopped afterwards."""
     paths = state.SimPaths(options.sim_home(), name)
@@ -128,6 +133,7 @@ def fresh_sim(
         shape=topology.Shape(racks=racks),
         patience=True,
         image_map=spec.image_map,
+        nodes_mode=nodes_mode,
     )
     try:
         recorded = state.read_state(paths)
@@ -153,11 +159,12 @@ def run_round(
     sizes: list[int],
     keep: bool,
     say: rounds.Say,
+    nodes_mode: str = "process",
 ) -> rounds.RoundResult:
     """One round in its own sim; a sim that does not start fails this round, not the rest."""
     load = os.getloadavg()[0]
     try:
-        with fresh_sim(name, bin_dir, racks, rnd.driver, keep) as sim:
+        with fresh_sim(name, bin_dir, racks, rnd.driver, keep, nodes_mode) as sim:
             return asyncio.run(rounds.run_round(rnd, sim, sizes, say))
     except errors.SimError as err:
         say(f"round {rnd.index + 1} ({rnd.driver.name}): the sim did not start: {err}")

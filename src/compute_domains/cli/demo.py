@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from compute_domains.api import computedomain, names
-from compute_domains.cli import options, tools, viewmodel
+from compute_domains.cli import options, simoptions, tools, viewmodel
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
@@ -102,7 +102,8 @@ def _formed(snap: dict[str, Any]) -> bool:
     show_default=True,
     help="Racks of 18 GB200 nodes (2 is the seeds' A4X shape).",
 )
-def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
+@simoptions.NODES_MODE
+def demo(name: str, keep: bool, timeout: int, racks: int, nodes_mode: str) -> None:
     """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster."""
     console = Console()
     t0 = time.monotonic()
@@ -120,6 +121,7 @@ def demo(name: str, keep: bool, timeout: int, racks: int) -> None:
             shape=topology.Shape(racks=racks),
             chart=options.chart_dir(),
             patience=True,
+            nodes_mode=nodes_mode,
         )
     console.print(f"cluster and driver up in {time.monotonic() - t1:.1f}s")
     kc, bins = paths.kubeconfig, toolset.bin_dir
