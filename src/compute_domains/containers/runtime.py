@@ -7,8 +7,9 @@ the project's own image runs the project's entry points, ``pause`` sleeps, anyth
 the container's command with the host's tools. A command that does not exist fails the
 container with exit code 127, as a real runtime reports a start error.
 
-Size: about 320 lines for one role, running containers; the container model beside it is what
-callers hand to this runtime.
+Size: about 360 lines for one role, running containers; the container model beside it is what
+callers hand to this runtime, and ``ContainerChild`` what it hands back (a process here; an
+in-process task in ``containers.virtual``, the virtual-node runtime built on this one).
 """
 
 from __future__ import annotations
