@@ -125,6 +125,7 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
         imex=imexconfig.ImexFilesSettings(
             config_path=opts["imex_config"],
             nodes_config_path=opts["imex_nodes_config"],
+            nodes_config_name=opts.get("imex_nodes_config_name"),
             template_path=opts["imex_config_template"],
         ),
         imex_command=(opts["imex_binary"],),

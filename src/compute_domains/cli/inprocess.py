@@ -163,6 +163,9 @@ async def run_daemon(view: virtual.View) -> int:
     started = steps.boottime()
     opts = resolve(daemon_command(), view.argv[3:], view.env)
     _configure_log(view, opts["log_verbosity"], opts["log_format"])
+    # imexd.cfg names the nodes file as every container of the domain sees it (IMEX and the
+    # workloads mount the domain folder); the daemon writes it through the node's folder.
+    opts["imex_nodes_config_name"] = opts["imex_nodes_config"]
     _local(opts, view, "imex_config", "imex_nodes_config", "imex_config_template", "hosts_file")
     in_cluster(opts, view)
     metrics = daemon_metrics.DaemonMetrics()
@@ -171,7 +174,7 @@ async def run_daemon(view: virtual.View) -> int:
     )
     settings = daemon_cli.daemon_settings(opts)
     timeline.mark(steps.SETTINGS_LOADED)
-    imex = imex_inproc.InProcessImex(hosts_file=view.host_path("/etc/hosts"))
+    imex = imex_inproc.InProcessImex(view.host_path)
     await daemon_cli.run_daemon(settings, metrics, timeline, imex)
     return 0
 

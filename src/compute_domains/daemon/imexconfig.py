@@ -38,7 +38,13 @@ class ImexFilesSettings:
     """The IMEX daemon config we render; ``nvidia-imex -c`` and ``nvidia-imex-ctl -c`` read it."""
 
     nodes_config_path: Path = Path("/imexd/nodes.cfg")
-    """The node list IMEX reads once at start (``IMEX_NODE_CONFIG_FILE``)."""
+    """The node list IMEX reads once at start, where we write it."""
+
+    nodes_config_name: Path | None = None
+    """The node list's path written into the config (``IMEX_NODE_CONFIG_FILE``), as IMEX and
+    the domain's workloads see it through their mount of the domain folder; None:
+    ``nodes_config_path`` (a process sees the files where IMEX does; a daemon hosted in a
+    simulator process writes through the node's folder instead)."""
 
     template_path: Path | None = Path("/imexd/imexd.cfg.tmpl")
     """Template placed by the kubelet plugin; None, or a missing file, uses the built-in one."""
@@ -136,7 +142,7 @@ def render_imex_config(template: str, *, pod_ip: str, settings: ImexFilesSetting
         raise errors.ConfigError(f"pod IP {pod_ip!r} is not an IP address") from err
     fields = {
         "IMEXCmdBindInterfaceIP": pod_ip,
-        "IMEXDaemonNodesConfigPath": str(settings.nodes_config_path),
+        "IMEXDaemonNodesConfigPath": str(settings.nodes_config_name or settings.nodes_config_path),
         "IMEXServerPort": str(settings.server_port),
         "IMEXCmdPort": str(settings.cmd_port),
     }

@@ -12,6 +12,7 @@ the simulator should not make probes look expensive. ``imex_ctl`` builds ``-N``/
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TextIO
 
@@ -59,9 +60,10 @@ def endpoint(opts: CtlOptions, config: imex_config.ImexConfig | None) -> Endpoin
 
 
 def load(
-    opts: CtlOptions, *, nodes_needed: bool
+    opts: CtlOptions, *, nodes_needed: bool, paths: Callable[[Path], Path] | None = None
 ) -> tuple[imex_config.ImexConfig | None, list[str]]:
-    """The config and node entries the invocation needs (CtlError with the tool's wording)."""
+    """The config and node entries the invocation needs (CtlError with the tool's wording);
+    ``paths``: where this process opens a file the config names (as named by default)."""
     direct = opts.tcp is not None or opts.unix is not None
     if direct and not nodes_needed:
         return None, []
@@ -69,8 +71,9 @@ def load(
         config = imex_config.load_config(opts.config_path)
     except OSError as err:
         raise CtlError(f"Failed to open config file {opts.config_path}: {err.strerror}") from err
+    nodes_file = config.node_config_file if paths is None else paths(config.node_config_file)
     try:
-        entries = imex_config.read_nodes_file(config.node_config_file)
+        entries = imex_config.read_nodes_file(nodes_file)
     except OSError as err:
         status = 255 if opts.action != "q" else 1
         raise CtlError(
@@ -79,12 +82,13 @@ def load(
     return config, entries
 
 
-def query(opts: CtlOptions, out: TextIO) -> None:
-    """``-q``: print the local daemon's state word (``imex_query.query``).
+def query(opts: CtlOptions, out: TextIO, paths: Callable[[Path], Path] | None = None) -> None:
+    """``-q``: print the local daemon's state word (``imex_query.query``; ``paths`` as for
+    :func:`load`).
 
     Raises:
         CtlError: No config, no endpoint, or no daemon answered (the message to print).
     """
-    config, _ = load(opts, nodes_needed=False)
+    config, _ = load(opts, nodes_needed=False, paths=paths)
     where = endpoint(opts, config)
     imex_query.query((where.tcp, where.unix), opts.timeout, out)

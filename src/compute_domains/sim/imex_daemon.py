@@ -35,6 +35,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from compute_domains.sim import imex_cmd, imex_config, imex_links, imex_log, imex_peers
@@ -51,11 +52,14 @@ class ImexDaemon:
         rng: random.Random | None = None,
         stream: TextIO | None = None,
         own_signals: bool = True,
+        paths: Callable[[Path], Path] | None = None,
     ) -> None:
         """Args: options: the command line's; rng: backoff jitter; stream: where the log goes
         without a log file (stderr by default); own_signals: install the process's signal
-        handlers (False when it runs in a process of others: :meth:`deliver` then)."""
+        handlers (False when it runs in a process of others: :meth:`deliver` then); paths:
+        where this process opens a file its config names (as named, in its own process)."""
         self._opts = options
+        self._paths = paths
         self._stream = stream if stream is not None else sys.stderr
         self._own_signals = own_signals
         self._handlers: dict[int, Callable[[], None]] = {}
@@ -83,6 +87,13 @@ class ImexDaemon:
             return 1
         if self._opts.port is not None:
             config = dataclasses.replace(config, server_port=self._opts.port)
+        if self._paths is not None:
+            config = dataclasses.replace(
+                config,
+                node_config_file=self._paths(config.node_config_file),
+                log_file_name=config.log_file_name and str(self._paths(Path(config.log_file_name))),
+                cmd_unix_path=config.cmd_unix_path and str(self._paths(Path(config.cmd_unix_path))),
+            )
         log = imex_log.open_log(
             config.log_file_name,
             append=config.log_append,

@@ -10,10 +10,13 @@ cancels it. ``run(["nvidia-imex-ctl", ..., "-q"])`` asks the daemon's command se
 as the ctl program does (``imex_ctlbase.query``, in a worker thread).
 
 Invariant: the command line is parsed by the stand-in's own parsers, so a flag the program
-would refuse fails here the same way (exit status 2). Only the stand-in's default hosts file
-(``/etc/hosts`` in the container) is given by the launcher: the container's hosts file on the
-node. Only ``nvidia-imex`` and ``nvidia-imex-ctl`` (by base name) are known; any other program
-is missing (FileNotFoundError / 127), as in a container without it.
+would refuse fails here the same way (exit status 2). Paths on the command line are the
+launching daemon's own and used as given; the paths a program finds by itself are the
+container's, opened where the container's mounts put them (``host_path``): the stand-in's
+default hosts file ``/etc/hosts`` and the files its config names (``IMEX_NODE_CONFIG_FILE``,
+which every container of the domain reads as ``/imexd/nodes.cfg``). Only ``nvidia-imex`` and
+``nvidia-imex-ctl`` (by base name) are known; any other program is missing
+(FileNotFoundError / 127), as in a container without it.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ import dataclasses
 import io
 import itertools
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from compute_domains.sim import imex, imex_config, imex_ctlbase, imex_daemon
 
 _IMEX = "nvidia-imex"
 _CTL = "nvidia-imex-ctl"
+_DEFAULT_HOSTS = Path("/etc/hosts")
 _PIDS = itertools.count(1 << 22)
 """Stand-in pids: above Linux's largest pid (2**22), so never a real process's."""
 
@@ -105,10 +109,11 @@ class ImexChild:
 class InProcessImex:
     """A daemon's launcher that runs the IMEX stand-in in this process."""
 
-    def __init__(self, *, hosts_file: Path) -> None:
-        """Args: hosts_file: the container's ``/etc/hosts`` on the node (the stand-in's
-        default hosts file)."""
-        self._hosts_file = hosts_file
+    def __init__(self, host_path: Callable[[Path], Path]) -> None:
+        """Args: host_path: where a path inside the container is (``View.host_path``): the
+        stand-in's default hosts file, ``/etc/hosts``, and the paths its config names are the
+        container's. Paths on its command line are the launching daemon's own, used as given."""
+        self._host_path = host_path
 
     async def spawn(
         self,
@@ -133,10 +138,15 @@ class InProcessImex:
         except SystemExit as exit_:
             raise OSError(f"nvidia-imex refused its arguments (status {exit_.code})") from None
         options = imex.imex_options(args)
-        if options.hosts_file == Path("/etc/hosts"):
-            options = _with_hosts(options, self._hosts_file)
+        if options.hosts_file == _DEFAULT_HOSTS:  # the stand-in's default: the container's
+            options = _with_hosts(options, self._host_path(_DEFAULT_HOSTS))
         stderr = asyncio.StreamReader()
-        daemon = imex_daemon.ImexDaemon(options, stream=_Feed(stderr), own_signals=False)
+        daemon = imex_daemon.ImexDaemon(
+            options,
+            stream=_Feed(stderr),
+            own_signals=False,
+            paths=self._host_path,
+        )
         return ImexChild(daemon, stderr)
 
     async def run(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
@@ -155,7 +165,7 @@ class InProcessImex:
 
         def query() -> int:
             try:
-                imex_ctlbase.query(_with_timeout(options, timeout), out)
+                imex_ctlbase.query(_with_timeout(options, timeout), out, self._host_path)
             except imex_ctlbase.CtlError as failure:
                 out.write(f"{failure}\n")
                 return failure.status

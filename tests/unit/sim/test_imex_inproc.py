@@ -26,21 +26,33 @@ async def _lines_until(stream: asyncio.StreamReader, mark: str) -> str:
 
 
 class Node:
-    """One node's IMEX files: config, shared nodes file, its container's hosts file."""
+    """One node's IMEX files, as its daemon container sees them: ``/imexd`` (the domain
+    folder, whose config names ``/imexd/nodes.cfg``) and ``/etc/hosts``."""
 
     def __init__(self, tmp: Path, i: int, port: int, cmd_port: int) -> None:
-        self.cfg = tmp / f"imexd-{i}.cfg"
+        self.domain = tmp / f"domain-{i}"
+        self.domain.mkdir()
         self.hosts = tmp / f"hosts-{i}"
-        nodes = tmp / "nodes.cfg"
-        nodes.write_text("".join(f"compute-domain-daemon-{k:04d}\n" for k in range(len(IPS))))
+        self.cfg = self.domain / "imexd.cfg"
+        (self.domain / "nodes.cfg").write_text(
+            "".join(f"compute-domain-daemon-{k:04d}\n" for k in range(len(IPS)))
+        )
         self.hosts.write_text(
             "".join(f"{a}\tcompute-domain-daemon-{k:04d}\n" for k, a in enumerate(IPS))
         )
         self.cfg.write_text(
-            f"LOG_FILE_NAME=\nSERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE={nodes}\n"
+            f"LOG_FILE_NAME=\nSERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n"
             f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP={IPS[i]}\nIMEX_CMD_PORT={cmd_port}\n"
         )
-        self.launcher = imex_inproc.InProcessImex(hosts_file=self.hosts)
+        self.launcher = imex_inproc.InProcessImex(self.host_path)
+
+    def host_path(self, inside: Path) -> Path:
+        """The container's mounts: ``/imexd`` and ``/etc/hosts``."""
+        if inside == Path("/etc/hosts"):
+            return self.hosts
+        if inside.is_relative_to("/imexd"):
+            return self.domain / inside.relative_to("/imexd")
+        return inside
 
     async def query(self) -> tuple[int, str]:
         return await self.launcher.run(["nvidia-imex-ctl", "-c", str(self.cfg), "-q"], 3.0)
@@ -61,7 +73,8 @@ async def test_two_daemons_in_one_process_are_ready_reload_and_stop(nodes: list[
     ]
     for child in children:
         assert child.stderr is not None
-        # Read through its own hosts file: both peers resolve and connect.
+        # The nodes file its config names and its hosts file are the container's: both peers
+        # resolve and connect.
         await _lines_until(child.stderr, "Connection established to node 1")
     for n in nodes:
         assert await n.query() == (0, "READY\n")
@@ -100,12 +113,12 @@ async def test_a_killed_daemon_exits_with_sigkill_status(nodes: list[Node]) -> N
     ],
 )
 async def test_other_runs_fail_as_the_programs_would(argv: list[str], status: int) -> None:
-    launcher = imex_inproc.InProcessImex(hosts_file=Path("/nonexistent"))
+    launcher = imex_inproc.InProcessImex(lambda inside: inside)
     rc, _ = await launcher.run(argv, 1.0)
     assert rc == status
 
 
 async def test_spawning_another_program_is_a_missing_program() -> None:
-    launcher = imex_inproc.InProcessImex(hosts_file=Path("/nonexistent"))
+    launcher = imex_inproc.InProcessImex(lambda inside: inside)
     with pytest.raises(FileNotFoundError):
         await launcher.spawn(["nvidia-smi"], env=None, cwd=None, parent_death_signal=None)
