@@ -41,8 +41,8 @@ from compute_domains.infra import logroute
 
 logger = logging.getLogger(__name__)
 
-_PIDS = itertools.count(1 << 23)
-"""Stand-in pids of in-process containers: above Linux's largest pid (2**22)."""
+_FIRST_PID = 1 << 23
+"""First stand-in pid of a runtime's in-process containers: above Linux's largest (2**22)."""
 _PAUSE = ("sleep", "infinity")
 
 
@@ -105,9 +105,11 @@ class _Exit:
 class TaskChild:
     """An in-process container's program (``runtime.ContainerChild``)."""
 
-    def __init__(self, name: str, program: Program, view: View, sink: logroute.Sink) -> None:
+    def __init__(
+        self, name: str, program: Program, view: View, sink: logroute.Sink, pid: int
+    ) -> None:
         self.name = name
-        self.pid = next(_PIDS)
+        self.pid = pid
         self.log_path = sink.path
         self._sink = sink
         self._stopping = False
@@ -193,6 +195,7 @@ class VirtualRuntime(runtime.Runtime):
     ) -> None:
         super().__init__(settings, state_dir)
         self._programs = programs
+        self._pids = itertools.count(_FIRST_PID)
         logroute.install()
 
     def view(self, cid: str, cfg: runtime.ContainerConfig, sink: logroute.Sink | None) -> View:
@@ -224,7 +227,7 @@ class VirtualRuntime(runtime.Runtime):
             return await super().start(cid, cfg, log_path)
         (self.container_dir(cid) / "tmp").mkdir(parents=True, exist_ok=True)
         sink = logroute.Sink(log_path)
-        child = TaskChild(cid, program, dataclasses.replace(view, log=sink), sink)
+        child = TaskChild(cid, program, dataclasses.replace(view, log=sink), sink, next(self._pids))
         return runtime.Running(child=child, spec_path=self.container_dir(cid) / "spec.json")
 
     async def spawn(

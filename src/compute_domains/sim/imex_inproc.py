@@ -34,8 +34,9 @@ from compute_domains.sim import imex, imex_config, imex_ctlbase, imex_daemon
 _IMEX = "nvidia-imex"
 _CTL = "nvidia-imex-ctl"
 _DEFAULT_HOSTS = Path("/etc/hosts")
-_PIDS = itertools.count(1 << 22)
-"""Stand-in pids: above Linux's largest pid (2**22), so never a real process's."""
+_FIRST_PID = 1 << 22
+"""First stand-in pid of a launcher's children: above Linux's largest pid (2**22), so never a
+real process's."""
 
 
 class _Feed(io.StringIO):
@@ -60,8 +61,10 @@ class ImexChild:
     """One in-process ``nvidia-imex``: the shape of ``asyncio.subprocess.Process`` the daemon's
     supervisor uses."""
 
-    def __init__(self, daemon: imex_daemon.ImexDaemon, stderr: asyncio.StreamReader) -> None:
-        self.pid = next(_PIDS)
+    def __init__(
+        self, daemon: imex_daemon.ImexDaemon, stderr: asyncio.StreamReader, pid: int
+    ) -> None:
+        self.pid = pid
         self.stdout: asyncio.StreamReader | None = asyncio.StreamReader()
         self.stderr: asyncio.StreamReader | None = stderr
         self.returncode: int | None = None
@@ -114,6 +117,7 @@ class InProcessImex:
         stand-in's default hosts file, ``/etc/hosts``, and the paths its config names are the
         container's. Paths on its command line are the launching daemon's own, used as given."""
         self._host_path = host_path
+        self._pids = itertools.count(_FIRST_PID)
 
     async def spawn(
         self,
@@ -147,7 +151,7 @@ class InProcessImex:
             own_signals=False,
             paths=self._host_path,
         )
-        return ImexChild(daemon, stderr)
+        return ImexChild(daemon, stderr, next(self._pids))
 
     async def run(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
         """``nvidia-imex-ctl <args>`` (``-q`` only) to its end: (status, merged output)."""
