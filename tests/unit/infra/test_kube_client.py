@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lightkube.core.exceptions import ConfigError
 
-from compute_domains.infra.kube import client
+from compute_domains.infra import kube as client
 
 
 def test_an_explicit_api_server_uses_the_given_service_account(tmp_path: Path) -> None:
