@@ -17,6 +17,7 @@ def test_an_explicit_api_server_uses_the_given_service_account(tmp_path: Path) -
     cfg = client.load_config(
         client.KubeSettings(service_account_dir=tmp_path, api_server="https://127.0.0.9:6443")
     ).get()
+    assert cfg is not None and cfg.user is not None
     assert cfg.cluster.server == "https://127.0.0.9:6443"
     assert cfg.cluster.certificate_auth == str(tmp_path / "ca.crt")
     assert cfg.user.token == "tok" and cfg.namespace == "drv"

@@ -16,7 +16,7 @@ IPS = ("127.0.0.21", "127.0.0.22")
 
 
 async def _lines_until(stream: asyncio.StreamReader, mark: str) -> str:
-    seen = []
+    seen: list[str] = []
     while True:
         raw = await asyncio.wait_for(stream.readline(), 5.0)
         assert raw, f"EOF before {mark!r}: {''.join(seen)}"
