@@ -331,7 +331,7 @@ def _descendants(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[2])
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
