@@ -207,10 +207,16 @@ class OutgoingLink:
                 except OSError:
                     return "lost"
                 wake = asyncio.create_task(self._wake.wait())
-                done, _ = await asyncio.wait(
-                    {frames, wake}, timeout=ctx.ping_interval, return_when=asyncio.FIRST_COMPLETED
-                )
-                wake.cancel()
+                try:
+                    done, _ = await asyncio.wait(
+                        {frames, wake},
+                        timeout=ctx.ping_interval,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    # Also when the link is cancelled (its daemon stops): a pending task left
+                    # behind would be destroyed pending in a process that goes on (in-process).
+                    wake.cancel()
                 if frames in done:
                     return frames.result()
                 if wake in done:
