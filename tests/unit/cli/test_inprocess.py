@@ -84,7 +84,7 @@ def test_daemon_parameters_build_its_settings() -> None:
         "CLIQUE_ID": "c.1",
         "MAX_NODES_PER_IMEX_DOMAIN": "4",
     }
-    opts = inprocess.resolve(daemon_cli.run, [], env)
+    opts = inprocess.resolve(inprocess.daemon_command(), [], env)
     settings = daemon_cli.daemon_settings(opts)
     assert settings.identity.clique_id == "c.1" and settings.max_nodes == 4
     assert settings.imex.config_path == Path("/imexd/imexd.cfg")
