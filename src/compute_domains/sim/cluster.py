@@ -75,7 +75,7 @@ class SimSettings:
     nodes_mode: NodesMode = "process"
     """How the nodes' containers run: ``process`` (a process each, in its own view: fidelity,
     and any driver's images) or ``virtual`` (the project's components, ``pause`` and the
-    programs ``programs`` knows as tasks of this process: scale; docs/decisions/0009)."""
+    programs ``programs`` knows as tasks of this process: scale; docs/decisions/0010)."""
     programs: virtual.Programs | None = None
     """Virtual mode: which containers run in-process (the CLI's table of the project's
     commands); None runs only ``pause`` in-process."""
