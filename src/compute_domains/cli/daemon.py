@@ -136,12 +136,7 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
         peers=PeerSettings(
             hosts_file=opts["hosts_file"], unfilled_address=opts["unfilled_slot_address"] or None
         ),
-        kube=kube.KubeSettings(
-            kubeconfig=opts["kubeconfig"],
-            service_account_dir=opts.get("service_account_dir"),
-            api_server=opts.get("api_server"),
-            field_manager="compute-domain-daemon",
-        ),
+        kube=serving.component_kube(opts, "compute-domain-daemon"),
         metrics_port=opts["metrics_port"],
     )
     settings.validate()

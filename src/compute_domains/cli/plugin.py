@@ -22,7 +22,6 @@ import click
 
 from compute_domains.api import featuregates
 from compute_domains.cli import serving
-from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
 
 logger = logging.getLogger(__name__)
@@ -215,12 +214,7 @@ def plugin_settings(opts: Mapping[str, Any]) -> config.PluginSettings:
         metrics=config.MetricsSettings(
             port=opts["metrics_port"], bind_address=opts["metrics_address"]
         ),
-        kube=kube.KubeSettings(
-            kubeconfig=opts["kubeconfig"],
-            service_account_dir=opts.get("service_account_dir"),
-            api_server=opts.get("api_server"),
-            field_manager="compute-domain-plugin",
-        ),
+        kube=serving.component_kube(opts, "compute-domain-plugin"),
         channel_slots=opts["channel_slots"],
         strict_fabric=opts["strict_fabric"],
         health_port=opts["healthcheck_port"],

@@ -15,11 +15,11 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from compute_domains.infra import logs
+from compute_domains.infra import kube, logs
 
 if TYPE_CHECKING:
     import click
@@ -108,6 +108,18 @@ def setup_logs(level: str, log_format: str) -> logs.LogFormat:
         fmt,
     )
     return fmt
+
+
+def component_kube(opts: Mapping[str, Any], field_manager: str) -> kube.KubeSettings:
+    """The API access of a component that runs in a pod (plugin, daemon): a kubeconfig when
+    given, else the pod's ServiceAccount (``service_account_dir``, ``api_server`` come from
+    ``cli/inprocess`` on virtual nodes)."""
+    return kube.KubeSettings(
+        kubeconfig=opts["kubeconfig"],
+        service_account_dir=opts.get("service_account_dir"),
+        api_server=opts.get("api_server"),
+        field_manager=field_manager,
+    )
 
 
 async def serve(run: Coroutine[Any, Any, None], name: str, shutdown_timeout: float) -> None:

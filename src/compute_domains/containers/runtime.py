@@ -15,7 +15,6 @@ in-process task in ``containers.virtual``, the virtual-node runtime built on thi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -28,6 +27,7 @@ from typing import Protocol
 
 import compute_domains
 from compute_domains.containers import procs
+from compute_domains.infra import subproc
 
 logger = logging.getLogger(__name__)
 
@@ -301,24 +301,11 @@ class Runtime:
         timeout: float,
     ) -> tuple[int, str]:
         """Run ``argv`` inside a running container's view; (exit code, output). 124 on timeout."""
-        proc = await asyncio.create_subprocess_exec(
-            *self._enter_argv(running, argv),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            # container_init sets the parent-death signal itself (no Python between fork
-            # and exec in this gRPC-using process).
+        # container_init sets the parent-death signal itself (no Python between fork and exec
+        # in this gRPC-using process).
+        return await subproc.run_merged(
+            self._enter_argv(running, argv), timeout, timed_out_output="probe timed out"
         )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return 124, "probe timed out"
-        rc = proc.returncode
-        assert rc is not None
-        return rc, out.decode(errors="replace")
 
     def remove(self, cid: str) -> None:
         """Remove a stopped container's folder (its mounts died with its namespace)."""

@@ -16,12 +16,12 @@ merged), 124 when it outlived ``timeout`` (then it is killed), 127 when it canno
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from compute_domains.daemon import childproc
+from compute_domains.infra import subproc
 
 
 class Child(Protocol):
@@ -96,21 +96,6 @@ class ProcessLauncher:
     async def run(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
         """A child process with merged output, killed after ``timeout``."""
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+            return await subproc.run_merged(argv, timeout)
         except OSError as err:
             return 127, f"cannot run {argv[0]}: {err}"
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return 124, ""
-        rc = proc.returncode
-        assert rc is not None
-        return rc, out.decode(errors="replace")

@@ -22,7 +22,7 @@ first Ready report needs none of it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 CREATE = "create"
@@ -83,32 +83,37 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         m = self._m
-        conflicts = CounterMetricFamily(
-            f"{PREFIX}_clique_conflicts",
+        yield _family(
+            CounterMetricFamily,
+            "clique_conflicts",
             "Clique writes refused because the clique changed under them; retried on a re-read.",
-            labels=["verb"],
+            "verb",
+            m.clique_conflicts,
         )
-        for verb, count in m.clique_conflicts.items():
-            conflicts.add_metric([verb], count)
-        yield conflicts
-        steps = GaugeMetricFamily(
-            f"{PREFIX}_startup_step_seconds",
+        yield _family(
+            GaugeMetricFamily,
+            "startup_step_seconds",
             "Seconds from the process start until the start-up step was done.",
-            labels=["step"],
+            "step",
+            m.startup_steps,
         )
-        for step, seconds in m.startup_steps.items():
-            steps.add_metric([step], seconds)
-        yield steps
-        checks = CounterMetricFamily(
-            f"{PREFIX}_imex_checks",
+        yield _family(
+            CounterMetricFamily,
+            "imex_checks",
             "The daemon's own IMEX checks (nvidia-imex-ctl -q), by result.",
-            labels=["result"],
+            "result",
+            m.imex_checks,
         )
-        for result, count in m.imex_checks.items():
-            checks.add_metric([result], count)
-        yield checks
         yield GaugeMetricFamily(
             f"{PREFIX}_imex_ready",
             "1 while the daemon's latest own IMEX check saw READY, else 0.",
             value=m.imex_ready,
         )
+
+
+def _family(kind: Any, name: str, doc: str, label: str, values: Mapping[str, float]) -> Any:
+    """One labelled metric family (``kind``: a prometheus_client ``*MetricFamily`` class)."""
+    family = kind(f"{PREFIX}_{name}", doc, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
