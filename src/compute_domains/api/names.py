@@ -105,6 +105,16 @@ controller's writes tests it and counts it up, so two writers of indices can nev
 from the same state; the daemons' own writes never touch it."""
 
 
+WARM_NODES_ANNOTATION: Final = "compute-domains/warm-nodes"
+"""On a ComputeDomain (ours only; NVIDIA's driver ignores it): a label selector of the nodes that
+get the CD's daemon before any workload claim is prepared there (warm spares, issue 16). Its own
+prefix, not NVIDIA's group, because it is our addition to their manifests."""
+
+WARM_FOR_LABEL: Final = "compute-domains/warm-for"
+"""Node label set by the controller on the nodes a CD's ``WARM_NODES_ANNOTATION`` selects: the
+CD's UID. The CD's DaemonSet runs there, and the plugin treats the node as held by that CD."""
+
+
 def clique_object_name(domain_uid: str, clique_id: str) -> str:
     """Name of the ComputeDomainClique of one CD and one clique: ``<cdUID>.<cliqueID>``."""
     return f"{domain_uid}.{clique_id}"
