@@ -48,10 +48,20 @@ demo: setup
 	$(BIN)/cdctl demo
 
 ## bench: formation and churn benchmarks on the simulator, then the tables in docs/benchmarks.md
+## BENCH_LARGE=1 adds the scale runs (issue 15): virtual nodes, N = BENCH_LARGE_SIZES one pod per
+## node, then NVIDIA's issue #816 shape (256 pods, 4 per node); an hour or more, never in CI.
 BENCH_SIZES ?= 4,18,36
+BENCH_LARGE ?=
+BENCH_LARGE_SIZES ?= 72,288,1152
 bench: setup
 	$(BIN)/cdctl bench formation --sizes $(BENCH_SIZES)
 	$(BIN)/cdctl bench churn
+ifneq ($(BENCH_LARGE),)
+	$(BIN)/cdctl bench formation --nodes-mode virtual --repeats 1 --prefix scale \
+	  --sizes $(BENCH_LARGE_SIZES)
+	$(BIN)/cdctl bench formation --nodes-mode virtual --repeats 1 --prefix scale816 \
+	  --sizes 256 --pods-per-node 4
+endif
 	$(BIN)/cdctl bench report
 
 lint: $(STAMP)

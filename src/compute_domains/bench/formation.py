@@ -1,14 +1,15 @@
 """``cdctl bench formation``: how fast a ComputeDomain forms and tears down, and what it costs.
 
-For each N, in a running sim with the driver installed: create a ComputeDomain and a Deployment
-of N pods (one per node: each asks for all 4 GPUs of a node; podAffinity on the NVLink clique
-when N fits in one rack, like the seed example), then measure from the apply to
+For each N, in a running sim with the driver installed: create a ComputeDomain and N pods
+(``bench.placement``: one per node asking for all its GPUs by default, podAffinity on the NVLink
+clique when they fit in one rack like the seed example, pinned per rack beyond; or several pods
+per node sharing its GPUs), then measure from the apply to
 
 * every daemon pod Ready,
 * every workload pod Running and Ready (its channel was injected: the plugin only returns the
   channel once the node's daemon is Ready),
 * every daemon's own Ready report (its entry in the clique object),
-* the ComputeDomain ``Ready`` with N nodes,
+* the ComputeDomain ``Ready`` with all its nodes (N ÷ pods per node),
 
 then check from each workload container's log that it saw its channel (``bench.channels``),
 read the daemons' own start-up step timings from their logs (``bench.daemonsteps``), then
@@ -71,6 +72,8 @@ class Run:
     daemon_steps: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     """The daemons' start-up steps over the run's daemons (``bench.daemonsteps.summarize``);
     empty for a driver whose daemons do not log them."""
+    pods_per_node: int = 1
+    """Workload pods per domain node (NVIDIA's issue #816 shape: 4); N is the pod count."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -130,6 +133,7 @@ async def one_run(
     name: str,
     timeout: float = 600,
     on_formed: Callable[[], object] | None = None,
+    pods_per_node: int = 1,
 ) -> Run:
     """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
     between the two (e.g. to sample CPU use per phase)."""
@@ -137,7 +141,13 @@ async def one_run(
     before = await request_counts(fetch)
     failed_before = await failure_counts(fetch)
     uid, observer, waiting = await observe.apply(
-        client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
+        client,
+        n,
+        ns=ns,
+        driver_ns=driver_ns,
+        name=name,
+        timeout=timeout,
+        pods_per_node=pods_per_node,
     )
     await waiting
     marks = observer.marks
@@ -172,6 +182,7 @@ async def one_run(
         load_end=os.getloadavg()[0],
         channel_problems=missing_channels,
         daemon_steps=steps,
+        pods_per_node=pods_per_node,
     )
 
 
@@ -188,7 +199,11 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
         "writes_formation_no_leases",
         "writes_teardown",
     )
-    out: dict[str, Any] = {"n": runs[0].n, "repeats": len(runs)}
+    out: dict[str, Any] = {
+        "n": runs[0].n,
+        "nodes": runs[0].n // runs[0].pods_per_node,
+        "repeats": len(runs),
+    }
     for f in fields:
         values = [float(getattr(r, f)) for r in runs]
         out[f] = {"median": statistics.median(values), "min": min(values), "max": max(values)}

@@ -1,9 +1,9 @@
 """What the benchmarks watch: the workload they create, formation milestones, leftovers.
 
-Shared by ``formation`` (timings) and ``churn`` (consistency under create/delete load): the
-manifests of one ComputeDomain plus a Deployment of N single-node pods, an ``Observer`` that
-timestamps each formation milestone when its watch event arrives, and ``leftovers`` that lists
-whatever of a deleted domain is still in the cluster.
+Shared by ``formation`` (timings) and ``churn`` (consistency under create/delete load): applying
+one ComputeDomain plus the Deployments of its N pods (``placement`` says where they go), an
+``Observer`` that timestamps each formation milestone when its watch event arrives, and
+``leftovers`` that lists whatever of a deleted domain is still in the cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import clique, computedomain, names
+from compute_domains.bench import placement
 from compute_domains.infra import kube
 
 
@@ -43,49 +44,22 @@ def stage(pod: Any) -> str:
     return "scheduled" if pod.spec and pod.spec.nodeName else "created"
 
 
-def manifests(n: int, ns: str, name: str, affinity: bool) -> tuple[dict[str, Any], Deployment]:
-    """The ComputeDomain ``name`` and a Deployment of ``n`` pods using its channel template."""
-    cd = {
-        "apiVersion": names.API_VERSION,
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}},
-    }
-    spec: dict[str, Any] = {
-        "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{name}-rct"}],
-        "terminationGracePeriodSeconds": 1,
-        "containers": [
-            {
-                "name": "ctr",
-                "image": "ubuntu:22.04",
-                "command": ["mnnvl-workload"],
-                "resources": {"claims": [{"name": "cd"}], "limits": {"nvidia.com/gpu": 4}},
-            }
-        ],
-    }
-    if affinity:
-        spec["affinity"] = {
-            "podAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {"matchLabels": {"bench": name}},
-                        "topologyKey": names.GPU_CLIQUE_LABEL,
-                    }
-                ]
-            }
-        }
-    dep = Deployment.from_dict(
-        {
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "replicas": n,
-                "selector": {"matchLabels": {"bench": name}},
-                "template": {"metadata": {"labels": {"bench": name}}, "spec": spec},
-            },
-        }
-    )
-    assert isinstance(dep, Deployment)
-    return cd, dep
+async def gpu_nodes(client: AsyncClient) -> list[placement.GpuNode]:
+    """The cluster's GPU nodes, as ``placement.plan`` takes them."""
+    out = []
+    async for node in client.list(Node):
+        labels = dict(node.metadata.labels or {}) if node.metadata else {}
+        gpus = int(((node.status.capacity or {}) if node.status else {}).get("nvidia.com/gpu", 0))
+        if gpus and node.metadata and node.metadata.name:
+            out.append(
+                placement.GpuNode(
+                    name=node.metadata.name,
+                    cluster_uuid=labels.get(placement.CLUSTER_UUID_LABEL, ""),
+                    clique=placement.clique_of(labels),
+                    gpus=gpus,
+                )
+            )
+    return out
 
 
 async def wait_until(check: Any, timeout: float) -> float:
@@ -110,6 +84,7 @@ class Observer:
         client: AsyncClient,
         n: int,
         *,
+        nodes: int | None = None,
         ns: str,
         driver_ns: str,
         name: str,
@@ -117,6 +92,8 @@ class Observer:
         t0: float,
     ) -> None:
         self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
+        self._nodes = n if nodes is None else nodes
+        """Domain nodes: daemons, clique entries and CD nodes expected (pods ÷ pods per node)."""
         self._name, self._uid, self._t0 = name, uid, t0
         self._daemons: dict[str, str] = {}
         self._workloads: dict[str, str] = {}
@@ -127,23 +104,26 @@ class Observer:
 
     def _evaluate(self) -> None:
         now = time.monotonic() - self._t0
-        n = self._n
-        # Intermediate milestones, for the phase breakdown: every stage reached by all N.
-        for prefix, table in (("daemon", self._daemons), ("workload", self._workloads)):
+        n, nodes = self._n, self._nodes
+        # Intermediate milestones, for the phase breakdown: every stage reached by all of them.
+        for prefix, table, want in (
+            ("daemon", self._daemons, nodes),
+            ("workload", self._workloads, n),
+        ):
             for stage in _STAGES[:-1]:
-                if sum(_STAGES.index(v) >= _STAGES.index(stage) for v in table.values()) >= n:
+                if sum(_STAGES.index(v) >= _STAGES.index(stage) for v in table.values()) >= want:
                     self.marks.setdefault(f"{prefix}s_{stage}", now)
-        if sum(v == "ready" for v in self._daemons.values()) >= n:
+        if sum(v == "ready" for v in self._daemons.values()) >= nodes:
             self.marks.setdefault("daemons", now)
         if sum(v == "ready" for v in self._workloads.values()) >= n:
             self.marks.setdefault("workloads", now)
         entries = [d for ds in self._cliques.values() for d in ds]
-        if len(entries) >= n:
+        if len(entries) >= nodes:
             self.marks.setdefault("cliques_registered", now)
-        if sum(1 for d in entries if d.get("status") == "Ready") >= n:
+        if sum(1 for d in entries if d.get("status") == "Ready") >= nodes:
             self.marks.setdefault("cliques", now)
-        nodes = self._cd.get("nodes") or []
-        if self._cd.get("status") == "Ready" and len(nodes) == n:
+        listed = self._cd.get("nodes") or []
+        if self._cd.get("status") == "Ready" and len(listed) == nodes:
             self.marks.setdefault("cd", now)
         if {"daemons", "workloads", "cliques", "cd"} <= set(self.marks):
             self.done.set()
@@ -260,18 +240,33 @@ async def leftovers(
 
 
 async def apply(
-    client: AsyncClient, n: int, *, ns: str, driver_ns: str, name: str, timeout: float
+    client: AsyncClient,
+    n: int,
+    *,
+    ns: str,
+    driver_ns: str,
+    name: str,
+    timeout: float,
+    pods_per_node: int = 1,
 ) -> tuple[str, Observer, asyncio.Task[None]]:
-    """Create the CD ``name`` and its ``n``-pod workload; returns the CD's UID, the observer
-    that timestamps from this moment, and the task that ends when every milestone was seen
-    (it raises TimeoutError after ``timeout`` seconds)."""
-    cd_doc, dep = manifests(n, ns, name, affinity=n <= 18)
+    """Create the CD ``name`` and its ``n``-pod workload (``pods_per_node`` on each node);
+    returns the CD's UID, the observer that timestamps from this moment, and the task that ends
+    when every milestone was seen (it raises TimeoutError after ``timeout`` seconds).
+
+    Raises:
+        placement.PlacementError: the cluster cannot hold that workload (nothing was created).
+    """
+    groups = placement.plan(n, pods_per_node, await gpu_nodes(client))
+    cd_doc, deployments = placement.manifests(n, ns, name, groups)
     t0 = time.monotonic()
     created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
     uid = str(created.metadata.uid)  # type: ignore[union-attr]
-    observer = Observer(client, n, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0)
+    observer = Observer(
+        client, n, nodes=n // pods_per_node, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0
+    )
     waiting = asyncio.create_task(observer.wait(timeout))
-    await client.create(dep)
+    for dep in deployments:
+        await client.create(dep)
     return uid, observer, waiting
 
 
@@ -279,7 +274,9 @@ async def delete_and_wait(
     client: AsyncClient, *, uid: str, ns: str, name: str, driver_ns: str, timeout: float
 ) -> float:
     """Delete the workload and the CD; seconds until nothing of them is left (TimeoutError)."""
-    await client.delete(Deployment, name, namespace=ns)
+    async for dep in client.list(Deployment, namespace=ns, labels={"bench": name}):
+        assert dep.metadata is not None and dep.metadata.name is not None
+        await client.delete(Deployment, dep.metadata.name, namespace=ns)
     await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
 
     async def gone() -> bool:

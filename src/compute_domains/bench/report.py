@@ -41,11 +41,12 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
     ]
     for r in doc["results"]:
         no_lease = r.get("writes_formation_no_leases", r["writes_formation"])["median"]
+        per_node = no_lease / r.get("nodes", r["n"])  # N pods on N / pods-per-node nodes
         rows.append(
             f"| {r['n']} | {r['repeats']} | {_span(r['daemons_ready_s'])} | "
             f"{_span(r['workloads_running_s'])} | {_span(r['cd_ready_s'])} | "
             f"{_span(r['last_daemon_to_cd_ready_s'], 2)} | {_span(r['teardown_s'])} | "
-            f"{r['writes_formation']['median']:.0f} | {no_lease:.0f} | {no_lease / r['n']:.1f} | "
+            f"{r['writes_formation']['median']:.0f} | {no_lease:.0f} | {per_node:.1f} | "
             f"{r['cpu_s'].get('driver controller', 0.0):.1f} s | "
             f"{r['cpu_s'].get('kubelet plugins', 0.0):.1f} s |"
         )

@@ -29,7 +29,7 @@ from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
-from compute_domains.bench import cpu, drivers, formation, install, observe
+from compute_domains.bench import cpu, drivers, formation, install, observe, placement
 from compute_domains.infra import errors, kube
 
 Say = Callable[[str], object]
@@ -132,6 +132,7 @@ async def _sizes(
     sizes: Sequence[int],
     result: RoundResult,
     say: Say,
+    pods_per_node: int,
 ) -> None:
     fetch = _metrics_fetch(sim)
     ns = await _namespace(client)
@@ -149,8 +150,9 @@ async def _sizes(
                     driver_ns=rnd.driver.namespace,
                     name=f"cd-{n}-{rnd.repeat}",
                     on_formed=functools.partial(_append_sample, formed, sim.root_pid),
+                    pods_per_node=pods_per_node,
                 )
-            except TimeoutError as err:
+            except (TimeoutError, placement.PlacementError) as err:
                 # Keep what was measured; larger N would not form either in this round.
                 result.failures.append(f"{tag} N={n}: {err}")
                 say(f"{tag} N={n}: {err}")
@@ -170,9 +172,10 @@ async def _sizes(
 
 
 async def run_round(
-    rnd: drivers.Round, sim: SimHandle, sizes: Sequence[int], say: Say
+    rnd: drivers.Round, sim: SimHandle, sizes: Sequence[int], say: Say, pods_per_node: int = 1
 ) -> RoundResult:
-    """Install ``rnd.driver`` into the running ``sim`` and run every size once."""
+    """Install ``rnd.driver`` into the running ``sim`` and run every size once (``sizes`` are
+    pod counts, ``pods_per_node`` of them on each domain node)."""
     spec = rnd.driver
     result = RoundResult(
         index=rnd.index,
@@ -191,7 +194,7 @@ async def run_round(
             f"round {rnd.index + 1}: {spec.name} installed in {result.install_s:.1f}s, "
             f"ready {result.ready_s:.1f}s later"
         )
-        await _sizes(client, rnd, sim, sizes, result, say)
+        await _sizes(client, rnd, sim, sizes, result, say, pods_per_node)
     except (errors.ComputeDomainsError, TimeoutError) as err:
         # Not fatal to the invocation: the other drivers' rounds still tell something.
         result.failures.append(f"round {rnd.index + 1} ({spec.name}): {err}")

@@ -62,7 +62,7 @@ def _table(results: list[dict[str, Any]]) -> Table:
             cell(res, "last_daemon_to_cd_ready_s", 2),
             cell(res, "teardown_s"),
             f"{res['writes_formation']['median']:.0f}",
-            f"{res['writes_formation_no_leases']['median'] / res['n']:.1f}",
+            f"{res['writes_formation_no_leases']['median'] / res.get('nodes', res['n']):.1f}",
             f"{res['cpu_s'].get('driver controller', 0.0):.1f}s",
             f"{res['cpu_s'].get('kubelet plugins', 0.0):.1f}s",
         )
@@ -91,11 +91,13 @@ def _sim(
             lifecycle.stop(paths)
 
 
-def _write(console: Console, kind: str, doc: dict[str, Any]) -> Path:
-    """Write a result document under bench/results/ with the machine it ran on."""
+def _write(console: Console, kind: str, doc: dict[str, Any], prefix: str = "") -> Path:
+    """Write a result document under bench/results/ with the machine it ran on; a ``prefix``
+    keeps a one-off run out of the tables ``cdctl bench report`` builds from the newest
+    ``formation-*``/``sidebyside-*`` files."""
     out_dir = options.repo_root() / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = out_dir / f"{prefix + '-' if prefix else ''}{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     load = os.getloadavg()[0]
     out.write_text(
         json.dumps(
@@ -118,18 +120,32 @@ def group() -> None:
     "--sizes",
     default="4,18,36",
     show_default=True,
-    help="Comma-separated pod counts N (one pod per node).",
+    help="Comma-separated pod counts N (--pods-per-node on each domain node).",
+)
+@click.option(
+    "--pods-per-node",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Workload pods per domain node, sharing its GPUs (NVIDIA's issue #816 shape: 4).",
 )
 @click.option("--repeats", default=3, show_default=True, help="Rounds per driver.")
 @click.option("--name", default="bench", show_default=True, help="Name of the sims it starts.")
 @click.option("--keep", is_flag=True, help="Leave the last round's sim running afterwards.")
+@click.option(
+    "--prefix",
+    default="",
+    help="Result file name prefix (e.g. scale): keeps one-off runs out of `bench report`.",
+)
 @simoptions.NODES_MODE
 @benchdrivers.driver_options
 def formation_cmd(
     sizes: str,
+    pods_per_node: int,
     repeats: int,
     name: str,
     keep: bool,
+    prefix: str,
     nodes_mode: str,
     driver_args: tuple[str, ...],
     set_args: tuple[str, ...],
@@ -154,7 +170,8 @@ def formation_cmd(
         ours_namespace=_DRIVER_NS,
     )
     bin_dir = tools.build_tools(console).bin_dir
-    racks = max(1, math.ceil(max(ns) / 18))
+    # Sizes are pod counts; the domain spans pods / pods-per-node nodes, 18 to a rack.
+    racks = max(1, math.ceil(max(ns) / pods_per_node / 18))
     plan = drivers.plan(specs, repeats)
     done: list[rounds.RoundResult] = []
     for rnd in plan:
@@ -172,13 +189,15 @@ def formation_cmd(
                 keep=keep and rnd is plan[-1],
                 say=console.print,
                 nodes_mode=nodes_mode,
+                pods_per_node=pods_per_node,
             )
         )
     doc = rounds.document(specs, done)
-    doc["nodes_mode"] = nodes_mode  # virtual: node components' CPU is the sim process's
+    doc["nodes_mode"] = nodes_mode
+    doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
     console.print(_table(doc["results"]))
     side = len(specs) > 1 or specs[0].name != drivers.OURS
-    out = _write(console, "sidebyside" if side else "formation", doc)
+    out = _write(console, "sidebyside" if side else "formation", doc, prefix)
     if side:
         written = json.loads(out.read_text())  # with the machine and the final load
         console.print(compare.side_by_side(written, out.name), markup=False)

@@ -160,12 +160,13 @@ def run_round(
     keep: bool,
     say: rounds.Say,
     nodes_mode: str = "process",
+    pods_per_node: int = 1,
 ) -> rounds.RoundResult:
     """One round in its own sim; a sim that does not start fails this round, not the rest."""
     load = os.getloadavg()[0]
     try:
         with fresh_sim(name, bin_dir, racks, rnd.driver, keep, nodes_mode) as sim:
-            return asyncio.run(rounds.run_round(rnd, sim, sizes, say))
+            return asyncio.run(rounds.run_round(rnd, sim, sizes, say, pods_per_node))
     except errors.SimError as err:
         say(f"round {rnd.index + 1} ({rnd.driver.name}): the sim did not start: {err}")
         failed = rounds.RoundResult(
