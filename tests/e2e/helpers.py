@@ -344,12 +344,13 @@ def _descendants(pid: int) -> list[int]:
 
 
 def component_processes(paths: state.SimPaths) -> list[str]:
-    """Command lines of the sim's processes that run a kubelet plugin, a daemon or IMEX: there
-    are such processes on process-mode nodes and none on virtual ones (they are tasks)."""
+    """Command lines of the sim's processes that run a kubelet plugin, a daemon, IMEX or the
+    workload stand-in: there are such processes on process-mode nodes and none on virtual ones
+    (they are tasks)."""
     recorded = state.read_state(paths)
     assert recorded is not None
     lines = [" ".join(procs.pid_cmdline(p)) for p in _descendants(recorded.supervisor_pid)]
-    marks = ("plugin run", "daemon run", "imex_main imex")
+    marks = ("plugin run", "daemon run", "imex_main imex", "compute_domains.sim.workload")
     return [line for line in lines if any(m in line for m in marks)]
 
 

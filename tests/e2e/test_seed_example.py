@@ -127,13 +127,14 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
     assert len(cliques) == 1
     daemons = await helpers.daemon_pods(admin, uid)
     assert len(daemons) == 18 and all(helpers.ready(p) for p in daemons)
-    # Process-mode nodes run the plugin, the daemons and IMEX as processes; virtual ones as
-    # tasks of the sim's process (the same code: this very test passes on both).
+    # Process-mode nodes run the plugin, the daemons, IMEX and the workloads as processes;
+    # virtual ones as tasks of the sim's process (the same code: this very test passes on both).
     running = helpers.component_processes(rack_sim)
     if helpers.nodes_mode(rack_sim) == "virtual":
         assert running == [], running
     else:
         assert any("daemon run" in line for line in running), running
+        assert any("compute_domains.sim.workload" in line for line in running), running
 
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):

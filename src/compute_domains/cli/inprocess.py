@@ -21,6 +21,10 @@ a process:
    format.
 
 A stop is the task's cancellation, the component's graceful stop as after SIGTERM.
+
+The simulator's own workload stand-in (``mnnvl-workload``, when the container's PATH finds the
+wrapper this installation wrote) runs in-process too (``sim.workload_inproc``): at hundreds of
+pods a process each, not the driver, is what a virtual-node sim could not hold.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon import steps
 from compute_domains.plugin import app as plugin_app
 from compute_domains.plugin import discovery, nvmllib
-from compute_domains.sim import imex_inproc
+from compute_domains.sim import imex_inproc, standins, workload_inproc
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod's ServiceAccount token, CA and namespace are mounted."""
+
+_WORKLOAD = "mnnvl-workload"
 
 
 def resolve(command: click.Command, args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
@@ -181,11 +187,17 @@ async def run_daemon(view: virtual.View) -> int:
 
 def programs(project_bin: Path) -> virtual.Programs:
     """The table of in-process programs: this installation's ``cdctl`` (found in
-    ``project_bin`` on the container's PATH) running ``plugin run`` or ``daemon run``."""
+    ``project_bin`` on the container's PATH) running ``plugin run`` or ``daemon run``, and the
+    simulator's ``mnnvl-workload`` stand-in."""
     ours = project_bin / "cdctl"
 
     def lookup(view: virtual.View) -> virtual.Program | None:
         argv = view.argv
+        if argv and Path(argv[0]).name == _WORKLOAD:
+            found = shutil.which(argv[0], path=view.env.get("PATH", ""))
+            if found is not None and standins.runs_here(Path(found), _WORKLOAD):
+                return workload_inproc.run
+            return None
         if len(argv) < 3 or argv[0] not in ("cdctl", str(ours)):
             return None
         found = shutil.which(argv[0], path=view.env.get("PATH", ""))

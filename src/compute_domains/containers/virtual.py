@@ -57,6 +57,10 @@ class View:
     target wins."""
     address: str = ""
     """The container's IP (its pod IP)."""
+    devices: tuple[runtime.DeviceNode, ...] = ()
+    """The device nodes a process container would find in its ``/dev`` (CDI edits)."""
+    hostname: str = ""
+    """The container's host name (its pod's name)."""
     log: logroute.Sink | None = None
     """The container's log (the program sets its level and format from its flags)."""
 
@@ -212,6 +216,8 @@ class VirtualRuntime(runtime.Runtime):
             env=dict(cfg.env),
             mounts=(*mounts, *cfg.mounts),
             address=cfg.address,
+            devices=cfg.devices,
+            hostname=cfg.hostname,
             log=sink,
         )
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from compute_domains.sim import imex_ctlbase, imex_log, imex_report, imex_wire
@@ -42,8 +44,10 @@ async def _ask(endpoint: imex_ctlbase.Endpoint, request: imex_wire.Message) -> i
     return reply
 
 
-async def _domain(opts: imex_ctlbase.CtlOptions, out: TextIO) -> None:
-    config, entries = imex_ctlbase.load(opts, nodes_needed=True)
+async def _domain(
+    opts: imex_ctlbase.CtlOptions, out: TextIO, paths: Callable[[Path], Path] | None = None
+) -> None:
+    config, entries = imex_ctlbase.load(opts, nodes_needed=True, paths=paths)
     endpoint = imex_ctlbase.endpoint(opts, config)
     request = {"t": "domain", "hostnames": opts.host_names}
     rows = [imex_report.NodeRow.unavailable(k, host) for k, host in enumerate(entries)]
@@ -68,18 +72,24 @@ async def _domain(opts: imex_ctlbase.CtlOptions, out: TextIO) -> None:
     out.flush()
 
 
-async def run_ctl(opts: imex_ctlbase.CtlOptions, out: TextIO, err: TextIO) -> int:
-    """Carry out one invocation; its exit status."""
+async def run_ctl(
+    opts: imex_ctlbase.CtlOptions,
+    out: TextIO,
+    err: TextIO,
+    paths: Callable[[Path], Path] | None = None,
+) -> int:
+    """Carry out one invocation; its exit status (``paths``: where this process opens a file
+    the config names, as ``imex_ctlbase.load`` takes it)."""
     try:
         if opts.action == "q":
-            imex_ctlbase.query(opts, out)
+            imex_ctlbase.query(opts, out, paths)
         elif opts.action == "N":
-            await _domain(opts, out)
+            await _domain(opts, out, paths)
         else:
             loop = asyncio.get_running_loop()
             deadline = None if opts.timeout is None else loop.time() + opts.timeout
             while deadline is None or loop.time() < deadline:
-                await _domain(opts, out)
+                await _domain(opts, out, paths)
                 await asyncio.sleep(1.0)
     except imex_ctlbase.CtlError as failure:
         err.write(f"{failure}\n")

@@ -18,11 +18,24 @@ _COMMANDS = {
 }
 
 
+def _script(module: str, python: str) -> str:
+    return f'#!/bin/sh\nexec {python} -m {module} "$@"\n'
+
+
 def install(bin_dir: Path, python: str = sys.executable) -> Path:
     """Write the wrappers into ``bin_dir``; returns it."""
     for name, module in _COMMANDS.items():
-        script = f'#!/bin/sh\nexec {python} -m {module} "$@"\n'
-        atomicfile.write_atomic(bin_dir / name, script, mode=0o755)
+        atomicfile.write_atomic(bin_dir / name, _script(module, python), mode=0o755)
     for gone in ("nvidia-imex", "nvidia-imex-ctl"):  # written by earlier versions
         (bin_dir / gone).unlink(missing_ok=True)
     return bin_dir
+
+
+def runs_here(path: Path, name: str, python: str = sys.executable) -> bool:
+    """True when ``path`` is stand-in ``name`` as ``install`` wrote it for ``python``: the same
+    code this process has, so a virtual node may run it as a task (``sim.workload_inproc``)."""
+    module = _COMMANDS.get(name)
+    try:
+        return module is not None and path.read_text() == _script(module, python)
+    except OSError:
+        return False

@@ -34,9 +34,9 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol
 
 CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
 DEFAULT_CONFIG = Path("/imexd/imexd.cfg")
@@ -123,13 +123,49 @@ def hostname_ordinal(hostname: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-class Workload:
-    """One run of the stand-in (see the module docstring)."""
+class Output(Protocol):
+    """Where the program's lines go: its stdout, or a virtual node's container log."""
 
-    def __init__(self, args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> None:
+    def write(self, text: str, /) -> int:
+        """Append ``text``; how many characters were taken."""
+        ...
+
+    def flush(self) -> None:
+        """Push what was written out (each line is the container's log as it happens)."""
+        ...
+
+
+Query = Callable[[Path], Awaitable[str]]
+"""Ask the local IMEX daemon named by a daemon config (a path in the container) for ``-N``."""
+
+
+class Workload:
+    """One run of the stand-in (see the module docstring).
+
+    A process runs it on its own container's view (the defaults). On a virtual node
+    (``sim.workload_inproc``) the same code runs as a task: ``path`` maps a container path to
+    where it is on the node, ``found_channels`` lists the channel device nodes the runtime
+    gave the container, ``query`` asks the daemon without a process, ``hostname`` is the pod's.
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        env: Mapping[str, str],
+        out: Output,
+        *,
+        path: Callable[[Path], Path] = Path,
+        found_channels: Callable[[], list[Channel]] | None = None,
+        query: Query | None = None,
+        hostname: str = "",
+    ) -> None:
         self._args = args
         self._env = env
         self._out = out
+        self._path = path
+        self._channels = found_channels or (lambda: channels(Path(args.channel_dir)))
+        self._ask = query or self._ask_process
+        self._hostname = hostname or socket.gethostname()
 
     def say(self, line: str) -> None:
         """Print one line, flushed (it is the container's log)."""
@@ -141,24 +177,25 @@ class Workload:
         given = self._args.imex_config or self._env.get("COMPUTE_DOMAIN_IMEX_CONFIG")
         if given:
             return Path(given), f"config {given}"
-        if DEFAULT_CONFIG.is_file():
+        if self._path(DEFAULT_CONFIG).is_file():
             return DEFAULT_CONFIG, f"config {DEFAULT_CONFIG}"
         address = self._env.get("COMPUTE_DOMAIN_IMEX_ADDRESS", "")
         if not address:
             return None
         host, _, port = address.rpartition(":") if address.count(":") == 1 else (address, "", "")
         host, port = host or address, port or "50005"
-        tmp = Path(tempfile.mkdtemp(prefix="mnnvl-"))
-        nodes = tmp / "nodes.cfg"
-        nodes.write_text("")  # -N needs one; it only lists nodes a silent daemon cannot report
-        cfg = tmp / "imexd.cfg"
-        cfg.write_text(
+        # Files in the container's own /tmp, named as the container sees them.
+        tmp = Path(tempfile.mkdtemp(prefix="mnnvl-", dir=self._path(Path("/tmp"))))
+        inside = Path("/tmp") / tmp.name
+        (tmp / "nodes.cfg").write_text("")  # -N needs one; it lists only nodes a silent
+        # daemon cannot report
+        (tmp / "imexd.cfg").write_text(
             f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP={host}\n"
-            f"IMEX_CMD_PORT={port}\nIMEX_NODE_CONFIG_FILE={nodes}\n"
+            f"IMEX_CMD_PORT={port}\nIMEX_NODE_CONFIG_FILE={inside / 'nodes.cfg'}\n"
         )
-        return cfg, f"COMPUTE_DOMAIN_IMEX_ADDRESS={host}:{port}"
+        return inside / "imexd.cfg", f"COMPUTE_DOMAIN_IMEX_ADDRESS={host}:{port}"
 
-    async def _query(self, cfg: Path) -> Domain | None:
+    async def _ask_process(self, cfg: Path) -> str:
         # By default the query goes through the simulator's own IMEX client, as a CUDA program
         # talks to IMEX through the driver: a user image has no nvidia-imex-ctl of its own.
         ctl = (
@@ -167,20 +204,24 @@ class Workload:
             else [sys.executable, "-m", "compute_domains.sim.imex_main", "ctl"]
         )
         argv = [*ctl, "-c", str(cfg), "-N", "-t", "5000"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 15)
+        return out.decode(errors="replace")
+
+    async def _query(self, cfg: Path) -> Domain | None:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-            )
-            out, _ = await asyncio.wait_for(proc.communicate(), 15)
+            text = await self._ask(cfg)
         except (OSError, TimeoutError) as err:
             self.say(f"IMEX query failed: {err}")
             return None
-        return parse_domain(out.decode(errors="replace"))
+        return parse_domain(text)
 
     async def run(self) -> int:
         """Report, wait for the domain, then follow it until cancelled."""
-        self.say(f"host {socket.gethostname()} starting")
-        found = channels(Path(self._args.channel_dir))
+        self.say(f"host {self._hostname} starting")
+        found = self._channels()
         if found:
             shown = ", ".join(f"{c.path} (char {c.major}:{c.minor})" for c in found[:4])
             more = f" and {len(found) - 4} more" if len(found) > 4 else ""
@@ -212,7 +253,7 @@ class Workload:
         rank = rank_from(self._env, self._args.rank)
         if rank is None and domain is not None and domain.local is not None:
             rank = domain.local, "local IMEX node ID (one pod per node)"
-        if rank is None and (ordinal := hostname_ordinal(socket.gethostname())) is not None:
+        if rank is None and (ordinal := hostname_ordinal(self._hostname)) is not None:
             rank = ordinal, "hostname ordinal"
         if rank is None:
             self.say("rank: unknown (no RANK/JOB_COMPLETION_INDEX, no IMEX node ID)")
@@ -241,7 +282,8 @@ class Workload:
                 last = domain
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The program's command line (also parsed by ``sim.workload_inproc``)."""
     p = argparse.ArgumentParser(prog="mnnvl-workload", description=__doc__.splitlines()[0])
     p.add_argument("--rank", type=int, default=None, help="this process's rank")
     p.add_argument("--imex-config", default=None, help="daemon config naming its endpoint")
@@ -256,7 +298,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run until SIGTERM/SIGINT; exit status 0."""
-    args = _parser().parse_args(list(argv))
+    args = parser().parse_args(list(argv))
 
     async def serve() -> int:
         task = asyncio.create_task(Workload(args, env, sys.stdout).run())

@@ -1,0 +1,116 @@
+"""The workload stand-in as a task of a virtual node (sim/workload_inproc.py): what it lists,
+what it asks, what it prints, and which containers run it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from compute_domains.containers import runtime, virtual
+from compute_domains.infra import logroute
+from compute_domains.sim import imex_wire, standins, workload, workload_inproc
+from compute_domains.sim.imex_wire import Link
+
+
+def _view(
+    tmp_path: Path, devices: tuple[runtime.DeviceNode, ...], log: logroute.Sink | None = None
+) -> virtual.View:
+    imexd = tmp_path / "domain"
+    imexd.mkdir()
+    (tmp_path / "tmp").mkdir()
+    return virtual.View(
+        argv=("mnnvl-workload", "--watch", "3600"),
+        env={},
+        mounts=(
+            runtime.Mount(source=str(imexd), target="/imexd"),
+            runtime.Mount(source=str(tmp_path / "tmp"), target="/tmp"),
+        ),
+        devices=devices,
+        hostname="job-7",
+        log=log,
+    )
+
+
+def test_lists_only_the_channel_char_devices_it_was_given_by_number(tmp_path: Path) -> None:
+    dev = "/dev/nvidia-caps-imex-channels"
+    view = _view(
+        tmp_path,
+        (
+            runtime.DeviceNode(path=f"{dev}/channel2", major=510, minor=2),
+            runtime.DeviceNode(path=f"{dev}/channel0", major=510, minor=0),
+            runtime.DeviceNode(path=f"{dev}/channelx", major=510, minor=9),
+            runtime.DeviceNode(path=f"{dev}/channel5", major=510, minor=5, type="b"),
+            runtime.DeviceNode(path="/dev/nvidia0", major=195, minor=0),
+        ),
+    )
+    found = workload_inproc.channels_of(view, dev)
+    assert found == [
+        workload.Channel(f"{dev}/channel0", 510, 0),
+        workload.Channel(f"{dev}/channel2", 510, 2),
+    ]
+
+
+async def test_reports_channels_and_an_up_domain_through_the_containers_config(
+    tmp_path: Path,
+) -> None:
+    # A real command service on loopback, answering -N as the IMEX stand-in's does.
+    nodes = [
+        {
+            "node": i,
+            "host": f"compute-domain-daemon-{i:04d}",
+            "state": "READY",
+            "version": "NO_GPU",
+            "connections": {"0": Link.CONNECTED.value, "1": Link.CONNECTED.value},
+        }
+        for i in range(2)
+    ]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await imex_wire.recv(reader)
+        await imex_wire.send(writer, {"t": "report", "local": 1, "nodes": nodes})
+        await imex_wire.close(writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dev = runtime.DeviceNode(path="/dev/nvidia-caps-imex-channels/channel0", major=510, minor=0)
+    sink = logroute.Sink(tmp_path / "log")
+    view = _view(tmp_path, (dev,), sink)
+    # The daemon config names its nodes file as the container sees it (/imexd/...).
+    (tmp_path / "domain" / "nodes.cfg").write_text("10.0.0.1\n10.0.0.2\n")
+    (tmp_path / "domain" / "imexd.cfg").write_text(
+        f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT={port}\n"
+        "IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n"
+    )
+    log = tmp_path / "log"
+    task = asyncio.create_task(workload_inproc.run(view))
+    try:
+        async with asyncio.timeout(30):
+            while "OK:" not in (log.read_text() if log.exists() else ""):
+                await asyncio.sleep(0.05)  # the log is a file: nothing to wait on but its text
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        server.close()
+        sink.close()
+    text = log.read_text()
+    assert "host job-7 starting" in text
+    assert "IMEX channels: 1: /dev/nvidia-caps-imex-channels/channel0 (char 510:0)" in text
+    assert "asking the local daemon via config /imexd/imexd.cfg" in text
+    assert "IMEX domain: UP, 2/2 configured nodes READY, this node is #1" in text
+    assert "rank: 1 (from local IMEX node ID" in text
+    assert "OK: channels=1 domain=UP" in text
+    assert text.rstrip().endswith("mnnvl-workload: stopping")
+
+
+def test_runs_in_process_only_the_wrapper_this_installation_wrote(tmp_path: Path) -> None:
+    ours = standins.install(tmp_path / "ours")
+    assert standins.runs_here(ours / "mnnvl-workload", "mnnvl-workload")
+    other = standins.install(tmp_path / "other", python="/opt/older/bin/python3")
+    assert not standins.runs_here(other / "mnnvl-workload", "mnnvl-workload")
+    assert not standins.runs_here(tmp_path / "missing", "mnnvl-workload")
+    assert not standins.runs_here(ours / "mnnvl-workload", "nvidia-imex")
+    assert sys.executable in (ours / "mnnvl-workload").read_text()
