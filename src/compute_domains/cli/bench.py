@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, compare, drivers, report, rounds, writes
+from compute_domains.bench import churn, compare, drivers, report, rounds, scale, writes
 from compute_domains.cli import benchdrivers, options, simoptions, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
@@ -324,6 +324,7 @@ def report_cmd(doc_path: Path | None) -> None:
             continue
         path, doc = found
         blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
+    blocks["scale"] = scale.table(root / "bench" / "results")  # every scale run, issue 15
     try:
         text = report.update_doc(doc_path.read_text(), blocks)
         doc_path.write_text(writes.update_doc(text, root / "bench" / "results"))
