@@ -6,7 +6,8 @@ Watched (spec §5, narrowed to what we use):
   present; pods also indexed by node;
 - ResourceClaimTemplates, all namespaces, with that label (both targets);
 - ComputeDomainCliques in the driver namespace;
-- Nodes, all (a daemon's node may already have lost its label); indexed by that label;
+- Nodes, all (a daemon's node may already have lost its label); indexed by that label and by
+  the warm-spare label ``compute-domains/warm-for`` (``warm``);
 - ResourceClaims, all namespaces, indexed by the CD UID of their channel config
   (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
   that a CD's deletion waits for.
@@ -14,7 +15,9 @@ Watched (spec §5, narrowed to what we use):
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
 and template changes are enqueued at once; pod, clique, claim and node-health changes after the
 short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only
-when its readiness or its CD label changed, or it was deleted. Daemon pod and clique changes
+when its readiness or its CD label changed, or it was deleted; a change of a Node's labels (or
+a Node added or deleted) also goes, at once, to every CD with the warm-nodes annotation and to
+the CDs its warm label named. Daemon pod and clique changes
 also go to the index assigner (``assigner``), which keeps its own queue.
 """
 
@@ -42,6 +45,7 @@ logger = logging.getLogger(__name__)
 Enqueue = Callable[[str, float], None]
 Assign = Callable[[str], None]
 CD_INDEX = "cd"
+WARM_INDEX = "warm"
 UID_INDEX = "uid"
 NODE_INDEX = "node"
 
@@ -130,7 +134,7 @@ class Caches:
             Node,
             name="nodes",
             namespace=None,
-            indexers=by_cd,
+            indexers={**by_cd, WARM_INDEX: informer.label_indexer(names.WARM_FOR_LABEL)},
             on_change=self._node_changed,
             **common,
         )
@@ -186,14 +190,18 @@ class Caches:
         found: set[str] = set()
         for inf in (self.daemonsets, self.templates, self.cliques, self.nodes):
             found |= inf.index_values(CD_INDEX)
-        return found
+        return found | self.nodes.index_values(WARM_INDEX)
 
     def has_leftovers(self, domain_uid: str) -> bool:
         """Whether any object the controller cleans up still names CD ``domain_uid``."""
-        return any(
+        return bool(self.nodes.by_index(WARM_INDEX, domain_uid)) or any(
             inf.by_index(CD_INDEX, domain_uid)
             for inf in (self.daemonsets, self.templates, self.cliques, self.nodes)
         )
+
+    def warm_nodes_of(self, domain_uid: str) -> list[Node]:
+        """The cached nodes that carry CD ``domain_uid``'s warm label."""
+        return self.nodes.by_index(WARM_INDEX, domain_uid)
 
     def status_counts(self) -> list[str | None]:
         """``status.status`` of every cached CD (None where never written)."""
@@ -259,6 +267,7 @@ class Caches:
             self._enqueue(domain_uid, self._coalesce)
 
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
+        self._warm_routing(old, new)
         labels = {_label(old), _label(new)} - {None}
         if old is not None and new is not None and _label(old) == _label(new):
             if node_is_ready(old) == node_is_ready(new):
@@ -269,3 +278,16 @@ class Caches:
             labels.add(_label(pod))
         for domain_uid in labels - {None}:
             self._enqueue(str(domain_uid), self._coalesce)
+
+    def _warm_routing(self, old: Node | None, new: Node | None) -> None:
+        """A node's labels changed (or it came or went): the CDs whose warm nodes it may be."""
+        before = (old.metadata.labels if old is not None and old.metadata else None) or {}
+        after = (new.metadata.labels if new is not None and new.metadata else None) or {}
+        if old is not None and new is not None and before == after:
+            return
+        uids = {before.get(names.WARM_FOR_LABEL), after.get(names.WARM_FOR_LABEL)} - {None, ""}
+        for cd in self.cds.objects():
+            if names.WARM_NODES_ANNOTATION in (cd.metadata.annotations or {}) and cd.metadata.uid:
+                uids.add(cd.metadata.uid)
+        for domain_uid in uids:
+            self._enqueue(str(domain_uid), 0.0)

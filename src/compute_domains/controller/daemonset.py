@@ -19,6 +19,10 @@ Rendering follows upstream (spec §7.3) field for field, with these deliberate d
   scheduled ahead of other pending pods, issue 15) and cpu/memory with requests equal to
   limits, which gives the daemon pods Guaranteed QoS (upstream sets neither).
 
+Warm spares (``warm``, issue 16): for a CD with the ``compute-domains/warm-nodes`` annotation the
+node selector becomes a required node affinity, the CD's label OR its warm-spare label; for any
+other CD the rendering is unchanged, so an upgrade restarts no daemon.
+
 Identity: name ``computedomain-daemon-<cdUID>`` in the driver namespace, label and finalizer
 ``resource.nvidia.com/computeDomain``, no owner references (the controller deletes it). The
 pod template selects nodes labelled with the CD's UID, tolerates every taint, and claims the
@@ -31,6 +35,7 @@ from typing import Final
 
 from lightkube.models.apps_v1 import DaemonSetSpec
 from lightkube.models.core_v1 import (
+    Affinity,
     Container,
     ContainerPort,
     EnvVar,
@@ -38,6 +43,10 @@ from lightkube.models.core_v1 import (
     ExecAction,
     HTTPGetAction,
     LocalObjectReference,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
     ObjectFieldSelector,
     PodResourceClaim,
     PodSpec,
@@ -117,8 +126,31 @@ def _resources(settings: config.DaemonSettings) -> ResourceRequirements:
     )
 
 
-def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) -> DaemonSet:
-    """The DaemonSet of the CD with UID ``domain_uid`` in the driver ``namespace``."""
+def _term(key: str, value: str) -> NodeSelectorTerm:
+    return NodeSelectorTerm(
+        matchExpressions=[NodeSelectorRequirement(key=key, operator="In", values=[value])]
+    )
+
+
+def warm_affinity(domain_uid: str) -> Affinity:
+    """Nodes labelled for CD ``domain_uid`` by a claim (``computeDomain``) OR as its warm spares."""
+    terms = [_term(names.COMPUTE_DOMAIN_LABEL, domain_uid), _term(names.WARM_FOR_LABEL, domain_uid)]
+    return Affinity(
+        nodeAffinity=NodeAffinity(
+            requiredDuringSchedulingIgnoredDuringExecution=NodeSelector(nodeSelectorTerms=terms)
+        )
+    )
+
+
+def render(
+    *, domain_uid: str, namespace: str, settings: config.DaemonSettings, warm: bool = False
+) -> DaemonSet:
+    """The DaemonSet of the CD with UID ``domain_uid`` in the driver ``namespace``.
+
+    ``warm`` (the CD has the warm-nodes annotation): a required node affinity with two ORed
+    terms, the CD's ``computeDomain`` label or its warm-spare label, replaces the node selector.
+    Without it the rendering is exactly that of before warm spares existed.
+    """
     name = names.daemon_object_name(domain_uid)
     labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
     container = Container(
@@ -139,7 +171,8 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
         priorityClassName=settings.priority_class_name or None,
         imagePullSecrets=[LocalObjectReference(name=s) for s in settings.image_pull_secrets]
         or None,
-        nodeSelector=dict(labels),
+        nodeSelector=None if warm else dict(labels),
+        affinity=warm_affinity(domain_uid) if warm else None,
         tolerations=[Toleration(operator="Exists", effect=e) for e in _TOLERATED_EFFECTS],
         resourceClaims=[
             PodResourceClaim(name=names.DAEMON_POD_CLAIM, resourceClaimTemplateName=name)
@@ -161,3 +194,19 @@ def render(*, domain_uid: str, namespace: str, settings: config.DaemonSettings) 
             ),
         ),
     )
+
+
+def is_warm(ds: DaemonSet) -> bool:
+    """Whether a DaemonSet (as stored) places its pods with the warm-spares node affinity."""
+    spec = ds.spec.template.spec if ds.spec is not None else None
+    return spec is not None and spec.affinity is not None and spec.affinity.nodeAffinity is not None
+
+
+def placement_patch(domain_uid: str, *, warm: bool) -> dict[str, object]:
+    """A merge patch that gives a stored DaemonSet the placement ``render`` would give it now."""
+    labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
+    placement: dict[str, object] = {
+        "nodeSelector": None if warm else labels,
+        "affinity": warm_affinity(domain_uid).to_dict() if warm else None,
+    }
+    return {"spec": {"template": {"spec": placement}}}

@@ -11,7 +11,9 @@ once the finalizer is in place:
 4. the status, derived from cache (``status.derive``) and written only when it differs, as one
    JSON-patch replace of ``/status``; node transitions become Events;
 5. (beside the reconcile, with its own queue: clique indices and pruning, ``assigner``).
-Existing objects are never updated (spec is immutable); ours found terminating while the CD
+Existing objects are never updated (spec is immutable), with one exception: the DaemonSet's
+placement follows the CD's warm-nodes annotation (``warm``: it labels the selected nodes, and the
+DaemonSet's node affinity adds them); ours found terminating while the CD
 lives lose our finalizer so they go, and are created again on the next pass.
 
 A CD being deleted *waits for its workload*, as Kubernetes' PVC protection does: while any of
@@ -48,6 +50,7 @@ from compute_domains.controller import (
     metrics,
     statussync,
     teardown,
+    warm,
 )
 from compute_domains.infra import errors
 
@@ -73,6 +76,7 @@ class Reconciler:
         self._events = recorder
         self._metrics = meter
         self._teardown = teardown.Teardown(api, namespace=settings.namespace)
+        self._warm = warm.WarmNodes(api, recorder)
         self._announced: dict[str, frozenset[str]] = {}
         """CD UID → the pods a ``WaitingForWorkload`` Event named (while its deletion waits)."""
         self._status = statussync.StatusSync(
@@ -93,6 +97,7 @@ class Reconciler:
         raw = self._cache.cd(domain_uid)
         if raw is None:
             self._announced.pop(domain_uid, None)
+            self._warm.forget(domain_uid)
             if self._cache.has_leftovers(domain_uid):
                 await self._teardown.orphan(domain_uid)
             return
@@ -115,8 +120,15 @@ class Reconciler:
         await self._ensure_finalizer(raw)
         failures: list[errors.ComputeDomainsError] = []
         conflict = ""
+        selector = warm.annotation(raw)
+        warm_plan = warm.plan(domain_uid, selector, self._node_labels())
         try:
-            await self._ensure_daemon_objects(cd)
+            await self._ensure_daemon_objects(cd, warm_nodes=selector is not None)
+        except errors.ComputeDomainsError as err:
+            failures.append(err)
+        try:
+            nodes = {n.metadata.name or "": n for n in self._cache.nodes.objects() if n.metadata}
+            await self._warm.apply(domain_uid, warm_plan, nodes, statussync.target(raw))
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:
@@ -124,7 +136,11 @@ class Reconciler:
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:
-            await self._status.sync(cd, template_conflict=conflict)
+            await self._status.sync(
+                cd,
+                template_conflict=conflict,
+                extra=warm.condition(warm_plan, cd.metadata.generation or 0),
+            )
         except errors.ComputeDomainsError as err:
             failures.append(err)
         if conflict:
@@ -151,7 +167,11 @@ class Reconciler:
         except DecodeError:
             cd = None
         if cd is not None:
-            derived = await self._status.sync(cd, waited_for=waited_for)
+            selector = warm.annotation(raw)
+            cond = warm.condition(
+                warm.plan(domain_uid, selector, self._node_labels()), cd.metadata.generation or 0
+            )
+            derived = await self._status.sync(cd, waited_for=waited_for, extra=cond)
             cond = derived.condition(conditions.DELETING)
             message = cond.message if cond is not None else ""
         else:
@@ -165,6 +185,13 @@ class Reconciler:
             )
         return True
 
+    def _node_labels(self) -> list[tuple[str, dict[str, str]]]:
+        return [
+            (n.metadata.name or "", dict(n.metadata.labels or {}))
+            for n in self._cache.nodes.objects()
+            if n.metadata is not None
+        ]
+
     async def _ensure_finalizer(self, raw: Any) -> None:
         if names.FINALIZER in (raw.metadata.finalizers or []):
             return
@@ -177,7 +204,7 @@ class Reconciler:
         meta = obj.metadata
         await self._api.remove_finalizer(res, meta.name, names.FINALIZER, namespace=meta.namespace)
 
-    async def _ensure_daemon_objects(self, cd: ComputeDomain) -> None:
+    async def _ensure_daemon_objects(self, cd: ComputeDomain, *, warm_nodes: bool) -> None:
         ns = self._settings.namespace
         existing = self._cache.templates_of(cd.uid, names.TARGET_DAEMON)
         if not existing:
@@ -187,7 +214,9 @@ class Reconciler:
             await self._release_terminating(ResourceClaimTemplate, existing[0])
         found = self._cache.daemonsets.by_index(caches.CD_INDEX, cd.uid)
         if not found:
-            ds = daemonset.render(domain_uid=cd.uid, namespace=ns, settings=self._settings.daemon)
+            ds = daemonset.render(
+                domain_uid=cd.uid, namespace=ns, settings=self._settings.daemon, warm=warm_nodes
+            )
             if await self._create(ds, self._cache.daemonsets):
                 message = f"created DaemonSet {ns}/{ds.metadata.name} for the IMEX daemons"  # type: ignore[union-attr]
                 logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}"})
@@ -196,6 +225,25 @@ class Reconciler:
                 )
         elif found[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
             await self._release_terminating(DaemonSet, found[0])
+        elif daemonset.is_warm(found[0]) != warm_nodes:
+            await self._replace_placement(cd, found[0], warm_nodes=warm_nodes)
+
+    async def _replace_placement(
+        self, cd: ComputeDomain, ds: DaemonSet, *, warm_nodes: bool
+    ) -> None:
+        """The warm-nodes annotation came or went: re-render the DaemonSet's placement (its
+        pods roll; docs/warm-spares.md says to set the annotation at creation)."""
+        meta = ds.metadata
+        assert meta is not None and meta.name is not None
+        patch = daemonset.placement_patch(cd.uid, warm=warm_nodes)
+        updated = await self._api.patch(DaemonSet, meta.name, patch, namespace=meta.namespace)
+        self._cache.daemonsets.observe(updated)
+        logger.info(
+            "DaemonSet %s placement re-rendered (warm nodes %s)",
+            meta.name,
+            "on" if warm_nodes else "off",
+            extra={"cd": f"{cd.namespace}/{cd.name}"},
+        )
 
     async def _create(self, obj: Any, cache: Any) -> bool:
         try:

@@ -14,6 +14,9 @@ Rules (ours; upstream's §8.2 plus the truthfulness it lacks; docs/status.md for
   or its clique is full) it gets its entry of the previous status, or a new one (the Node's
   clique label, index -1, no IP), NotReady either way. So a member never drops out of the
   status while its workload is there; it leaves with its workload (and daemon).
+- A node that holds no workload claim (a warm spare, or a daemon whose workload left) is listed
+  only while its Node is Ready: a failed warm spare drops out (it holds nothing), while a node
+  that holds a workload keeps the rule above.
 - Node names are unique (the list-map key); the first entry of a node wins.
 - ``status.status`` and the conditions are ``verdict.judge``'s.
 """
@@ -154,13 +157,14 @@ def derive(
     template_conflict: str = "",
     waited_for: Sequence[str] | None = None,
     generation: int = 0,
+    extra: Sequence[conditions.Condition] = (),
 ) -> Derived:
     """The status of one CD.
 
     ``node_ready`` maps node name to readiness (absent = deleted); ``node_cliques`` a node's
     ``nvidia.com/gpu.clique`` label; ``waited_for`` the pods a deletion waits for (None: the CD
-    is not being deleted). Conditions come without ``lastTransitionTime`` (see
-    ``conditions.merged``).
+    is not being deleted); ``extra`` conditions (``WarmNodes``) are appended. Conditions come
+    without ``lastTransitionTime`` (see ``conditions.merged``).
     """
     cliques, pods = list(cliques), list(pods)
     by_node: dict[str, list[DaemonPod]] = {}
@@ -169,6 +173,8 @@ def derive(
             by_node.setdefault(pod.node_name, []).append(pod)
     entries = _daemon_entries(cliques, by_node, node_ready)
     workload_nodes = sorted({c.node for c in workload if c.placed})
+    for node in [n for n in entries if n not in workload_nodes and not node_ready.get(n, False)]:
+        del entries[node]  # holds nothing (a warm spare, or its workload left) and is down
     for node in workload_nodes:
         if node not in entries:
             entries[node] = _held_entry(node, previous, by_node.get(node, []), node_cliques or {})
@@ -194,6 +200,7 @@ def derive(
             template_conflict=template_conflict,
             waited_for=None if waited_for is None else tuple(waited_for),
             generation=generation,
+            extra=tuple(extra),
         )
     )
     st = ComputeDomainStatus(

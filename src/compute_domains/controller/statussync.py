@@ -95,11 +95,13 @@ class StatusSync:
         *,
         template_conflict: str = "",
         waited_for: list[str] | None = None,
+        extra: conditions.Condition | None = None,
     ) -> ComputeDomainStatus:
         """Write CD ``cd``'s status if it changed.
 
         ``template_conflict`` is the reason its workload template could not be made;
-        ``waited_for`` the pods its deletion waits for (None while it is not being deleted).
+        ``waited_for`` the pods its deletion waits for (None while it is not being deleted);
+        ``extra`` a condition judged elsewhere (``warm.condition``).
         Returns the status it derived.
 
         Raises:
@@ -134,6 +136,7 @@ class StatusSync:
             template_conflict=template_conflict,
             waited_for=waited_for,
             generation=cd.metadata.generation or 0,
+            extra=() if extra is None else (extra,),
         )
         failures: list[errors.ComputeDomainsError] = []
         try:

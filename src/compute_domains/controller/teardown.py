@@ -1,7 +1,8 @@
 """Tearing down what belongs to a ComputeDomain: on its deletion, and for orphans after crashes.
 
 Order (upstream §7.2): workload ResourceClaimTemplate, daemon ResourceClaimTemplate,
-DaemonSet, cliques, node labels, then our finalizers. Unlike upstream, every step runs even if
+DaemonSet, cliques, node labels (the ``computeDomain`` label and the warm-spare label), then our
+finalizers. Unlike upstream, every step runs even if
 an earlier one failed (a missing DaemonSet never blocks deleting the daemon template), and each
 object's own finalizer is removed right after its deletion is requested. The CD's finalizer is
 removed only when every step succeeded and none of the objects still holds our finalizer.
@@ -27,7 +28,7 @@ from lightkube.types import PatchType
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
-from compute_domains.controller import kubeapi
+from compute_domains.controller import kubeapi, warm
 from compute_domains.infra import errors
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ class Teardown:
     async def _node_labels(self, domain_uid: str) -> None:
         for node in await self._api.list(Node, labels=self._selector(domain_uid)):
             await self.remove_node_label(node.metadata.name or "", domain_uid)  # type: ignore[union-attr]
+        for node in await self._api.list(Node, labels={names.WARM_FOR_LABEL: domain_uid}):
+            await warm.remove_label(self._api, node.metadata.name or "", domain_uid)  # type: ignore[union-attr]
 
     async def remove_node_label(self, node: str, domain_uid: str) -> None:
         """Remove the CD label from ``node`` if (and only if) it still names ``domain_uid``."""

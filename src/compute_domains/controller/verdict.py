@@ -5,7 +5,8 @@ The definition a job can trust (docs/status.md): a CD is Ready exactly when
   no pod placed yet there is nothing a job could start on, whatever ``numNodes`` says);
 - every listed node is Ready, and every node that holds or waits for a workload claim is
   listed (``status.derive`` makes sure of that), so a NotReady member keeps the CD NotReady;
-- with ``numNodes > 0``, at least that many nodes are listed;
+- with ``numNodes > 0``, at least that many nodes are listed (warm spares count: they are
+  members like any other; fewer listed says how many hold claims and why the rest is missing);
 - its workload ResourceClaimTemplate is its own (``TemplateConflict`` otherwise).
 
 Reasons when not Ready, first match wins: ``TemplateConflict``, ``CliqueFull`` (a node's daemon
@@ -22,7 +23,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 
-from compute_domains.api import conditions
+from compute_domains.api import conditions, names
 from compute_domains.api.computedomain import ComputeDomainNode, Readiness
 
 _LISTED = 5
@@ -66,6 +67,8 @@ class Facts:
     waited_for: Sequence[str] | None = None
     """Pods a deletion waits for; None while the CD is not being deleted."""
     generation: int = 0
+    extra: Sequence[conditions.Condition] = ()
+    """Conditions judged elsewhere (``WarmNodes``), appended as they are."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,11 +121,22 @@ def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
     if forming or listed < facts.num_nodes:
         parts = [counts]
         if listed < facts.num_nodes:
-            parts.append(f"{listed} of numNodes {facts.num_nodes} nodes listed")
+            parts.append(_too_few(facts))
         if forming:
             parts.append("waiting for " + _some(forming, "; "))
         return False, conditions.FORMING, "; ".join(parts)
     return True, conditions.ALL_NODES_READY, f"all {listed} nodes Ready"
+
+
+def _too_few(facts: Facts) -> str:
+    """Why fewer than ``numNodes`` nodes are listed, for a person."""
+    listed, holding = len(facts.entries), len(facts.workload_nodes)
+    return (
+        f"{listed} of {facts.num_nodes} nodes (numNodes) listed: {holding} hold a workload claim, "
+        f"{listed - holding} are warm spares or daemons whose workload left; IMEX daemons run "
+        "only on nodes where a pod's claim of this ComputeDomain is placed, or that its "
+        f"{names.WARM_NODES_ANNOTATION} annotation selects (warm spares)"
+    )
 
 
 def judge(facts: Facts) -> Verdict:
@@ -151,4 +165,4 @@ def judge(facts: Facts) -> Verdict:
                 observed_generation=facts.generation,
             )
         )
-    return Verdict(ready=ready, conditions=tuple(out))
+    return Verdict(ready=ready, conditions=(*out, *facts.extra))

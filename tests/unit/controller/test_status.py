@@ -203,7 +203,10 @@ def test_num_nodes_holds_status_until_enough_entries() -> None:
     assert _ready_condition(two) == (
         "False",
         "Forming",
-        "1 of 1 nodes Ready; 1 of numNodes 2 nodes listed",
+        "1 of 1 nodes Ready; 1 of 2 nodes (numNodes) listed: 1 hold a workload claim, 0 are warm "
+        "spares or daemons whose workload left; IMEX daemons run only on nodes where a pod's "
+        "claim of this ComputeDomain is placed, or that its compute-domains/warm-nodes annotation "
+        "selects (warm spares)",
     )
     one = _derive(**{**inputs, "num_nodes": 1}).status
     assert one.status is Readiness.READY
