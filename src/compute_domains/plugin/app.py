@@ -19,6 +19,7 @@ Many plugins can run in one process (the simulator does so): nothing here is glo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ from compute_domains.plugin import (
     grpc_server,
     health,
     metrics,
+    nodewatch,
     registration,
     resourceslice,
     state,
@@ -160,6 +162,26 @@ class Plugin:
             node=s.node_name,
         )
         await sweeper.run_once()
+        # The warm-spare label before the first prepare: a warm node refuses other CDs' claims.
+        warm = nodewatch.NodeWatch(client, node=s.node_name, on_change=device_state.set_warm_for)
+        warm_task = asyncio.create_task(warm.run(), name="node-watch")
+        try:
+            await self._serve_rpcs(client, device_state, publisher, sweeper, warm)
+        finally:
+            warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await warm_task
+
+    async def _serve_rpcs(
+        self,
+        client: AsyncClient,
+        device_state: state.DeviceState,
+        publisher: resourceslice.SlicePublisher,
+        sweeper: cleanup.Cleanup,
+        warm: nodewatch.NodeWatch,
+    ) -> None:
+        s, paths = self._s, self._s.paths
+        await warm.synced.wait()
         drv = driver.Driver(
             client=client,
             device_state=device_state,

@@ -5,10 +5,16 @@ is derived from the checkpoint alone, never stored: it is the CD of the channel 
 entries (``PrepareStarted``, ``PrepareCompleted`` or ``PrepareAborted``) hold. The plugin labels
 the node for it and advertises it on every channel slot (``devices``); a channel claim of
 another CD is refused until the holder's last channel claim is unprepared.
+
+A warm spare (issue 16): a node labelled ``compute-domains/warm-for=<X>`` by the controller is
+held by CD ``X`` even with no claim of it here (``effective``), so another CD's channel claim is
+neither allocated (the advertised holder) nor prepared there; the live claims' holder, if any,
+still comes first (the controller never makes a held node warm, but the label may race).
 """
 
 from __future__ import annotations
 
+from compute_domains.api import names
 from compute_domains.plugin import checkpoint, computedomain, devices
 
 
@@ -45,13 +51,28 @@ def holder_of(cp: checkpoint.Checkpoint) -> str:
     return holders[0] if holders else ""
 
 
-def check_free_for(cp: checkpoint.Checkpoint, *, node: str, domain_uid: str, claim: str) -> None:
-    """Refuse a channel claim (UID ``claim``) of CD ``domain_uid`` if another CD holds the node.
+def effective(cp: checkpoint.Checkpoint, warm_for: str) -> str:
+    """The holder to advertise: the live claims' CD, else the CD the node is warm for, else ""."""
+    return holder_of(cp) or warm_for
+
+
+def check_free_for(
+    cp: checkpoint.Checkpoint, *, node: str, domain_uid: str, claim: str, warm_for: str = ""
+) -> None:
+    """Refuse a channel claim (UID ``claim``) of CD ``domain_uid`` if another CD holds the node
+    (``warm_for``: the CD the node is a warm spare of, "" when none).
 
     Raises:
         computedomain.NodeHeldError: another CD holds the node (retryable: it may leave).
     """
-    others = {d for d in claims_by_holder(cp, exclude=claim) if d != domain_uid}
+    held = claims_by_holder(cp, exclude=claim)
+    if warm_for and warm_for != domain_uid and domain_uid not in held:
+        raise computedomain.NodeHeldError(
+            f"node {node} is a warm spare reserved for ComputeDomain {warm_for} (node label "
+            f"{names.WARM_FOR_LABEL}={warm_for}); ComputeDomain {domain_uid} can use it once "
+            "that label is gone"
+        )
+    others = {d for d in held if d != domain_uid}
     if others:
         holder = sorted(others)[0]
         claims = ", ".join(sorted(claims_by_holder(cp)[holder]))

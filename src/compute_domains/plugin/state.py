@@ -117,16 +117,33 @@ class DeviceState:
         self.writer = cdi.CdiWriter(paths.local(paths.cdi_root))
         self._mutex = asyncio.Lock()
         self._holder: str | None = None
+        self._cp = checkpoint.Checkpoint()
+        self._warm_for = ""
 
     @property
     def holder(self) -> str:
-        """The CD UID holding this node as of the last read or write ("" when free)."""
+        """The CD UID holding this node as of the last read or write, or the CD it is a warm
+        spare of ("" when free)."""
         return self._holder or ""
+
+    @property
+    def warm_for(self) -> str:
+        """The CD UID of the node's warm-spare label ("" when none)."""
+        return self._warm_for
+
+    def set_warm_for(self, domain_uid: str) -> None:
+        """The node's warm-spare label changed (the plugin's Node watch); report a holder change."""
+        self._warm_for = domain_uid
+        self._judge_holder()
 
     def observe(self, cp: checkpoint.Checkpoint) -> None:
         """Note a checkpoint just read or written; report a holder change."""
         self._on_checkpoint(cp)
-        new = holder.holder_of(cp)
+        self._cp = cp
+        self._judge_holder()
+
+    def _judge_holder(self) -> None:
+        new = holder.effective(self._cp, self._warm_for)
         if new != self._holder:
             self._holder = new
             self._on_holder_change(new)
@@ -253,7 +270,11 @@ class DeviceState:
         self._check_overlap(txn.current, claim, plan)
         if plan.has_channels:
             holder.check_free_for(
-                txn.current, node=self._node, domain_uid=plan.domain_uid, claim=claim.uid
+                txn.current,
+                node=self._node,
+                domain_uid=plan.domain_uid,
+                claim=claim.uid,
+                warm_for=self._warm_for,
             )
             cd = await self._domains.for_channel(plan.domain_uid, claim.namespace)
         else:
