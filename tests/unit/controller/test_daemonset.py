@@ -100,3 +100,44 @@ def test_metrics_port_zero_renders_no_port_env_or_annotations() -> None:
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["exec"] == {"command": ["cdctl", "daemon", "check"]}
         assert "httpGet" not in c[probe]
+
+
+def test_without_the_warm_annotation_the_render_is_unchanged() -> None:
+    settings = controller.DaemonSettings(image="ghcr.io/compute-domains/compute-domains:1.2")
+    plain = daemonset.render(domain_uid=UID, namespace="cd-system", settings=settings)
+    explicit = daemonset.render(
+        domain_uid=UID, namespace="cd-system", settings=settings, warm=False
+    )
+    assert plain.to_dict() == explicit.to_dict()
+    assert not daemonset.is_warm(plain)
+
+
+def test_with_the_warm_annotation_two_ored_affinity_terms_replace_the_node_selector() -> None:
+    settings = controller.DaemonSettings(image="ghcr.io/compute-domains/compute-domains:1.2")
+    ds = daemonset.render(domain_uid=UID, namespace="cd-system", settings=settings, warm=True)
+    pod = ds.to_dict()["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": names.COMPUTE_DOMAIN_LABEL, "operator": "In", "values": [UID]}
+                ]
+            },
+            {
+                "matchExpressions": [
+                    {"key": names.WARM_FOR_LABEL, "operator": "In", "values": [UID]}
+                ]
+            },
+        ]
+    }
+    assert daemonset.is_warm(ds)
+    plain = daemonset.render(domain_uid=UID, namespace="cd-system", settings=settings).to_dict()
+    assert {k: v for k, v in pod.items() if k != "affinity"} == {
+        k: v for k, v in plain["spec"]["template"]["spec"].items() if k != "nodeSelector"
+    }
+    on = daemonset.placement_patch(UID, warm=True)["spec"]["template"]["spec"]  # type: ignore[index]
+    assert on == {"nodeSelector": None, "affinity": pod["affinity"]}
+    off = daemonset.placement_patch(UID, warm=False)["spec"]["template"]["spec"]  # type: ignore[index]
+    assert off == {"nodeSelector": {names.COMPUTE_DOMAIN_LABEL: UID}, "affinity": None}

@@ -457,3 +457,54 @@ def test_daemon_pod_summary_from_a_pod() -> None:
     assert status.DaemonPod.from_pod(pod) == status.DaemonPod(
         name="d", node_name="n", ip="10.0.0.1", ready=True, clique_id=""
     )
+
+
+def test_warm_spares_are_members_that_count_toward_num_nodes() -> None:
+    inputs: dict[str, Any] = {
+        "cliques": [_clique(C1, ("a", "1", R), ("b", "2", R)), _clique(C2, ("s", "3", R))],
+        "pods": [_pod("a", "1"), _pod("b", "2"), _pod("s", "3", clique=C2)],
+        "node_ready": {"a": True, "b": True, "s": True},
+        "workload": _held("a", "b"),  # s is a warm spare: a daemon, no workload
+    }
+    st = _derive(**inputs, num_nodes=3).status
+    assert _summary(st) == {"a": (C1, 0, "Ready"), "b": (C1, 1, "Ready"), "s": (C2, 0, "Ready")}
+    assert _ready_condition(st) == ("True", "AllNodesReady", "all 3 nodes Ready")
+    # The same workload without the warm spare (NVIDIA's behaviour: daemons only where claims are).
+    cold = _derive(
+        **{**inputs, "cliques": inputs["cliques"][:1], "pods": inputs["pods"][:2]}, num_nodes=3
+    ).status
+    status_, reason, message = _ready_condition(cold)
+    assert (status_, reason) == ("False", "Forming")
+    assert message.startswith(
+        "2 of 2 nodes Ready; 2 of 3 nodes (numNodes) listed: 2 hold a workload claim, 0 are warm"
+    )
+    assert "compute-domains/warm-nodes annotation selects (warm spares)" in message
+
+
+def test_a_failed_warm_spare_drops_out_and_a_failed_workload_node_stays() -> None:
+    inputs: dict[str, Any] = {
+        "cliques": [_clique(C1, ("a", "1", R), ("s", "2", R)), _clique(C2, ("b", "3", R))],
+        "pods": [_pod("a", "1"), _pod("s", "2"), _pod("b", "3", clique=C2)],
+        "node_ready": {"a": True, "s": False, "b": True},
+        "workload": _held("a", "b"),
+    }
+    st = _derive(**inputs).status
+    assert _summary(st) == {"a": (C1, 0, "Ready"), "b": (C2, 0, "Ready")}  # s held nothing
+    assert _ready_condition(st) == ("True", "AllNodesReady", "all 2 nodes Ready")
+    gone = _derive(**{**inputs, "node_ready": {"a": True, "b": True}}).status  # s deleted
+    assert _summary(gone) == _summary(st)
+    # A node that holds a workload keeps today's rule: listed NotReady while its workload is there;
+    # the other clique's entry is untouched.
+    down = _derive(**{**inputs, "node_ready": {"a": False, "s": True, "b": True}}).status
+    assert _summary(down) == {
+        "a": (C1, 0, "NotReady"),
+        "s": (C1, 1, "Ready"),
+        "b": (C2, 0, "Ready"),
+    }
+    assert _ready_condition(down)[:2] == ("False", "NodeNotReady")
+
+
+def test_extra_conditions_are_appended_after_ready() -> None:
+    extra = conditions.Condition(type="WarmNodes", status="True", reason="AllSelectedWarm")
+    st = _derive(cliques=[], pods=[], node_ready={}, extra=(extra,)).status
+    assert [c.type for c in st.conditions] == ["Ready", "WarmNodes"]

@@ -77,3 +77,25 @@ def test_a_channel_claim_of_another_cd_is_refused_while_the_node_is_held() -> No
         computedomain.NodeHeldError, match=r"node n1 is held by .*\(cd-a, claims c1\)"
     ):
         holder.check_free_for(cp, node="n1", domain_uid="cd-b", claim="c2")
+
+
+def test_a_warm_node_is_held_by_its_cd_and_refuses_another_cds_claim() -> None:
+    free = _checkpoint()
+    assert holder.effective(free, "cd-warm") == "cd-warm"
+    assert holder.effective(free, "") == ""
+    holder.check_free_for(free, node="n1", domain_uid="cd-warm", claim="c1", warm_for="cd-warm")
+    with pytest.raises(
+        computedomain.NodeHeldError,
+        match=r"node n1 is a warm spare reserved for ComputeDomain cd-warm \(node label "
+        r"compute-domains/warm-for=cd-warm\); ComputeDomain cd-b can use it",
+    ):
+        holder.check_free_for(free, node="n1", domain_uid="cd-b", claim="c1", warm_for="cd-warm")
+
+
+def test_live_claims_come_before_the_warm_label() -> None:
+    cp = _checkpoint(_entry("c1", "cd-a", State.PREPARE_COMPLETED))
+    assert holder.effective(cp, "cd-warm") == "cd-a"
+    # cd-a's next claim still prepares (it holds the node); cd-warm's is refused (cd-a holds it).
+    holder.check_free_for(cp, node="n1", domain_uid="cd-a", claim="c2", warm_for="cd-warm")
+    with pytest.raises(computedomain.NodeHeldError, match=r"held by .*\(cd-a, claims c1\)"):
+        holder.check_free_for(cp, node="n1", domain_uid="cd-warm", claim="c2", warm_for="cd-warm")
