@@ -23,6 +23,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.types import PatchType
 
 from compute_domains.api import computedomain, names
 from compute_domains.plugin import devices
@@ -131,7 +132,7 @@ async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: Asyn
 
     # The annotation removed: labels and daemons go, the node selector is back, cold-1 runs.
     patch = {"metadata": {"annotations": {names.WARM_NODES_ANNOTATION: None}}}
-    await admin.patch(CDS, "warm", patch, namespace="default")
+    await admin.patch(CDS, "warm", patch, namespace="default", patch_type=PatchType.MERGE)
 
     async def unwarmed() -> bool:
         return await _warm_labels(admin) == {N0: "", N1: "", N2: ""}
@@ -183,7 +184,7 @@ async def test_a_bad_selector_says_why_and_deleting_the_cd_removes_its_warm_labe
     patch = {
         "metadata": {"annotations": {names.WARM_NODES_ANNOTATION: f"kubernetes.io/hostname={N0}"}}
     }
-    await admin.patch(CDS, "spare", patch, namespace="default")
+    await admin.patch(CDS, "spare", patch, namespace="default", patch_type=PatchType.MERGE)
 
     async def labelled() -> bool:
         return await _warm_labels(admin) == {N0: uid, N1: "", N2: ""}
