@@ -306,3 +306,25 @@ async def test_a_second_plugin_process_waits_for_the_node_lock(
             await second.prepare(_channel_claim("c1"), wait_s=1)
     assert (await second.prepare(_channel_claim("c1"), wait_s=1))[0].device_name == "channel-0"
     assert await _entry(first, "c1") is not None, "both see one checkpoint"
+
+
+async def test_a_warm_label_holds_the_node_for_its_cd_and_unprepare_keeps_it(
+    tmp_path: Path, domains: fakes.FakeDomains
+) -> None:
+    holders: list[str] = []
+    s = fakes.device_state(tmp_path, domains, holders=holders)
+    s.set_warm_for(CD_A)
+    assert s.holder == CD_A and holders[-1] == CD_A  # advertised before any claim
+    with pytest.raises(computedomain.NodeHeldError, match=f"warm spare reserved for .*{CD_A}"):
+        await s.prepare(_channel_claim("b1", cd=CD_B), wait_s=1)
+    assert await _entry(s, "b1") is None  # refused before anything was recorded
+    await s.prepare(_channel_claim("a1"), wait_s=1)  # its own claim prepares as today
+    assert domains.node_label == CD_A
+    await s.unprepare("a1")
+    assert (
+        domains.node_label == "" and s.holder == CD_A
+    )  # the claim label goes, the warm hold stays
+    s.set_warm_for("")
+    assert s.holder == "" and holders[-1] == ""
+    await s.prepare(_channel_claim("b1", cd=CD_B), wait_s=1)
+    assert s.holder == CD_B
