@@ -22,7 +22,9 @@ from rich.live import Live
 from rich.table import Table
 
 from compute_domains.api import computedomain, names
+from compute_domains.bench import scenario as scenario_mod
 from compute_domains.cli import options, simoptions, tools, viewmodel
+from compute_domains.cli import scenario as scenario_cli
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
@@ -103,8 +105,42 @@ def _formed(snap: dict[str, Any]) -> bool:
     help="Racks of 18 GB200 nodes (2 is the seeds' A4X shape).",
 )
 @simoptions.NODES_MODE
-def demo(name: str, keep: bool, timeout: int, racks: int, nodes_mode: str) -> None:
-    """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster."""
+@click.option(
+    "--scenario",
+    "scenario_name",
+    type=click.Choice(["seed-example", "two-domain-64plus8"]),
+    default="seed-example",
+    show_default=True,
+    help="seed-example: the seed's compute-domain-0; two-domain-64plus8: the deployment guide's "
+    "two racks of 16 training + 2 spare nodes, a node failure and its replacement (virtual "
+    "nodes unless --nodes-mode is given).",
+)
+@click.option(
+    "--no-warm",
+    is_flag=True,
+    help="two-domain-64plus8 without the warm-nodes annotation: daemons start only where a "
+    "channel claim is prepared (NVIDIA's behaviour).",
+)
+@click.option(
+    "--record", is_flag=True, help="two-domain-64plus8: write the times to bench/results/."
+)
+def demo(
+    name: str,
+    keep: bool,
+    timeout: int,
+    racks: int,
+    nodes_mode: str,
+    scenario_name: str,
+    no_warm: bool,
+    record: bool,
+) -> None:
+    """Run the seed's compute-domain-0 example on a simulated 2-rack GB200 cluster (or, with
+    --scenario two-domain-64plus8, the deployment guide's 64+8 failure scenario)."""
+    if scenario_name == "two-domain-64plus8":
+        ctx = click.get_current_context()
+        explicit = ctx.get_parameter_source("nodes_mode") != click.core.ParameterSource.DEFAULT
+        _two_domain(name, keep, timeout, nodes_mode if explicit else "virtual", no_warm, record)
+        return
     console = Console()
     t0 = time.monotonic()
     console.rule("[bold]1. upstream tools (built once, then cached)")
@@ -182,3 +218,37 @@ def _summary(console: Console, snap: dict[str, Any]) -> None:
             f"{w['name']} running" if w and w["ready"] else "-",
         )
     console.print(table)
+
+
+def _two_domain(
+    name: str, keep: bool, timeout: int, nodes_mode: str, no_warm: bool, record: bool
+) -> None:
+    console = Console()
+    t0 = time.monotonic()
+    toolset = tools.build_tools(console)
+    paths = state.SimPaths(options.sim_home(), name)
+    console.rule(f"[bold]simulated cluster: 2 racks x 18 GB200 nodes ({nodes_mode} nodes) + driver")
+    with console.status("control plane, 36 simulated nodes, then `helm install`"):
+        # The sim's fast node timings (NotReady after 8 s, eviction 10 s later): the failure
+        # timeline is what this scenario measures.
+        lifecycle.start(
+            paths,
+            toolset.bin_dir,
+            shape=topology.Shape(racks=2),
+            chart=options.chart_dir(),
+            nodes_mode=nodes_mode,
+        )
+    console.print(f"cluster and driver up in {time.monotonic() - t0:.1f}s")
+    mode = "without warm spares (NVIDIA's behaviour)" if no_warm else "with warm spares"
+    console.rule(f"[bold]{scenario_mod.MANIFEST} {mode}")
+    try:
+        asyncio.run(
+            scenario_cli.run(console, paths, warm=not no_warm, timeout=timeout, record=record)
+        )
+    finally:
+        if keep:
+            console.print(f"kept running; stop it with: cdctl sim down --name {name}")
+        else:
+            lifecycle.stop(paths)
+            console.print(f"sim '{name}' stopped and removed")
+    console.print(f"[bold green]demo finished in {time.monotonic() - t0:.1f}s")

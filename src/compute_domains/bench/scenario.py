@@ -1,0 +1,337 @@
+"""The seeds' two-domain 64+8 scenario, step by step, on a running sim (issue 16).
+
+Shared by ``cdctl demo --scenario two-domain-64plus8`` (which prints it) and its e2e test (which
+asserts it). ``Scenario`` applies ``examples/two-domain-64plus8.yaml`` with the racks' cluster
+UUIDs filled in (without the warm-nodes annotation for NVIDIA's behaviour, ``warm=False``), runs
+the training framework (``sim.trainer``), and measures three phases on a ``timeline.Timeline``:
+
+- ``formed``: 16 training pods Running with their channel and 2 placeholders per rack, every CD
+  entry Ready;
+- ``fail(node)``: the node is powered off (the sim's node stop) and the rank it ran is replaced
+  in its rack (the guide's failure timeline, times relative to the stop);
+- ``heal(node)``: the node is started again and the domain settles (every node Ready, every
+  entry and daemon Ready).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import string
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from lightkube import AsyncClient, codecs
+from lightkube.resources.core_v1 import Node
+
+from compute_domains.api import names
+from compute_domains.bench import timeline
+from compute_domains.sim import control, trainer
+
+MANIFEST: Final = "examples/two-domain-64plus8.yaml"
+CD_NAME: Final = "training-job-cd"
+CHANNEL_TEMPLATE: Final = "training-job-imex-channel"
+PLACEHOLDER_LABEL: Final = "app"
+PLACEHOLDER_APP: Final = "gpu-placeholder"
+
+
+def render(text: str, racks: tuple[trainer.Rack, ...], *, warm: bool) -> list[dict[str, Any]]:
+    """The manifest's objects with ``${RACK_A}``/``${RACK_B}`` filled in; ``warm=False`` drops
+    the warm-nodes annotation (the manifest exactly as written for NVIDIA's driver)."""
+    filled = string.Template(text).substitute(
+        {f"RACK_{r.name.upper()}": r.cluster_uuid for r in racks}
+    )
+    docs = [d for d in yaml.safe_load_all(filled) if d]
+    if not warm:
+        for doc in docs:
+            annotations = doc.get("metadata", {}).get("annotations") or {}
+            annotations.pop(names.WARM_NODES_ANNOTATION, None)
+            if "annotations" in doc.get("metadata", {}) and not annotations:
+                del doc["metadata"]["annotations"]
+    return docs
+
+
+async def racks_of(client: AsyncClient) -> tuple[dict[str, str], tuple[trainer.Rack, ...]]:
+    """Node → rack name, and the racks (``a``, ``b``, ... in node-name order) by cluster UUID."""
+    nodes = sorted(
+        [n async for n in client.list(Node, labels={trainer.CLUSTER_UUID_LABEL: None})],
+        key=lambda n: str(n.metadata.name),  # type: ignore[union-attr]
+    )
+    uuids: list[str] = []
+    for n in nodes:
+        uuid = (n.metadata.labels or {})[trainer.CLUSTER_UUID_LABEL]  # type: ignore[union-attr]
+        if uuid not in uuids:
+            uuids.append(uuid)
+    racks = tuple(trainer.Rack(chr(ord("a") + i), u) for i, u in enumerate(uuids))
+    by_uuid = {r.cluster_uuid: r.name for r in racks}
+    node_rack = {
+        str(n.metadata.name): by_uuid[(n.metadata.labels or {})[trainer.CLUSTER_UUID_LABEL]]  # type: ignore[union-attr]
+        for n in nodes
+    }
+    return node_rack, racks
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """What ``fail`` measured; times in seconds after the node stop (None: not seen)."""
+
+    node: str
+    old_pod: str
+    new_pod: str
+    spare: str
+    steps: dict[str, float | None]
+    """``node_not_ready``, ``pod_removed``, ``replacement_created``, ``placeholder_preempted``,
+    ``replacement_bound``, ``daemon_on_spare_ready``, ``replacement_ready``."""
+    preempted: str
+    """The placeholder the scheduler preempted, with the reason on its pod."""
+    other_racks_marks: list[str]
+    """Every transition seen on another rack's nodes, pods, daemons or entries (none: untouched)."""
+
+
+class Scenario:
+    """One run of the scenario against a running sim (module docstring)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        control_socket: Path,
+        manifest: str,
+        *,
+        warm: bool,
+        namespace: str = "default",
+        driver_ns: str = "compute-domains",
+    ) -> None:
+        self.client, self._sock, self._manifest = client, control_socket, manifest
+        self.warm, self.namespace = warm, namespace
+        self.timeline = timeline.Timeline(
+            client, namespace=namespace, driver_ns=driver_ns, cd=CD_NAME
+        )
+        self.node_rack: dict[str, str] = {}
+        self.racks: tuple[trainer.Rack, ...] = ()
+        self.actions: list[trainer.Action] = []
+        self.t_applied = 0.0
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Scenario]:
+        """Follow the cluster (and run the framework once ``apply`` started it) inside."""
+        self.node_rack, self.racks = await racks_of(self.client)
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            watcher = tg.create_task(self.timeline.run(), name="scenario:timeline")
+            try:
+                yield self
+            finally:
+                watcher.cancel()
+                if (t := getattr(self, "_trainer_task", None)) is not None:
+                    t.cancel()
+
+    def objects(self) -> list[dict[str, Any]]:
+        """The manifest's objects for this cluster and mode."""
+        return render(self._manifest, self.racks, warm=self.warm)
+
+    async def apply(self) -> list[str]:
+        """Create the manifest's objects, then start the framework; returns what was created."""
+        self.t_applied = time.monotonic()
+        done = []
+        for doc in self.objects():
+            obj = codecs.from_dict(doc)
+            await self.client.create(obj)
+            done.append(f"{doc['kind']}/{doc['metadata']['name']} created")
+        settings = trainer.TrainerSettings(racks=self.racks, channel_template=CHANNEL_TEMPLATE)
+        framework = trainer.Trainer(self.client, settings, self.actions.append)
+        self._trainer_task = self._tg.create_task(framework.run(), name="scenario:trainer")
+        return done
+
+    # ---- reading the state ----------------------------------------------------------------
+
+    def rack_pods(self, rack: str, *, placeholders: bool) -> list[Any]:
+        """The rack's training pods (or placeholders) now, terminating ones excluded."""
+        out = []
+        for pod in self.timeline.pods.values():
+            labels = pod.metadata.labels or {}
+            is_placeholder = labels.get(PLACEHOLDER_LABEL) == PLACEHOLDER_APP
+            if is_placeholder != placeholders or pod.metadata.deletionTimestamp is not None:
+                continue
+            if placeholders:
+                if pod.metadata.name.startswith(f"spare-{rack}-"):
+                    out.append(pod)
+            elif labels.get(trainer.RACK_LABEL) == rack:
+                out.append(pod)
+        return out
+
+    def rack_entries(self, rack: str) -> list[dict[str, Any]]:
+        """The CD's ``status.nodes`` entries of the rack's nodes, by index."""
+        return sorted(
+            (e for n, e in self.timeline.entries.items() if self.node_rack.get(n) == rack),
+            key=lambda e: (e.get("index", -1), e["name"]),
+        )
+
+    def progress(self, rack: str) -> dict[str, int]:
+        """Counts for the forming display of one rack."""
+        rack_nodes = {n for n, r in self.node_rack.items() if r == rack}
+        daemons = [
+            d for d in self.timeline.daemons.values() if (d.spec.nodeName or "") in rack_nodes
+        ]
+        entries = self.rack_entries(rack)
+        return {
+            "training_ready": sum(
+                1 for p in self.rack_pods(rack, placeholders=False) if timeline._ready(p)
+            ),
+            "placeholders_running": sum(
+                1 for p in self.rack_pods(rack, placeholders=True) if timeline._ready(p)
+            ),
+            "daemons": len(daemons),
+            "daemons_ready": sum(1 for d in daemons if timeline._ready(d)),
+            "entries": len(entries),
+            "entries_ready": sum(1 for e in entries if e.get("status") == "Ready"),
+        }
+
+    def formed(self) -> bool:
+        """16 training pods Ready, 2 placeholders Running per rack, every entry Ready (all 18
+        nodes of each rack with warm spares; the 16 training nodes without)."""
+        want = 18 if self.warm else 16
+        return all(
+            p["training_ready"] == 16
+            and p["placeholders_running"] == 2
+            and p["entries_ready"] == p["entries"] == want
+            for p in (self.progress(r.name) for r in self.racks)
+        )
+
+    def settled(self) -> bool:
+        """Every node Ready, every entry and daemon Ready, no pod of the namespace terminating."""
+        tl = self.timeline
+        return (
+            all(tl.nodes.values())
+            and all(e.get("status") == "Ready" for e in tl.entries.values())
+            and all(timeline._ready(d) for d in tl.daemons.values())
+            and not any(p.metadata.deletionTimestamp for p in tl.pods.values())
+        )
+
+    # ---- the steps -------------------------------------------------------------------------
+
+    async def wait_formed(self, timeout: float) -> float:
+        """Seconds from ``apply`` until ``formed``."""
+        await self.timeline.until(self.formed, timeout, "the 64+8 job formed")
+        return time.monotonic() - self.t_applied
+
+    def pod_on(self, node: str) -> Any:
+        """The training pod on ``node`` (None when there is none)."""
+        return next(
+            (
+                p
+                for p in self.timeline.pods.values()
+                if p.spec.nodeName == node and trainer.RANK_LABEL in (p.metadata.labels or {})
+            ),
+            None,
+        )
+
+    def node_of(self, rack: str, rank: int) -> str:
+        """The node the rank's live pod runs on."""
+        for pod in self.rack_pods(rack, placeholders=False):
+            if (pod.metadata.labels or {}).get(trainer.RANK_LABEL) == str(rank):
+                return str(pod.spec.nodeName)
+        raise LookupError(f"rank {rank} of rack {rack} has no pod")
+
+    async def node_op(self, op: str, node: str) -> float:
+        """``cdctl sim node stop|start``; returns when it was asked."""
+        t0 = time.monotonic()
+        self.timeline.mark(f"sim-node-{op}", node)
+        await asyncio.to_thread(control.request, self._sock, {"op": op, "node": node})
+        return t0
+
+    async def fail(self, node: str, timeout: float) -> Failure:
+        """Stop ``node`` and wait until its rank's replacement is Running with its channel."""
+        old = self.pod_on(node)
+        if old is None:
+            raise LookupError(f"no training pod on {node}")
+        labels = old.metadata.labels
+        rack, rank = labels[trainer.RACK_LABEL], labels[trainer.RANK_LABEL]
+        t0 = await self.node_op("stop", node)
+
+        def replacement() -> Any:
+            for p in self.rack_pods(rack, placeholders=False):
+                if p.metadata.labels.get(trainer.RANK_LABEL) == rank and (
+                    p.metadata.name != old.metadata.name
+                ):
+                    return p
+            return None
+
+        await self.timeline.until(
+            lambda: (r := replacement()) is not None and timeline._ready(r),
+            timeout,
+            f"a Ready replacement for rank {rank} of rack {rack}",
+        )
+        new = replacement()
+        return self._failure(t0, node, old, new, rack)
+
+    def _failure(self, t0: float, node: str, old: Any, new: Any, rack: str) -> Failure:
+        tl = self.timeline
+        old_name, new_name = str(old.metadata.name), str(new.metadata.name)
+        spare = str(new.spec.nodeName)
+
+        def at(mark: timeline.Mark | None) -> float | None:
+            return None if mark is None else round(mark.at - t0, 2)
+
+        removed = [
+            m for m in tl.since(t0) if m.name == old_name and m.what in ("pod-deleting", "pod-gone")
+        ]
+        preempted = next(
+            (m for m in tl.since(t0) if m.what == "pod-deleting" and m.name.startswith("spare-")),
+            None,
+        )
+        spare_daemon = next(
+            (m for m in tl.since(t0) if m.what == "daemon-ready" and m.detail == spare),
+            None,
+        )
+        others = [
+            f"{m.what} {m.name} {m.detail}".strip()
+            for m in tl.since(t0)
+            if self._other_rack(m, rack)
+        ]
+        return Failure(
+            node=node,
+            old_pod=old_name,
+            new_pod=new_name,
+            spare=spare,
+            steps={
+                "node_not_ready": at(tl.first(t0, "node-not-ready", node)),
+                "pod_removed": at(removed[0] if removed else None),
+                "replacement_created": at(tl.first(t0, "pod-created", new_name)),
+                "placeholder_preempted": at(preempted),
+                "replacement_bound": at(tl.first(t0, "pod-bound", new_name)),
+                "daemon_on_spare_ready": at(spare_daemon),
+                "replacement_ready": at(tl.first(t0, "pod-ready", new_name)),
+            },
+            preempted="" if preempted is None else f"{preempted.name} ({preempted.detail})",
+            other_racks_marks=others,
+        )
+
+    def _other_rack(self, mark: timeline.Mark, rack: str) -> bool:
+        """Whether a mark concerns a node, pod, daemon or entry of another rack than ``rack``."""
+        if mark.what.startswith("sim-node"):
+            return False
+        if mark.what.startswith(("node-", "entry")):
+            node = mark.name
+        elif mark.what.startswith("daemon-"):
+            d = self.timeline.daemons.get(mark.name)
+            node = str(d.spec.nodeName) if d is not None else mark.detail
+        else:
+            p = self.timeline.pods.get(mark.name)
+            node = str(p.spec.nodeName or "") if p is not None else ""
+            if not node:
+                return not mark.name.startswith((f"train-{rack}-", f"spare-{rack}-"))
+        return self.node_rack.get(node, rack) != rack
+
+    async def heal(self, node: str, timeout: float) -> tuple[float, list[timeline.Mark]]:
+        """Start ``node`` again; seconds until ``settled``, and the transitions meanwhile."""
+        t0 = await self.node_op("start", node)
+        await self.timeline.until(
+            lambda: self.timeline.nodes.get(node, False) and self.settled(),
+            timeout,
+            f"{node} back and the domain settled",
+        )
+        return time.monotonic() - t0, self.timeline.since(t0)
