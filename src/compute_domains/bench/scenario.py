@@ -85,9 +85,14 @@ class Failure:
     spare: str
     steps: dict[str, float | None]
     """``node_not_ready``, ``pod_removed``, ``replacement_created``, ``placeholder_preempted``,
-    ``replacement_bound``, ``daemon_on_spare_ready``, ``replacement_ready``."""
+    ``replacement_bound``, ``daemon_on_spare_ready``, ``replacement_ready``,
+    ``spare_entry_ready`` (the CD's entry of the spare turned Ready)."""
     preempted: str
     """The placeholder the scheduler preempted, with the reason on its pod."""
+    removal: str
+    """Who removed the lost pod and why (the framework's reason, else the pod's condition)."""
+    spare_was_warm: bool
+    """The spare's daemon was Ready and its entry Ready before the failure."""
     other_racks_marks: list[str]
     """Every transition seen on another rack's nodes, pods, daemons or entries (none: untouched)."""
 
@@ -114,6 +119,7 @@ class Scenario:
         self.racks: tuple[trainer.Rack, ...] = ()
         self.actions: list[trainer.Action] = []
         self.t_applied = 0.0
+        self.warm_at_failure: set[str] = set()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scenario]:
@@ -218,6 +224,16 @@ class Scenario:
         await self.timeline.until(self.formed, timeout, "the 64+8 job formed")
         return time.monotonic() - self.t_applied
 
+    def warm_nodes(self) -> set[str]:
+        """Nodes with no training pod whose daemon and CD entry are Ready (warm spares)."""
+        tl = self.timeline
+        ready_daemons = {d.spec.nodeName for d in tl.daemons.values() if timeline._ready(d)}
+        return {
+            n
+            for n, e in tl.entries.items()
+            if e.get("status") == "Ready" and n in ready_daemons and self.pod_on(n) is None
+        }
+
     def pod_on(self, node: str) -> Any:
         """The training pod on ``node`` (None when there is none)."""
         return next(
@@ -250,6 +266,7 @@ class Scenario:
             raise LookupError(f"no training pod on {node}")
         labels = old.metadata.labels
         rack, rank = labels[trainer.RACK_LABEL], labels[trainer.RANK_LABEL]
+        self.warm_at_failure = self.warm_nodes()
         t0 = await self.node_op("stop", node)
 
         def replacement() -> Any:
@@ -287,6 +304,20 @@ class Scenario:
             (m for m in tl.since(t0) if m.what == "daemon-ready" and m.detail == spare),
             None,
         )
+        spare_entry = next(
+            (
+                m
+                for m in tl.since(t0)
+                if m.what == "entry" and m.name == spare and m.detail.startswith("Ready")
+            ),
+            None,
+        )
+        by_framework = [a for a in self.actions if a.kind == "deleted" and a.pod == old_name]
+        removal = (
+            f"force-deleted by the framework: {by_framework[0].reason}"
+            if by_framework
+            else (removed[0].detail if removed else "")
+        )
         others = [
             f"{m.what} {m.name} {m.detail}".strip()
             for m in tl.since(t0)
@@ -305,8 +336,11 @@ class Scenario:
                 "replacement_bound": at(tl.first(t0, "pod-bound", new_name)),
                 "daemon_on_spare_ready": at(spare_daemon),
                 "replacement_ready": at(tl.first(t0, "pod-ready", new_name)),
+                "spare_entry_ready": at(spare_entry),
             },
             preempted="" if preempted is None else f"{preempted.name} ({preempted.detail})",
+            removal=removal,
+            spare_was_warm=spare in self.warm_at_failure,
             other_racks_marks=others,
         )
 

@@ -39,6 +39,7 @@ _GUIDE = {
     "replacement_bound": "~12s",
     "daemon_on_spare_ready": "already running",
     "replacement_ready": "~15s",
+    "spare_entry_ready": "-",
 }
 _STEPS = {
     "node_not_ready": "node NotReady",
@@ -48,6 +49,7 @@ _STEPS = {
     "replacement_bound": "replacement bound to the spare",
     "daemon_on_spare_ready": "IMEX daemon on the spare Ready",
     "replacement_ready": "replacement Running with its channel",
+    "spare_entry_ready": "domain a's entry of the spare Ready",
 }
 
 
@@ -84,15 +86,17 @@ def _entries(console: Console, run: scenario.Scenario, rack: str, title: str) ->
     console.print(table)
 
 
-def _timeline(console: Console, f: scenario.Failure, warm: bool) -> None:
+def _timeline(console: Console, f: scenario.Failure) -> None:
     table = Table("t (s)", "step", "guide (§15.6)", title=f"failure of {f.node} ({f.old_pod})")
     table.add_row("0.00", f"node {f.node} powered off (`cdctl sim node stop`)", "t=0")
     for key, label in _STEPS.items():
         at = f.steps[key]
         shown = "-" if at is None else f"{at:.2f}"
-        if key == "daemon_on_spare_ready" and at is None and warm:
+        if key in ("daemon_on_spare_ready", "spare_entry_ready") and f.spare_was_warm:
             shown = "before"
-            label += " (warm spare: running before the failure)"
+            label += " (warm spare: before the failure)"
+        if key == "pod_removed":
+            label += f": {f.removal}"
         if key == "replacement_bound":
             label += f" {f.spare}"
         if key == "placeholder_preempted":
@@ -138,7 +142,7 @@ async def run(
             victim = run_.node_of("a", 5)
             console.rule(f"[bold]failure: rack a's rank 5 node {victim} stops")
             failure = await run_.fail(victim, timeout)
-            _timeline(console, failure, warm)
+            _timeline(console, failure)
             _entries(console, run_, "a", "domain a's entries after the replacement")
             others = failure.other_racks_marks
             console.print(
@@ -149,7 +153,9 @@ async def run(
             console.rule(f"[bold]{victim} starts again")
             heal_s, marks = await run_.heal(victim, timeout)
             for m in marks:
-                console.print(f"  +{m.at - marks[0].at:6.2f}s {m.what:<16} {m.name} {m.detail}")
+                what = m.name if not m.what.startswith("daemon-") else f"daemon on {m.detail}"
+                detail = m.detail if not m.what.startswith("daemon-") else ""
+                console.print(f"  +{m.at - marks[0].at:6.2f}s {m.what:<16} {what} {detail}")
             console.print(f"settled {heal_s:.1f}s after the node start")
             _entries(console, run_, "a", "domain a's entries after the heal")
     finally:

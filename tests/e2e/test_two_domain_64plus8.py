@@ -1,0 +1,195 @@
+"""The seeds' two-domain 64+8 scenario end to end on 2 racks x 18 virtual nodes (issue 16).
+
+``examples/two-domain-64plus8.yaml`` (PriorityClasses, a ``numNodes: 36`` ComputeDomain with the
+warm-nodes annotation, 2 placeholders per rack) and the training framework (``sim.trainer``: 16
+ranks per rack), driven by ``bench.scenario`` as ``cdctl demo --scenario two-domain-64plus8``
+drives it. Asserted, step by step:
+
+1. the job forms: each rack's 16 ranks on 16 nodes of their own rack, its 2 placeholders on the
+   other 2, every CD entry Ready (all 18 nodes per rack: the spares are warm);
+2. a rack-a node stops: the guide's timeline in order (NotReady → pod removed → replacement
+   created → placeholder preempted → bound to a rack-a spare → Running with its channel), the
+   spare's daemon was Ready before the failure and bound → Running takes at most 5 s, rack b
+   sees no transition at all;
+3. cross-rack rule: with rack a's node still down, a rack-b node stops and its replacement takes
+   rack b's spare, while rack a's remaining placeholder stays;
+4. no free spare: two more rack-a nodes stop at once; one replacement takes rack a's last spare,
+   the other stays Pending with the scheduler's reason, and nothing else is disturbed;
+5. heal: the four nodes start again, the Pending replacement runs on a returned node, every node,
+   daemon and entry is Ready, every rank Running.
+
+Not in ``make test`` (its fast e2e subset is ``test_seed_example.py``); ``make test-e2e`` runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+
+from compute_domains.bench import scenario, timeline
+from compute_domains.cli import options
+from compute_domains.sim import state, topology, trainer
+
+pytestmark = pytest.mark.timeout(1500)
+SHAPE = topology.Shape(racks=2, nodes_per_rack=18)
+NODES_MODE = "virtual"
+WARM = False
+"""The scenario as the manifest is written (with its warm-nodes annotation)."""
+STEP_S = 300.0
+
+
+def _rank_label(pod: Any) -> tuple[str, str]:
+    labels = pod.metadata.labels or {}
+    return labels.get(trainer.RACK_LABEL, ""), labels.get(trainer.RANK_LABEL, "")
+
+
+def _placeholders(run: scenario.Scenario, rack: str) -> dict[str, str]:
+    """Placeholder name → node, of the rack's placeholders not being deleted."""
+    return {
+        str(p.metadata.name): str(p.spec.nodeName or "")
+        for p in run.rack_pods(rack, placeholders=True)
+    }
+
+
+def _unschedulable(pod: Any) -> str:
+    """The scheduler's message on a Pending pod (PodScheduled False), else ""."""
+    for c in (pod.status.conditions if pod.status else None) or []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            return str(c.message)
+    return ""
+
+
+def _assert_formed(run: scenario.Scenario) -> None:
+    for rack in ("a", "b"):
+        nodes = [str(p.spec.nodeName) for p in run.rack_pods(rack, placeholders=False)]
+        assert len(set(nodes)) == 16, nodes
+        assert {run.node_rack[n] for n in nodes} == {rack}
+        spares = list(_placeholders(run, rack).values())
+        assert len(spares) == 2 and not set(spares) & set(nodes), spares
+        assert {run.node_rack[n] for n in spares} == {rack}
+        entries = run.rack_entries(rack)
+        want = set(nodes) | set(spares) if WARM else set(nodes)
+        assert {e["name"] for e in entries} == want
+        assert all(e["status"] == "Ready" for e in entries)
+        assert sorted(e["index"] for e in entries) == list(range(len(want)))
+    if WARM:
+        # The spares' daemons are up with no claim on them: the guide's "already running".
+        assert len(run.warm_nodes()) == 4
+
+
+def _assert_timeline(f: scenario.Failure) -> None:
+    s = f.steps
+    order = [
+        "node_not_ready",
+        "pod_removed",
+        "replacement_created",
+        "replacement_bound",
+        "replacement_ready",
+    ]
+    seen = [s[k] for k in order]
+    times = [t for t in seen if t is not None]
+    assert len(times) == len(order) and times == sorted(times), s
+    assert s["placeholder_preempted"] is not None
+    assert s["replacement_created"] <= s["placeholder_preempted"] <= s["replacement_bound"], s  # type: ignore[operator]
+    assert f.preempted.startswith(("spare-a-", "spare-b-")) and "Preemption" in f.preempted
+    assert "NotReady" in f.removal, f.removal
+    if WARM:
+        assert f.spare_was_warm, "the spare's daemon was not Ready before the failure"
+        assert s["replacement_ready"] - s["replacement_bound"] <= 5.0, s  # type: ignore[operator]
+
+
+async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) -> None:
+    manifest = (options.repo_root() / scenario.MANIFEST).read_text()
+    run = scenario.Scenario(admin, rack_sim.root / "control.sock", manifest, warm=WARM)
+    async with run.running():
+        await run.apply()
+        await run.wait_formed(600)
+        _assert_formed(run)
+        tl = run.timeline
+
+        # 2. A rack-a node fails: its rank is replaced on a rack-a spare; rack b sees nothing.
+        spares_a = _placeholders(run, "a")
+        victim = run.node_of("a", 5)
+        f = await run.fail(victim, STEP_S)
+        _assert_timeline(f)
+        assert f.spare in spares_a.values() and f.preempted.startswith("spare-a-")
+        assert f.other_racks_marks == [], f.other_racks_marks
+        await tl.until(
+            lambda: tl.entries.get(f.spare, {}).get("status") == "Ready",
+            STEP_S,
+            "the spare's CD entry Ready",
+        )
+
+        # 3. Cross-rack rule: rack b's replacement takes rack b's spare, never rack a's.
+        left_a = _placeholders(run, "a")
+        assert len(left_a) == 1
+        spares_b = _placeholders(run, "b")
+        fb = await run.fail(run.node_of("b", 5), STEP_S)
+        _assert_timeline(fb)
+        assert fb.spare in spares_b.values() and fb.preempted.startswith("spare-b-")
+        assert _placeholders(run, "a") == left_a, "rack a's spare was touched by rack b"
+
+        # 4. No free spare: two rack-a nodes stop; one replacement takes the last spare, the
+        # other stays Pending with the scheduler's reason; nothing else moves.
+        last_spare = next(iter(left_a.values()))
+        left_b = _placeholders(run, "b")
+        victims = [run.node_of("a", 6), run.node_of("a", 7)]
+        before = {str(p.metadata.name) for p in tl.pods.values()}
+        lost = {str(run.pod_on(v).metadata.name) for v in victims}
+        t0 = await run.node_op("stop", victims[0])
+        await run.node_op("stop", victims[1])
+
+        def replacements() -> list[Any]:
+            return [
+                p
+                for p in run.rack_pods("a", placeholders=False)
+                if _rank_label(p)[1] in ("6", "7") and str(p.metadata.name) not in lost
+            ]
+
+        def one_ran_one_pending() -> bool:
+            reps = replacements()
+            ran = [p for p in reps if timeline._ready(p)]
+            pending = [p for p in reps if _unschedulable(p)]
+            return len(ran) == 1 and len(pending) == 1
+
+        await tl.until(one_ran_one_pending, STEP_S, "one replacement Running, one Pending")
+        reps = replacements()
+        ran = next(p for p in reps if timeline._ready(p))
+        pending = next(p for p in reps if not timeline._ready(p))
+        assert ran.spec.nodeName == last_spare
+        assert not pending.spec.nodeName
+        why = _unschedulable(pending)
+        assert why.startswith("0/37 nodes are available"), why
+        assert "node affinity/selector" in why and "preemption:" in why, why
+        assert _placeholders(run, "a") == {} and _placeholders(run, "b") == left_b
+        deleted = {m.name for m in tl.since(t0) if m.what in ("pod-deleting", "pod-gone")}
+        assert deleted <= lost | set(left_a), (deleted, lost)
+        assert {str(p.metadata.name) for p in tl.pods.values()} >= (before - lost - set(left_a))
+        stopped = {victim, *victims, fb.node}
+        restarts = [
+            m for m in tl.since(t0) if m.what == "daemon-restart" and m.detail not in stopped
+        ]
+        assert restarts == [], restarts
+
+        # 5. Heal: the nodes come back; the Pending rank runs on one of them.
+        for node in sorted(stopped):
+            await run.node_op("start", node)
+
+        def healed() -> bool:
+            ranks = {
+                _rank_label(p)
+                for p in tl.pods.values()
+                if trainer.RANK_LABEL in (p.metadata.labels or {}) and timeline._ready(p)
+            }
+            return len(ranks) == 32 and run.settled()
+
+        await tl.until(healed, STEP_S, "every rank Running and the domain settled")
+        assert tl.pods[str(pending.metadata.name)].spec.nodeName in stopped
+        for rack in ("a", "b"):
+            entries = {e["name"]: e for e in run.rack_entries(rack)}
+            ranks_nodes = {str(p.spec.nodeName) for p in run.rack_pods(rack, placeholders=False)}
+            assert ranks_nodes <= set(entries)
+            if WARM:
+                assert set(entries) == {n for n, r in run.node_rack.items() if r == rack}
