@@ -260,7 +260,8 @@ class Scenario:
         return t0
 
     async def fail(self, node: str, timeout: float) -> Failure:
-        """Stop ``node`` and wait until its rank's replacement is Running with its channel."""
+        """Stop ``node``; wait until its rank's replacement is Running with its channel and the
+        CD's entry of the spare it runs on is Ready."""
         old = self.pod_on(node)
         if old is None:
             raise LookupError(f"no training pod on {node}")
@@ -283,6 +284,12 @@ class Scenario:
             f"a Ready replacement for rank {rank} of rack {rack}",
         )
         new = replacement()
+        spare = str(new.spec.nodeName)
+        await self.timeline.until(
+            lambda: self.timeline.entries.get(spare, {}).get("status") == "Ready",
+            timeout,
+            f"the CD entry of {spare} Ready",
+        )
         return self._failure(t0, node, old, new, rack)
 
     def _failure(self, t0: float, node: str, old: Any, new: Any, rack: str) -> Failure:
