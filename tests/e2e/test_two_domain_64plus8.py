@@ -31,6 +31,7 @@ from lightkube import AsyncClient
 from compute_domains.bench import scenario, timeline
 from compute_domains.cli import options
 from compute_domains.sim import state, topology, trainer
+from tests.e2e import helpers
 
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=18)
@@ -117,6 +118,8 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
         assert f.spare in spares_a.values() and f.preempted.startswith("spare-a-")
         assert f.other_racks_marks == [], f.other_racks_marks
         assert tl.entries[f.spare]["status"] == "Ready"
+        log = await helpers.log_with(admin, f.new_pod, ("IMEX channels: 1: ",))
+        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
 
         # 3. Cross-rack rule: rack b's replacement takes rack b's spare, never rack a's.
         left_a = _placeholders(run, "a")

@@ -43,11 +43,6 @@ CLUSTER_UUID_LABEL: Final = "nvidia.com/gpu.clusteruuid"
 RACK_LABEL: Final = "rack"
 RANK_LABEL: Final = "rank"
 GENERATION_LABEL: Final = "generation"
-_DEFAULT_COMMAND: Final = (
-    "sh",
-    "-c",
-    "ls -l /dev/nvidia-caps-imex-channels/ && exec sleep infinity",
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,8 +68,9 @@ class TrainerSettings:
     ranks_per_rack: int = 16
     priority_class: str = "training-high-priority"
     image: str = "nvcr.io/nvidia/pytorch:25.04-py3"
-    command: tuple[str, ...] = _DEFAULT_COMMAND
-    """The trainer's stand-in: shows its IMEX channel and waits (the simulator runs a
+    command: tuple[str, ...] = ("mnnvl-workload",)
+    """The trainer's stand-in, the simulator's MNNVL program: logs its IMEX channel and the
+    IMEX domain its node's daemon sees, then runs until stopped (the simulator runs a
     container's command; an image has no entrypoint of its own there)."""
     gpus: int = 4
 
