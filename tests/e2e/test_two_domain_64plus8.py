@@ -36,7 +36,7 @@ from tests.e2e import helpers
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=18)
 NODES_MODE = "virtual"
-WARM = False
+WARM = True
 """The scenario as the manifest is written (with its warm-nodes annotation)."""
 STEP_S = 300.0
 
@@ -76,8 +76,10 @@ def _assert_formed(run: scenario.Scenario) -> None:
         assert all(e["status"] == "Ready" for e in entries)
         assert sorted(e["index"] for e in entries) == list(range(len(want)))
     if WARM:
-        # The spares' daemons are up with no claim on them: the guide's "already running".
+        # The spares' daemons are up with no claim on them: the guide's "already running";
+        # numNodes 36 = 32 claiming nodes + 4 warm spares, so the CD is Ready.
         assert len(run.warm_nodes()) == 4
+        assert run.timeline.cd_status[0] == "Ready", run.timeline.cd_status
 
 
 def _assert_timeline(f: scenario.Failure) -> None:

@@ -81,6 +81,8 @@ class Timeline:
         """Daemon pods of every CD, by name (their last state)."""
         self.entries: dict[str, dict[str, Any]] = {}
         """The CD's ``status.nodes`` entries by node name."""
+        self.cd_status: tuple[str, str, str] = ("-", "", "")
+        """The CD's ``status.status`` and its Ready condition's reason and message."""
         self._pod_states: dict[str, _PodState] = {}
         self._daemon_states: dict[str, _PodState] = {}
         self._changed = asyncio.Event()
@@ -244,3 +246,11 @@ class Timeline:
             ):
                 self.mark("entry", name, f"{new.get('status')} index {new.get('index')}")
         self.entries = entries
+        ready: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        self.cd_status = (
+            str(status.get("status") or "-"),
+            str(ready.get("reason") or ""),
+            str(ready.get("message") or ""),
+        )

@@ -139,6 +139,9 @@ async def run(
                 live.update(_forming(run_, time.monotonic() - run_.t_applied))
             formed_s = waiting.result()
             console.print(f"[bold green]formed in {formed_s:.1f}s[/]")
+            cd_formed = run_.timeline.cd_status
+            verdict, reason, message = cd_formed
+            console.print(f"training-job-cd: {verdict} {reason} {message}".rstrip())
             victim = run_.node_of("a", 5)
             console.rule(f"[bold]failure: rack a's rank 5 node {victim} stops")
             failure = await run_.fail(victim, timeout)
@@ -165,6 +168,7 @@ async def run(
         "warm": warm,
         "node_lifecycle": {"not_ready_s": NOT_READY_S, "eviction_s": EVICTION_S},
         "formed_s": round(formed_s, 2),
+        "cd_status_formed": list(cd_formed),
         "failure": dataclasses.asdict(failure),
         "heal_s": round(heal_s, 2),
         "heal_marks": [dataclasses.asdict(m) | {"at": round(m.at - marks[0].at, 2)} for m in marks],
