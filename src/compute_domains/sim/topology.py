@@ -5,9 +5,11 @@ a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the 
 are loopback addresses derived from the node's position, so they are stable across restarts and
 never collide between nodes nor between sims running side by side: a sim holds an address
 slot *s* (0..15, see ``sim.slots``); its node *n* is ``127.<1 + s>.<n // 250>.<n % 250 + 1>`` and
-the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` (up to 1,000 GPU nodes
-and the control-plane node after them). ``nodes`` yields the GPU nodes, ``all_nodes`` every
-node the sim runs, the control-plane node included.
+the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` for the first 1,024
+nodes and ``127.<128 + 8s + (n - 1024) // 256>.<n % 256>.2-254`` for the next 2,048, so a
+shape of up to 3,000 GPU nodes (and the control-plane node after them) fits, and a shape of at
+most 1,023 nodes has the addresses it always had. ``nodes`` yields the GPU nodes, ``all_nodes``
+every node the sim runs, the control-plane node included.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ FabricState = str
 
 _PLAIN_RACK_BASE = 1000
 """Identity seed for nodes without a rack (their GPUs still need stable UUIDs)."""
-_MAX_NODES = 1000
+_MAX_NODES = 3000
+"""GPU nodes a shape may have: 3,072 pod ranges per slot, one left for the control plane."""
+_LOW_POD_RANGES = 1024
+"""Nodes whose pods use the first plan (127.64-127.127; unchanged since it held 1,000 nodes)."""
 SLOTS = 16
 """Address slots: how many sims can run side by side without sharing an address."""
 CONTROL_PLANE_NODE = "control-plane"
@@ -106,7 +111,10 @@ class NodeSpec:
         if not 0 <= slot <= 252:
             raise ValueError("pod address slot out of range 0..252")
         n = self.ordinal
-        return f"127.{64 + 4 * self.slot + n // 256}.{n % 256}.{slot + 2}"
+        if n < _LOW_POD_RANGES:
+            return f"127.{64 + 4 * self.slot + n // 256}.{n % 256}.{slot + 2}"
+        high = n - _LOW_POD_RANGES
+        return f"127.{128 + 8 * self.slot + high // 256}.{n % 256}.{slot + 2}"
 
 
 def node_name(rack: int | None, index: int) -> str:

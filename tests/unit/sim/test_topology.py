@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compute_domains.sim import topology
 
 
@@ -29,3 +31,39 @@ def test_the_largest_shape_keeps_the_control_plane_node_in_its_own_address_range
     cp = list(topology.all_nodes(shape, slot=15))[-1]
     assert cp.address == "127.16.4.1"
     assert cp.pod_address(252) == "127.127.232.254"  # slot 15's last pod range, still ours
+
+
+def test_1152_nodes_in_every_slot_have_unique_addresses_apart_from_every_other_slot() -> None:
+    """Issue 15's 64 racks: node and pod addresses unique within a sim and across all 16 slots."""
+    shape = topology.Shape(racks=64)
+    seen: set[str] = set()
+    count = 0
+    for slot in range(topology.SLOTS):
+        for spec in topology.all_nodes(shape, slot=slot):
+            octets = [spec.address, spec.pod_address(0), spec.pod_address(252)]
+            for address in octets:
+                parts = [int(p) for p in address.split(".")]
+                assert parts[0] == 127 and all(0 <= p <= 255 for p in parts), address
+            seen.update(octets)
+            count += 3
+    assert count == 16 * 1153 * 3
+    assert len(seen) == count
+
+
+def test_the_largest_shape_fits_and_one_more_node_is_refused() -> None:
+    shape = topology.Shape(racks=0, plain_nodes=3000)
+    every = list(topology.all_nodes(shape, slot=15))
+    assert every[-1].pod_address(252) == "127.255.184.254"  # the plan's last range in slot 15
+    assert len({n.pod_address(0) for n in every}) == 3001
+    with pytest.raises(ValueError, match="at most 3000 nodes"):
+        topology.Shape(racks=0, plain_nodes=3001)
+
+
+def test_shapes_of_up_to_1023_nodes_keep_their_addresses() -> None:
+    """The plan before 1,024 nodes, written out: existing sims, docs and results stay valid."""
+    shape = topology.Shape(racks=56, plain_nodes=15)  # 1,023 GPU nodes, control plane 1,024th
+    for slot in (0, 7, 15):
+        for spec in topology.all_nodes(shape, slot=slot):
+            n = spec.ordinal
+            assert spec.address == f"127.{1 + slot}.{n // 250}.{n % 250 + 1}"
+            assert spec.pod_address(5) == f"127.{64 + 4 * slot + n // 256}.{n % 256}.7"
