@@ -43,3 +43,18 @@ def test_controller_manager_and_api_server_get_the_timings(tmp_path: Path) -> No
         )
     )
     assert "--default-not-ready-toleration-seconds=300" in patient_api
+
+
+def test_controller_manager_and_scheduler_get_client_rate_limits_for_large_shapes(
+    tmp_path: Path,
+) -> None:
+    """Upstream's 20 requests/s would have the DaemonSet controller create 1,152 pods in minutes."""
+    for tool in ("kube-controller-manager", "kube-scheduler"):
+        (tmp_path / tool).touch()
+    settings = controlplane.ControlPlaneSettings(state_dir=tmp_path, bin_dir=tmp_path)
+    kcm = components.controller_manager_argv(settings, 1, tmp_path / "kc", tmp_path)
+    sched = components.scheduler_argv(settings, 1, tmp_path / "kc")
+    for argv in (kcm, sched):
+        assert f"--kube-api-qps={components.CLIENT_QPS}" in argv
+        assert f"--kube-api-burst={components.CLIENT_BURST}" in argv
+    assert components.CLIENT_QPS >= 100 and components.CLIENT_BURST >= components.CLIENT_QPS
