@@ -13,8 +13,12 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (creates parent folders)."""
+def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (creates parent folders).
+
+    ``durable=False`` skips the two fsyncs (file and folder): still atomic for readers, for
+    files nobody needs after a power cut (a simulated node's stand-ins, rewritten at each start).
+    """
     payload = data.encode() if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -22,13 +26,16 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -109,7 +109,7 @@ class NodeAgent:
             (root / sub).mkdir(parents=True, exist_ok=True)
         boot = root / "proc/sys/kernel/random/boot_id"
         if new_boot or not boot.exists():
-            atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n")
+            atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n", durable=False)
         lib = self._s.nvml_lib_dir
         if spec.gpus:  # the control-plane node has no GPU, hence no NVIDIA driver
             driverroot.layout(
