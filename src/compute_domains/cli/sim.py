@@ -18,7 +18,7 @@ from rich.console import Console
 
 from compute_domains.cli import inprocess, options, simnode, simoptions, tools
 from compute_domains.containers import procs
-from compute_domains.sim import cluster, errors, lifecycle, state
+from compute_domains.sim import cluster, errors, lifecycle, progress, state
 from compute_domains.sim import driver as driver_mod
 
 
@@ -36,6 +36,16 @@ def group() -> None:
     show_default=True,
     help="Install the project's Helm chart once the nodes are up.",
 )
+@click.option(
+    "--node-timings",
+    type=click.Choice(["auto", "fast", "upstream"]),
+    default="auto",
+    show_default=True,
+    help="Node-lifecycle timings: fast (NotReady after 8 s without a heartbeat, eviction "
+    "after 10 s; Leases renewed every 2 s) for fault drills, upstream (40 s, 300 s; every "
+    "10 s) for large or long runs; auto: upstream above "
+    f"{lifecycle.PATIENT_ABOVE_NODES} nodes.",
+)
 @simoptions.IMAGE_MAP
 @simoptions.NODES_MODE
 @simoptions.shape_options
@@ -43,6 +53,7 @@ def up(
     name: str,
     api_port: int | None,
     driver: bool,
+    node_timings: str,
     image_map: tuple[str, ...],
     nodes_mode: str,
     racks: int,
@@ -56,12 +67,20 @@ def up(
     shape = simoptions.shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
     toolset = tools.build_tools(console)
     paths = simoptions.paths(name)
+    patience = node_timings == "upstream" or (
+        node_timings == "auto" and lifecycle.patient_by_default(shape)
+    )
     t0 = time.monotonic()
-    with console.status(
+    what = (
         f"starting sim '{name}': control plane, then {shape.total_nodes} "
         f"simulated nodes ({racks} racks x {nodes_per_rack} nodes x "
-        f"{gpus_per_node} GPUs)..."
-    ):
+        f"{gpus_per_node} GPUs{', upstream node timings' if patience else ''})"
+    )
+    with console.status(what + "...") as spinner:
+
+        def on_wait(line: str) -> None:
+            spinner.update(f"{what}: {line} ({time.monotonic() - t0:.0f}s)")
+
         chart = options.chart_dir() if driver and shape.total_nodes else None
         started = lifecycle.start(
             paths,
@@ -71,6 +90,8 @@ def up(
             chart=chart,
             image_map=simoptions.image_map(image_map),
             nodes_mode=nodes_mode,
+            patience=patience,
+            on_wait=on_wait,
         )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
@@ -201,14 +222,18 @@ def serve(
             "not running as root: containers share the host's filesystem view (no private "
             "mount namespace, no CDI device nodes, /etc/hosts not private)"
         )
+    shape = simoptions.shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric)
+    nodes = shape.total_nodes
     settings = cluster.SimSettings(
         home=home,
         name=name,
         bin_dir=bin_dir,
         api_port=api_port,
         isolate=isolate,
-        shape=simoptions.shape(racks, nodes_per_rack, gpus_per_node, plain_nodes, fabric),
-        driver=driver_mod.DriverSettings(chart=chart) if chart is not None else None,
+        shape=shape,
+        driver=driver_mod.DriverSettings(chart=chart, timeout_s=progress.helm_timeout_s(nodes))
+        if chart is not None
+        else None,
         patience=patient_nodes,
         image_map=simoptions.image_map(image_map),
         nodes_mode="virtual" if nodes_mode == "virtual" else "process",

@@ -192,6 +192,10 @@ class NodeAgent:
         self._tasks[name] = asyncio.create_task(self._guard(sim_node), name=f"node:{name}")
         await sim_node.registered.wait()
 
+    def registered(self) -> int:
+        """How many nodes have registered their Node object so far."""
+        return sum(n.registered.is_set() for n in self.nodes.values())
+
     def running(self, name: str) -> bool:
         """True while the node's kubelet runs (not stopped)."""
         task = self._tasks.get(name)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compute_domains.containers import procs, runtime
-from compute_domains.sim import errors, state, topology
+from compute_domains.sim import errors, progress, state, topology
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,6 +33,17 @@ class Started:
     cleaned_stale: bool
     process: subprocess.Popen[bytes] | None = None
     """The supervisor when this call started it; the caller reaps it after ``stop``."""
+
+
+PATIENT_ABOVE_NODES = 72
+"""``cdctl sim up`` picks upstream's node-lifecycle timings (``cluster.SimSettings.patience``)
+for shapes of more nodes than this: the fast timings' 2 s Lease renewals of 1,152 nodes would be
+576 writes a second, and a heartbeat late by 8 s on a loaded machine a NotReady node."""
+
+
+def patient_by_default(shape: topology.Shape) -> bool:
+    """Whether ``cdctl sim up`` uses upstream's node timings for ``shape`` unless told."""
+    return shape.total_nodes > PATIENT_ABOVE_NODES
 
 
 def _supervisor_argv(
@@ -128,7 +139,7 @@ def start(
     shape: topology.Shape | None = None,
     chart: Path | None = None,
     die_with_parent: bool = False,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
     on_wait: Callable[[str], None] | None = None,
     patience: bool = False,
     image_map: tuple[tuple[str, Path], ...] = (),
@@ -138,6 +149,8 @@ def start(
 
     ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``);
     ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``).
+    ``timeout_s`` defaults to 300 s plus helm's wait for the shape (``progress.helm_timeout_s``);
+    ``on_wait`` is called with the phase and the supervisor's progress line while it starts.
     """
     recorded = state.read_state(paths)
     if recorded is not None and state.supervisor_alive(paths, recorded):
@@ -167,6 +180,8 @@ def start(
             stderr=subprocess.STDOUT,
             start_new_session=not die_with_parent,
         )
+    if timeout_s is None:
+        timeout_s = 300.0 + progress.helm_timeout_s((shape or topology.Shape(racks=0)).total_nodes)
     deadline = time.monotonic() + timeout_s
     while True:
         rec = state.read_state(paths)
@@ -190,7 +205,11 @@ def start(
                 f"see {paths.supervisor_log}"
             )
         if on_wait is not None:
-            on_wait(rec.phase if rec else "starting")
+            on_wait(
+                f"{rec.phase}: {rec.extra['progress']}"
+                if rec is not None and rec.extra.get("progress")
+                else (rec.phase if rec else "starting")
+            )
         # The supervisor is another process; its state file is the only channel. Short sleep.
         time.sleep(0.2)
 

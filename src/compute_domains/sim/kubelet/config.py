@@ -24,10 +24,21 @@ class KubeletSettings:
     """First retry delay for volumes and DRA preparation."""
     retry_backoff_cap_s: float = 10.0
     """Cap of that retry delay."""
+    lease_renew_s: float = 2.0
+    """Lease renewal interval; must stay well under the controller-manager's grace period (a
+    quarter of it, as the kubelet renews at a quarter of its 40 s Lease)."""
+    status_update_s: float = 10.0
+    """How often the Ready condition's heartbeat is refreshed."""
     relist_s: float = 0.1
     """How long after its start a container is reported running. The real kubelet learns of a
     start at its next PLEG relist (every 1 s), so what a container prints at once is in its log
     before its pod turns Ready; NVIDIA's tests rely on that."""
+
+
+UPSTREAM_HEARTBEATS = {"lease_renew_s": 10.0, "status_update_s": 60.0}
+"""With upstream's 40 s grace period (``cluster.SimSettings.patience``): the kubelet's 10 s Lease
+renewal; the Node status heartbeat, which the node-lifecycle controller does not need while
+the Lease is renewed, once a minute (the kubelet: when it changed, else every 5 min)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,10 +52,6 @@ class NodeSettings:
     api_port: int
     kubelet_port: int = 10250
     """Port of the node's kubelet endpoint (logs) on its own address."""
-    lease_renew_s: float = 2.0
-    """Lease renewal interval; must stay well under the controller-manager's grace period."""
-    status_update_s: float = 10.0
-    """How often the Ready condition's heartbeat is refreshed."""
     kubelet: KubeletSettings = dataclasses.field(default_factory=KubeletSettings)
 
 

@@ -6,8 +6,8 @@ carry (the control-plane node: no GPUs, tainted ``NoSchedule`` at registration a
 as kubeadm does, since NodeRestriction forbids a kubelet to set it), retrying with back-off
 until the API server answers. ``heartbeat`` renews the node's Lease in ``kube-node-lease``
 (so the real node-lifecycle controller sees it alive) and refreshes the conditions'
-heartbeat every ``status_update_s``. The status carries the node's boot id, which a reboot
-changes.
+heartbeat, at the intervals of ``config.KubeletSettings``. The status carries the node's boot
+id, which a reboot changes.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class NodeStatus:
 
     async def heartbeat(self) -> None:
         """Renew the Lease and refresh the conditions until cancelled."""
-        ns, renew = "kube-node-lease", self._s.lease_renew_s
+        ns, renew = "kube-node-lease", self._s.kubelet.lease_renew_s
         lease = Lease(
             metadata=ObjectMeta(name=self.name, namespace=ns),
             spec=LeaseSpec(
@@ -191,7 +191,7 @@ class NodeStatus:
                     namespace=ns,
                 )
                 now = asyncio.get_running_loop().time()
-                if now - last_status >= self._s.status_update_s:
+                if now - last_status >= self._s.kubelet.status_update_s:
                     conditions = self._status()["conditions"]
                     await self._client.patch(
                         Node.Status, self.name, {"status": {"conditions": conditions}}
