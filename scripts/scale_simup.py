@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Measure ``cdctl sim up --racks R --nodes-mode virtual`` (issue 15 point 2) and write the result.
+
+For each R: start the sim, sample every second the RSS of the supervisor and of every process
+of the sim (the supervisor's process tree) and the load average, time ``cdctl sim status`` and
+``cdctl topology`` once it is up, then stop it. Optionally records a py-spy profile of the
+supervisor during the start (``--profile``, needs py-spy in the venv). Run it under the sim
+lock: ``flock /tmp/cd-sim.lock .venv/bin/python scripts/scale_simup.py --racks 16,32,64``.
+Writes ``bench/results/scale-simup-<timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NAME = "scale"
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(entry))
+    return kids
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def tree_sample(root: int) -> dict[str, object]:
+    """RSS (MiB) of ``root`` and of its whole process tree, and the tree's size."""
+    kids = _children()
+    todo, seen = [root], []
+    while todo:
+        pid = todo.pop()
+        seen.append(pid)
+        todo.extend(kids.get(pid, []))
+    by_kind: dict[str, int] = {}
+    for pid in seen:
+        by_kind[_comm(pid)] = by_kind.get(_comm(pid), 0) + _rss_kib(pid)
+    return {
+        "supervisor_mib": _rss_kib(root) / 1024,
+        "all_mib": sum(by_kind.values()) / 1024,
+        "processes": len(seen),
+        "by_comm_mib": {k: round(v / 1024, 1) for k, v in sorted(by_kind.items())},
+    }
+
+
+def _supervisor_pid(home: Path) -> int | None:
+    try:
+        doc = json.loads((home / "sims" / NAME / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = doc.get("supervisorPid") or doc.get("supervisor_pid")
+    return int(pid) if pid else None
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> dict[str, object]:
+    t0 = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    return {
+        "argv": argv[1:],
+        "seconds": round(time.monotonic() - t0, 2),
+        "rc": out.returncode,
+        "lines": len(out.stdout.splitlines()),
+        "head": out.stdout.splitlines()[:6],
+    }
+
+
+def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
+    env = dict(os.environ, CD_SIM_HOME=str(home))
+    load0 = os.getloadavg()
+    samples: list[dict[str, object]] = []
+    stop = threading.Event()
+    spy: list[subprocess.Popen[bytes]] = []
+
+    def sample() -> None:
+        t0 = time.monotonic()
+        while not stop.is_set():
+            pid = _supervisor_pid(home)
+            if pid:
+                if profile is not None and not spy:
+                    spy.append(
+                        subprocess.Popen(
+                            [str(BIN / "py-spy"), "record", "--pid", str(pid), "--rate", "20",
+                             "--nonblocking", "--format", "raw", "--output", str(profile),
+                             "--duration", "900"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        )
+                    )
+                s = tree_sample(pid)
+                s["t"] = round(time.monotonic() - t0, 1)
+                s["load1"] = os.getloadavg()[0]
+                s.pop("by_comm_mib")
+                samples.append(s)
+            stop.wait(2.0)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t0 = time.monotonic()
+    up = subprocess.run(
+        [str(BIN / "cdctl"), "sim", "up", "--name", NAME, "--racks", str(racks),
+         "--nodes-mode", "virtual"],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    up_s = time.monotonic() - t0
+    stop.set()
+    th.join()
+    for p in spy:
+        p.send_signal(2)  # py-spy writes its profile on SIGINT
+        p.wait(timeout=60)
+    result: dict[str, object] = {
+        "racks": racks,
+        "nodes": racks * 18,
+        "up_rc": up.returncode,
+        "up_seconds": round(up_s, 1),
+        "up_tail": (up.stdout + up.stderr).splitlines()[-8:],
+        "load_before": load0,
+        "peak_supervisor_mib": max((float(s["supervisor_mib"]) for s in samples), default=0),
+        "peak_all_mib": max((float(s["all_mib"]) for s in samples), default=0),
+        "samples": samples,
+    }
+    pid = _supervisor_pid(home)
+    if up.returncode == 0 and pid:
+        result["after_up"] = tree_sample(pid)
+        result["load_after_up"] = os.getloadavg()
+        kc = str(home / "sims" / NAME / "controlplane/kubeconfig/admin.yaml")
+        cd = str(BIN / "cdctl")
+        result["views"] = [
+            _timed([cd, "sim", "status", "--name", NAME], env),
+            _timed([cd, "topology", "--kubeconfig", kc], env),
+            _timed([cd, "topology", "--kubeconfig", kc, "-o", "json"], env),
+            _timed([cd, "sim", "node", "list", "--name", NAME], env),
+        ]
+        # Steady state: a minute after up, is every node still Ready (heartbeats on time)?
+        time.sleep(60)
+        result["after_60s"] = tree_sample(pid)
+        result["load_after_60s"] = os.getloadavg()
+        kubectl = json.loads(
+            subprocess.run(
+                [cd, "sim", "status", "--name", NAME, "-o", "json"],
+                capture_output=True, text=True, env=env, check=False,
+            ).stdout or "{}"
+        )
+        result["status_after_60s"] = kubectl
+    down = subprocess.run(
+        [str(BIN / "cdctl"), "sim", "down", "--name", NAME],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    result["down_rc"] = down.returncode
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--racks", default="16,32,64")
+    ap.add_argument("--home", type=Path, default=Path("/tmp/cd-scale-home"))
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    runs = []
+    for r in (int(x) for x in args.racks.split(",")):
+        prof = REPO / f"bench/results/scale-simup-profile-r{r}-{stamp}.txt" if args.profile else None
+        res = one(r, args.home, prof)
+        print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=1), flush=True)
+        runs.append(res)
+    out = REPO / f"bench/results/scale-simup-{args.label + '-' if args.label else ''}{stamp}.json"
+    out.write_text(
+        json.dumps({"commit": commit, "cores": os.cpu_count(), "runs": runs}, indent=1) + "\n"
+    )
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
