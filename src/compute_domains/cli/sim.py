@@ -159,6 +159,9 @@ def status(name: str, output: str) -> None:
         if endpoints and alive
         else {},
         "error": recorded.error if recorded else "",
+        "progress": recorded.extra.get("progress", "")
+        if recorded and alive and recorded.phase == "starting"
+        else "",
     }
     if output == "json":
         click.echo(json.dumps(doc, indent=1))
@@ -168,6 +171,8 @@ def status(name: str, output: str) -> None:
         return
     state_word = doc["phase"] if alive else "stale (its supervisor is gone; `cdctl sim down`)"
     click.echo(f"sim '{name}': {state_word}")
+    if doc["progress"]:
+        click.echo(f"  progress    {doc['progress']}")
     if endpoints:
         click.echo(f"  API server  {endpoints.api_server}")
         click.echo(f"  kubeconfig  {paths.kubeconfig}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -148,16 +149,32 @@ def render_status(view: list[dict[str, Any]], console: Console) -> None:
             console.print(f"  [yellow]why:[/] {why}", overflow="fold")
 
 
+SUMMARY_ABOVE_NODES = 72
+"""``cdctl topology`` lists every node up to this many GPU nodes (4 racks), one row per NVLink
+domain above it, unless ``--nodes`` or ``--summary`` says otherwise."""
+
+
 @click.command("topology")
 @_KUBECONFIG
 @_OUTPUT
-def topology(kubeconfig: Path | None, output: str) -> None:
+@click.option(
+    "--nodes/--summary",
+    "per_node",
+    default=None,
+    help=f"Every node, or one row per NVLink domain (default: per node up to "
+    f"{SUMMARY_ABOVE_NODES} GPU nodes, the summary above).",
+)
+def topology(kubeconfig: Path | None, output: str, per_node: bool | None) -> None:
     """NVLink domains (cliques): their nodes and GPUs, which CD holds them, what is free."""
     view = asyncio.run(_topology(kubeconfig))
     if output == "json":
         click.echo(json.dumps(view, indent=1))
         return
     console = Console()
+    total = sum(len(d["nodes"]) for d in view["domains"])
+    if per_node is False or (per_node is None and total > SUMMARY_ABOVE_NODES):
+        render_topology_summary(view, console)
+        return
     for dom in view["domains"]:
         title = dom["clique"] or "nodes without multi-node NVLink"
         console.print(
@@ -173,3 +190,45 @@ def topology(kubeconfig: Path | None, output: str) -> None:
                 n["heldBy"] or "[green]free[/]",
             )
         console.print(table)
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    """``gb200-r2-n00`` before ``gb200-r10-n00``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def render_topology_summary(view: dict[str, Any], console: Console) -> None:
+    """One row per NVLink domain (in node-name order): its nodes' range, how many are ready
+    and free, its GPUs and which CDs hold it; a line of totals first."""
+    domains = view["domains"]
+    nodes = [n for d in domains for n in d["nodes"]]
+    holders = sorted({h for d in domains for h in d["heldBy"]})
+    console.print(
+        f"[bold]{len(domains)} NVLink domains[/], {len(nodes)} GPU nodes "
+        f"({sum(n['ready'] for n in nodes)} ready, {sum(d['free'] for d in domains)} free), "
+        f"{sum(d['gpus'] for d in domains)} GPUs; held by: {', '.join(holders) or 'nobody'}",
+        overflow="fold",
+    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("NODES", no_wrap=True)
+    table.add_column("CLIQUE", overflow="ellipsis", max_width=14, no_wrap=True)
+    table.add_column("READY", justify="right", no_wrap=True)
+    table.add_column("GPUS", justify="right", no_wrap=True)
+    table.add_column("FREE", justify="right", no_wrap=True)
+    table.add_column("HELD BY", overflow="fold", ratio=1)
+    rows = []
+    for dom in domains:
+        names_ = sorted((str(n["name"]) for n in dom["nodes"]), key=_natural)
+        span = names_[0] if len(names_) == 1 else f"{names_[0]}..{names_[-1]}"
+        rows.append((_natural(names_[0]), dom, span))
+    for _, dom, span in sorted(rows, key=lambda r: r[0]):
+        ready = sum(n["ready"] for n in dom["nodes"])
+        table.add_row(
+            span,
+            (dom["clique"] or "-")[-12:],
+            f"{ready}/{len(dom['nodes'])}",
+            str(dom["gpus"]),
+            str(dom["free"]),
+            ", ".join(dom["heldBy"]) or "-",
+        )
+    console.print(table)

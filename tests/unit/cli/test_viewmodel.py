@@ -2,7 +2,10 @@
 
 import io
 import re
+from typing import Any
 
+import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
 from compute_domains.api import names
@@ -218,3 +221,56 @@ def test_status_text_fits_80_columns_with_whole_node_names() -> None:
     assert "why: CliqueFull: node gb200-r0-n18 cannot join clique" in " ".join(lines)
     assert "maxNodesPerIMEXDomain" in text.replace("\n", "")
     assert "worker-18" in text
+
+
+def test_topology_summary_of_64_racks_is_one_row_per_rack_in_rack_order_at_80_columns() -> None:
+    cds = [{"metadata": {"name": "big", "namespace": "team", "uid": CD_UID}}]
+    nodes = [
+        _node(
+            f"gb200-r{r}-n{i:02d}",
+            f"c0ffee00-0000-0000-0000-{r:012d}.7",
+            held=CD_UID if r < 2 else None,
+            ready=(r, i) != (5, 3),
+        )
+        for r in reversed(range(64))
+        for i in range(18)
+    ]
+    view = viewmodel.topology_view(nodes, cds)
+    out = io.StringIO()
+    views.render_topology_summary(
+        view, Console(file=out, width=80, color_system=None, legacy_windows=False)
+    )
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    assert " ".join(lines[:2]).replace("  ", " ") == (
+        "64 NVLink domains, 1152 GPU nodes (1151 ready, 1115 free), 4608 GPUs; held by: team/big"
+    )
+    rows = [line.split() for line in lines if line.strip().startswith("gb200-")]
+    assert [r[0] for r in rows] == [f"gb200-r{r}-n00..gb200-r{r}-n17" for r in range(64)]
+    assert rows[0][2:] == ["18/18", "72", "0", "team/big"]
+    assert rows[5][2:] == ["17/18", "72", "17", "-"]
+    assert len(lines) <= 64 + 6  # totals (2 lines at 80 columns), header, rule, the racks
+
+
+def test_topology_lists_nodes_up_to_four_racks_and_summarises_above_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def shape(racks: int) -> dict[str, Any]:
+        nodes = [_node(f"gb200-r{r}-n{i:02d}", f"c.{r}") for r in range(racks) for i in range(18)]
+        return viewmodel.topology_view(nodes, [])
+
+    def run(racks: int, *flags: str) -> str:
+        async def fake(kubeconfig: object) -> dict[str, Any]:
+            return shape(racks)
+
+        monkeypatch.setattr(views, "_topology", fake)
+        result = CliRunner().invoke(views.topology, list(flags))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "gb200-r3-n17" in run(4)  # 72 nodes: every node listed
+    assert "gb200-r4-n00..gb200-r4-n17" in run(5)
+    assert "gb200-r4-n07" not in run(5)
+    assert "gb200-r4-n07" in run(5, "--nodes")
+    assert "gb200-r0-n00..gb200-r0-n17" in run(1, "--summary")
