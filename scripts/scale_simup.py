@@ -77,13 +77,27 @@ def tree_sample(root: int) -> dict[str, object]:
     }
 
 
-def _supervisor_pid(home: Path) -> int | None:
+def _state(home: Path) -> dict[str, object]:
     try:
-        doc = json.loads((home / "sims" / NAME / "state.json").read_text())
+        doc: dict[str, object] = json.loads((home / "sims" / NAME / "state.json").read_text())
     except (OSError, ValueError):
-        return None
-    pid = doc.get("supervisorPid") or doc.get("supervisor_pid")
-    return int(pid) if pid else None
+        return {}
+    return doc
+
+
+def _supervisor_pid(home: Path) -> int | None:
+    pid = _state(home).get("supervisor_pid")
+    return int(str(pid)) if pid else None
+
+
+def _milestones(home: Path) -> list[str]:
+    """The supervisor log's start-up milestones, with their timestamps."""
+    keys = ("control plane", "nodes registered", "driver installed", "ready", "Traceback")
+    try:
+        lines = (home / "sims" / NAME / "supervisor.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln[:200] for ln in lines if any(k in ln for k in keys) and "WARNING" not in ln][:40]
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -122,6 +136,8 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
                 s = tree_sample(pid)
                 s["t"] = round(time.monotonic() - t0, 1)
                 s["load1"] = os.getloadavg()[0]
+                extra = _state(home).get("extra")
+                s["progress"] = extra.get("progress", "") if isinstance(extra, dict) else ""
                 s.pop("by_comm_mib")
                 samples.append(s)
             stop.wait(2.0)
@@ -151,6 +167,8 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
         "peak_all_mib": max((float(s["all_mib"]) for s in samples), default=0),
         "samples": samples,
     }
+    result["milestones"] = _milestones(home)
+    result["started_at"] = time.strftime("%H:%M:%S", time.localtime(time.time() - up_s))
     pid = _supervisor_pid(home)
     if up.returncode == 0 and pid:
         result["after_up"] = tree_sample(pid)
@@ -174,6 +192,12 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
             ).stdout or "{}"
         )
         result["status_after_60s"] = kubectl
+    result["log_warnings"] = sum(
+        "WARNING" in ln
+        for ln in (home / "sims" / NAME / "supervisor.log")
+        .read_text(errors="replace")
+        .splitlines()
+    ) if (home / "sims" / NAME / "supervisor.log").exists() else 0
     down = subprocess.run(
         [str(BIN / "cdctl"), "sim", "down", "--name", NAME],
         capture_output=True, text=True, env=env, check=False,
