@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import stat
 import time
 from collections.abc import Callable
@@ -67,11 +68,16 @@ class PluginRegistry:
     async def reconcile(self) -> None:
         """One pass over the registration folder: drop gone or replaced sockets, add new ones."""
         found = {}
-        for entry in (self._root / REGISTRY_DIR).glob("*"):
-            with contextlib.suppress(OSError):
-                st = entry.lstat()
-                if stat.S_ISSOCK(st.st_mode) and not entry.name.startswith("."):
-                    found[entry] = (st.st_ino, st.st_ctime_ns)
+        folder = self._root / REGISTRY_DIR
+        # scandir, not Path.glob: every node runs this each second (1,152 times a second).
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISSOCK(st.st_mode):
+                        found[folder / entry.name] = (st.st_ino, st.st_ctime_ns)
         for sock in list(self._sockets):
             if found.get(sock) != self._identity.get(sock):
                 await self._deregister(sock)
