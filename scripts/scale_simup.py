@@ -50,6 +50,16 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its reaped children."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def _comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as f:
@@ -67,9 +77,12 @@ def tree_sample(root: int) -> dict[str, object]:
         seen.append(pid)
         todo.extend(kids.get(pid, []))
     by_kind: dict[str, int] = {}
+    cpu: dict[str, float] = {}
     for pid in seen:
         by_kind[_comm(pid)] = by_kind.get(_comm(pid), 0) + _rss_kib(pid)
+        cpu[_comm(pid)] = round(cpu.get(_comm(pid), 0.0) + _cpu_s(pid), 1)
     return {
+        "cpu_s_by_comm": cpu,
         "supervisor_mib": _rss_kib(root) / 1024,
         "all_mib": sum(by_kind.values()) / 1024,
         "processes": len(seen),
@@ -139,6 +152,7 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
                 extra = _state(home).get("extra")
                 s["progress"] = extra.get("progress", "") if isinstance(extra, dict) else ""
                 s.pop("by_comm_mib")
+                s.pop("cpu_s_by_comm")
                 samples.append(s)
             stop.wait(2.0)
 
@@ -151,6 +165,8 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
         capture_output=True, text=True, env=env, check=False,
     )
     up_s = time.monotonic() - t0
+    pid_at_up = _supervisor_pid(home)
+    cpu_at_up = tree_sample(pid_at_up)["cpu_s_by_comm"] if pid_at_up else {}
     stop.set()
     th.join()
     for p in spy:
@@ -163,6 +179,7 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
         "up_seconds": round(up_s, 1),
         "up_tail": (up.stdout + up.stderr).splitlines()[-8:],
         "load_before": load0,
+        "cpu_s_at_up": cpu_at_up,
         "peak_supervisor_mib": max((float(s["supervisor_mib"]) for s in samples), default=0),
         "peak_all_mib": max((float(s["all_mib"]) for s in samples), default=0),
         "samples": samples,
