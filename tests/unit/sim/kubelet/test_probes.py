@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import cast
@@ -11,6 +12,7 @@ from lightkube.models.core_v1 import (
     EnvVar,
     EnvVarSource,
     ExecAction,
+    HTTPGetAction,
     ObjectFieldSelector,
     Probe,
 )
@@ -67,3 +69,42 @@ async def test_exec_probe_command_is_expanded_from_the_static_env() -> None:
         ["check", "-v", "4", "$(LOG_VERBOSITY)x", "[]", "$(X)", "$(NOPE)"],
     ]
     assert rec.started
+
+
+async def test_http_probes_share_one_client_and_open_a_connection_each() -> None:
+    """As the kubelet's prober (keep-alives off): every probe is a new connection, but the
+    probing side is built once per container, not once per probe."""
+    connections: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the prober closes its side
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    probe = Probe(httpGet=HTTPGetAction(path="/healthz", port=port), periodSeconds=0)
+    c = Container(name="c", startupProbe=probe)
+    prober = probes.Prober(
+        cast(runtime.Runtime, _Runtime()),
+        cast(runtime.Running, None),
+        c,
+        podstatus.ContainerRecord(name="c", image="i"),
+        lambda: None,
+        logging.LoggerAdapter(logging.getLogger("test")),
+    )
+    try:
+        assert await prober._check(probe)
+        client = prober._http
+        assert client is not None
+        assert await prober._check(probe)
+        assert prober._http is client
+        assert len(connections) == 2
+        await prober.run()  # ends after the startup probe's success, closing the client
+        assert prober._http is None and client.is_closed
+    finally:
+        server.close()
+        await server.wait_closed()
