@@ -75,14 +75,22 @@ async def test_http_probes_share_one_client_and_open_a_connection_each() -> None
     """As the kubelet's prober (keep-alives off): every probe is a new connection, but the
     probing side is built once per container, not once per probe."""
     connections: list[int] = []
+    finished: list[int] = []
+    all_finished = asyncio.Event()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        await reader.read()  # until the prober closes its side
-        writer.close()
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            await reader.read()  # until the prober closes its side
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            finished.append(1)
+            if len(finished) == 3:
+                all_finished.set()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -105,6 +113,8 @@ async def test_http_probes_share_one_client_and_open_a_connection_each() -> None
         assert len(connections) == 2
         await prober.run()  # ends after the startup probe's success, closing the client
         assert prober._http is None and client.is_closed
+        await all_finished.wait()  # three probes, three connections, each closed by the prober
+        assert len(connections) == 3
     finally:
         server.close()
         await server.wait_closed()
