@@ -24,6 +24,7 @@ from compute_domains.sim import (
     agent,
     control,
     controlplane,
+    limits,
     progress,
     releases,
     slots,
@@ -254,6 +255,7 @@ class SimCluster:
 
 async def serve(settings: SimSettings) -> int:
     """Entry point of the supervisor process: run until SIGTERM/SIGINT; exit code for the CLI."""
+    limits.raise_open_files(len(list(topology.all_nodes(settings.shape))))
     cluster = SimCluster(settings)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
