@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lightkube.core.exceptions import ConfigError
 
 from compute_domains.infra import kube as client
+from compute_domains.sim import pki
 
 
 def test_an_explicit_api_server_uses_the_given_service_account(tmp_path: Path) -> None:
@@ -28,3 +32,22 @@ def test_a_missing_token_is_a_config_error(tmp_path: Path) -> None:
         client.load_config(
             client.KubeSettings(service_account_dir=tmp_path, api_server="https://127.0.0.9:1")
         )
+
+
+def _pool(c: object) -> Any:
+    # lightkube AsyncClient → its GenericAsyncClient → the httpx client → transport → pool.
+    return c._client._client._transport._pool  # type: ignore[attr-defined]
+
+
+def test_a_client_may_keep_idle_connections_past_httpx_five_seconds(tmp_path: Path) -> None:
+    """A sim kubelet renews its Lease every 10 s: with httpx's 5 s every renewal reconnected."""
+    (tmp_path / "token").write_text("tok")
+    (tmp_path / "namespace").write_text("drv")
+    (tmp_path / "ca.crt").write_bytes(pki.new_ca().cert_pem)
+    base = client.KubeSettings(service_account_dir=tmp_path, api_server="https://127.0.0.9:6443")
+    kept = client.client(dataclasses.replace(base, keepalive_s=120.0))
+    default = client.client(base)
+    assert _pool(kept)._keepalive_expiry == 120.0
+    assert _pool(default)._keepalive_expiry == 5.0
+    # The transport that replaces the client's own still verifies the API server with the CA.
+    assert _pool(kept)._ssl_context.verify_mode == ssl.CERT_REQUIRED

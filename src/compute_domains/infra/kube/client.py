@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 from lightkube import AsyncClient
+from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SERVICE_ACCOUNT, KubeConfig
 from lightkube.config.models import Cluster, User
 from lightkube.core.exceptions import ConfigError
@@ -32,6 +33,10 @@ class KubeSettings:
     """Field manager name recorded on every write (server-side apply ownership)."""
     timeout_s: float = 30.0
     """Timeout of one API request in seconds (watches are long-lived and exempt)."""
+    keepalive_s: float | None = None
+    """How long an idle connection is kept for the next request; None: httpx's 5 s. A client
+    that writes every 10 s (a kubelet's Lease) keeps its connection with a longer one, as
+    client-go keeps its HTTP/2 connection, instead of a new TLS handshake per write."""
 
 
 def load_config(settings: KubeSettings) -> KubeConfig:
@@ -57,9 +62,22 @@ def load_config(settings: KubeSettings) -> KubeConfig:
 
 def client(settings: KubeSettings) -> AsyncClient:
     """An async client for the API server the settings name."""
+    config = load_config(settings)
+    transport = None
+    if settings.keepalive_s is not None:
+        one = config.get()
+        if one is None or one.user is None:
+            raise ConfigError("the kubeconfig names no current context with a user")
+        # The transport replaces the client's own, so it carries the TLS settings too.
+        tls = client_adapter.verify_cluster(one.cluster, one.user, one.abs_file, False)
+        limits = httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=settings.keepalive_s
+        )
+        transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits)
     return AsyncClient(
-        load_config(settings),
+        config,
         field_manager=settings.field_manager,
         timeout=httpx.Timeout(settings.timeout_s, read=None),
         trust_env=False,
+        transport=transport,
     )
