@@ -81,7 +81,12 @@ def tree_sample(root: int) -> dict[str, object]:
     for pid in seen:
         by_kind[_comm(pid)] = by_kind.get(_comm(pid), 0) + _rss_kib(pid)
         cpu[_comm(pid)] = round(cpu.get(_comm(pid), 0.0) + _cpu_s(pid), 1)
+    try:
+        fds = len(os.listdir(f"/proc/{root}/fd"))
+    except OSError:
+        fds = 0
     return {
+        "supervisor_fds": fds,
         "cpu_s_by_comm": cpu,
         "supervisor_mib": _rss_kib(root) / 1024,
         "all_mib": sum(by_kind.values()) / 1024,

@@ -51,3 +51,6 @@ def test_a_client_may_keep_idle_connections_past_httpx_five_seconds(tmp_path: Pa
     assert _pool(default)._keepalive_expiry == 5.0
     # The transport that replaces the client's own still verifies the API server with the CA.
     assert _pool(kept)._ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert not _pool(kept)._http2 and not _pool(default)._http2
+    shared = client.client(dataclasses.replace(base, http2=True))
+    assert _pool(shared)._http2 and _pool(shared)._keepalive_expiry == 5.0

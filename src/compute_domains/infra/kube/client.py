@@ -37,6 +37,9 @@ class KubeSettings:
     """How long an idle connection is kept for the next request; None: httpx's 5 s. A client
     that writes every 10 s (a kubelet's Lease) keeps its connection with a longer one, as
     client-go keeps its HTTP/2 connection, instead of a new TLS handshake per write."""
+    http2: bool = False
+    """HTTP/2, as client-go speaks it: every request and watch of the client shares one
+    connection (HTTP/1.1 opens one per concurrent request and per watch)."""
 
 
 def load_config(settings: KubeSettings) -> KubeConfig:
@@ -64,16 +67,18 @@ def client(settings: KubeSettings) -> AsyncClient:
     """An async client for the API server the settings name."""
     config = load_config(settings)
     transport = None
-    if settings.keepalive_s is not None:
+    if settings.keepalive_s is not None or settings.http2:
         one = config.get()
         if one is None or one.user is None:
             raise ConfigError("the kubeconfig names no current context with a user")
         # The transport replaces the client's own, so it carries the TLS settings too.
         tls = client_adapter.verify_cluster(one.cluster, one.user, one.abs_file, False)
         limits = httpx.Limits(
-            max_connections=100, max_keepalive_connections=20, keepalive_expiry=settings.keepalive_s
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0 if settings.keepalive_s is None else settings.keepalive_s,
         )
-        transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits)
+        transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits, http2=settings.http2)
     return AsyncClient(
         config,
         field_manager=settings.field_manager,
