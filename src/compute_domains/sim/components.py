@@ -25,6 +25,11 @@ Upstream's defaults (20 and 50 requests/s) are for a shared production API serve
 scheduler bind them, which at 20/s alone took minutes. Large clusters raise these the same way."""
 CLIENT_BURST = 400
 """Their burst above ``CLIENT_QPS``."""
+MAX_INFLIGHT = (1600, 800)
+"""kube-apiserver's ``--max-requests-inflight`` and ``--max-mutating-requests-inflight``: the
+seats API Priority and Fairness shares out (upstream 400 and 200). With upstream's, 1,152
+kubelets starting their plugin pods filled the ``node-high`` level's 98 seats and Lease renewals
+were refused with 429; large clusters raise them the same way."""
 
 
 def _bin(settings: ControlPlaneSettings, name: str) -> str:
@@ -91,6 +96,8 @@ def apiserver_argv(
         "--allow-privileged=true",
         f"--default-not-ready-toleration-seconds={tol}",
         f"--default-unreachable-toleration-seconds={tol}",
+        f"--max-requests-inflight={MAX_INFLIGHT[0]}",
+        f"--max-mutating-requests-inflight={MAX_INFLIGHT[1]}",
         "--profiling=false",
         f"--v={settings.verbosity}",
     ]

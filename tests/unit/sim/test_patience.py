@@ -58,3 +58,11 @@ def test_controller_manager_and_scheduler_get_client_rate_limits_for_large_shape
         assert f"--kube-api-qps={components.CLIENT_QPS}" in argv
         assert f"--kube-api-burst={components.CLIENT_BURST}" in argv
     assert components.CLIENT_QPS >= 100 and components.CLIENT_BURST >= components.CLIENT_QPS
+
+
+def test_the_api_server_has_room_for_a_thousand_kubelets(tmp_path: Path) -> None:
+    (tmp_path / "kube-apiserver").touch()
+    settings = controlplane.ControlPlaneSettings(state_dir=tmp_path, bin_dir=tmp_path)
+    argv = components.apiserver_argv(settings, 1, "http://e", tmp_path)
+    assert "--max-requests-inflight=1600" in argv
+    assert "--max-mutating-requests-inflight=800" in argv
