@@ -228,13 +228,54 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
     return result
 
 
+def summarize(profile: Path, top: int = 25) -> str:
+    """Where a py-spy raw profile's samples went: the event loop's share by the first project
+    frame under the loop's callback, and the worker threads' by their first project frame."""
+    loop: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    total = in_loop = 0
+    for line in profile.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        runs = [i for i, f in enumerate(frames) if f.startswith("Handle._run ")]
+        if runs:
+            in_loop += n
+            rest = frames[runs[-1] + 1 :]
+            key = next((f for f in rest if "compute_domains" in f), rest[0] if rest else "?")
+            loop[key] = loop.get(key, 0) + n
+        else:
+            key = next((f for f in frames if "compute_domains" in f), "(no project frame)")
+            threads[key] = threads.get(key, 0) + n
+    out = [
+        f"{profile.name}: {total} samples at 20/s ({total / 20:.0f} s of busy threads), "
+        f"{in_loop} in the event loop ({in_loop / 20:.0f} s)",
+        "event loop, by first project frame under the callback:",
+    ]
+    out += [f"  {v * 100 / max(in_loop, 1):5.1f}%  {k}" for k, v in _top(loop, top)]
+    out.append("other threads (the default executor), share of all samples:")
+    out += [f"  {v * 100 / max(total, 1):5.1f}%  {k}" for k, v in _top(threads, 8)]
+    return "\n".join(out) + "\n"
+
+
+def _top(counts: dict[str, int], n: int) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--summarize", type=Path, default=None, help="print a profile's summary")
     ap.add_argument("--racks", default="16,32,64")
     ap.add_argument("--home", type=Path, default=Path("/tmp/cd-scale-home"))
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
+    if args.summarize is not None:
+        print(summarize(args.summarize), end="")
+        return 0
     stamp = time.strftime("%Y%m%d-%H%M%S")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
