@@ -4,9 +4,10 @@
 For each R: start the sim, sample every second the RSS of the supervisor and of every process
 of the sim (the supervisor's process tree) and the load average, time ``cdctl sim status`` and
 ``cdctl topology`` once it is up, then stop it. Optionally records a py-spy profile of the
-supervisor during the start (``--profile``, needs py-spy in the venv). Run it under the sim
-lock: ``flock /tmp/cd-sim.lock .venv/bin/python scripts/scale_simup.py --racks 16,32,64``.
-Writes ``bench/results/scale-simup-<timestamp>.json``.
+supervisor during the start (``--profile``, needs py-spy in the venv: ``pip install py-spy``),
+summarised into ``bench/results/scale-simup-profile-summary-*.txt``. Run it under the sim lock:
+``flock /tmp/cd-sim.lock .venv/bin/python scripts/scale_simup.py --racks 16,32,64``.
+Writes ``bench/results/scale-simup-[<label>-]<timestamp>.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NAME = "scale"
+PROFILES = Path("/tmp/cd-scale-profiles")
 
 
 def _children() -> dict[int, list[int]]:
@@ -131,7 +133,9 @@ def _timed(argv: list[str], env: dict[str, str]) -> dict[str, object]:
 
 
 def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
-    env = dict(os.environ, CD_SIM_HOME=str(home))
+    """Start a sim of ``racks`` virtual racks, measure it, stop it; the result as a dict."""
+    # A driver script, like a user in a shell: its own sim home for the cdctl it runs.
+    env = dict(os.environ, CD_SIM_HOME=str(home))  # noqa: TID251
     load0 = os.getloadavg()
     samples: list[dict[str, object]] = []
     stop = threading.Event()
@@ -145,10 +149,23 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
                 if profile is not None and not spy:
                     spy.append(
                         subprocess.Popen(
-                            [str(BIN / "py-spy"), "record", "--pid", str(pid), "--rate", "20",
-                             "--nonblocking", "--format", "raw", "--output", str(profile),
-                             "--duration", "900"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            [
+                                str(BIN / "py-spy"),
+                                "record",
+                                "--pid",
+                                str(pid),
+                                "--rate",
+                                "20",
+                                "--nonblocking",
+                                "--format",
+                                "raw",
+                                "--output",
+                                str(profile),
+                                "--duration",
+                                "900",
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
                         )
                     )
                 s = tree_sample(pid)
@@ -165,9 +182,21 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
     th.start()
     t0 = time.monotonic()
     up = subprocess.run(
-        [str(BIN / "cdctl"), "sim", "up", "--name", NAME, "--racks", str(racks),
-         "--nodes-mode", "virtual"],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            str(BIN / "cdctl"),
+            "sim",
+            "up",
+            "--name",
+            NAME,
+            "--racks",
+            str(racks),
+            "--nodes-mode",
+            "virtual",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     up_s = time.monotonic() - t0
     pid_at_up = _supervisor_pid(home)
@@ -210,19 +239,30 @@ def one(racks: int, home: Path, profile: Path | None) -> dict[str, object]:
         kubectl = json.loads(
             subprocess.run(
                 [cd, "sim", "status", "--name", NAME, "-o", "json"],
-                capture_output=True, text=True, env=env, check=False,
-            ).stdout or "{}"
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            ).stdout
+            or "{}"
         )
         result["status_after_60s"] = kubectl
-    result["log_warnings"] = sum(
-        "WARNING" in ln
-        for ln in (home / "sims" / NAME / "supervisor.log")
-        .read_text(errors="replace")
-        .splitlines()
-    ) if (home / "sims" / NAME / "supervisor.log").exists() else 0
+    result["log_warnings"] = (
+        sum(
+            "WARNING" in ln
+            for ln in (home / "sims" / NAME / "supervisor.log")
+            .read_text(errors="replace")
+            .splitlines()
+        )
+        if (home / "sims" / NAME / "supervisor.log").exists()
+        else 0
+    )
     down = subprocess.run(
         [str(BIN / "cdctl"), "sim", "down", "--name", NAME],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     result["down_rc"] = down.returncode
     return result
@@ -266,6 +306,7 @@ def _top(counts: dict[str, int], n: int) -> list[tuple[str, int]]:
 
 
 def main() -> int:
+    """Measure each R given, or summarise a profile; write the result file."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--summarize", type=Path, default=None, help="print a profile's summary")
     ap.add_argument("--racks", default="16,32,64")
@@ -282,8 +323,14 @@ def main() -> int:
     ).stdout.strip()
     runs = []
     for r in (int(x) for x in args.racks.split(",")):
-        prof = REPO / f"bench/results/scale-simup-profile-r{r}-{stamp}.txt" if args.profile else None
+        # The raw profiles are megabytes: kept in /tmp, their summaries in bench/results.
+        prof = PROFILES / f"scale-simup-profile-r{r}-{stamp}.txt" if args.profile else None
+        if prof is not None:
+            prof.parent.mkdir(parents=True, exist_ok=True)
         res = one(r, args.home, prof)
+        if prof is not None and prof.exists():
+            summary = REPO / f"bench/results/scale-simup-profile-summary-r{r}-{stamp}.txt"
+            summary.write_text(summarize(prof))
         print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=1), flush=True)
         runs.append(res)
     out = REPO / f"bench/results/scale-simup-{args.label + '-' if args.label else ''}{stamp}.json"
