@@ -10,6 +10,7 @@ asked for, or claims left out of the answer.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,18 @@ async def _call(
         raise errors.PrepareError(
             f"{method}: rpc error: code = {err.code().name} desc = {err.details()}"
         ) from err
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this pod's work is being stopped
+        # grpc.aio cancels the calls in flight on a channel that is closed, i.e. when the
+        # plugin re-registers or goes away (a restart): the caller is not being stopped, so
+        # this is a failed call the pod worker retries, as the kubelet's gRPC client reports it.
+        # Left as a CancelledError it ended the pod's start silently (issue 15's stalled
+        # prepares at N = 72 and in the 256-pod shape).
+        raise errors.PrepareError(
+            f"{method}: rpc error: code = Canceled desc = grpc: the client connection is closing"
+        ) from None
 
 
 async def prepare(
