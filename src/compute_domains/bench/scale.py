@@ -70,6 +70,16 @@ def rows(results_dir: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["per_node"], r["nodes"], r["source"]))
 
 
+def failures(results_dir: Path) -> list[str]:
+    """Sizes that did not form, each with its source file (they have no row)."""
+    out = []
+    for prefix in PREFIXES:
+        for path in sorted(results_dir.glob(f"{prefix}-formation-*.json")):
+            doc = json.loads(path.read_text())
+            out += [f"{failure} (`{path.name}`)" for failure in doc.get("failures", [])]
+    return out
+
+
 def verdicts(row: dict[str, Any], base_writes: float | None) -> list[str]:
     """The issue's targets this row misses, each with by how much ("" when none is missed)."""
     missed = []
@@ -88,7 +98,8 @@ def verdicts(row: dict[str, Any], base_writes: float | None) -> list[str]:
 def table(results_dir: Path) -> str:
     """The Markdown block: every scale run and the targets it meets or misses."""
     found = rows(results_dir)
-    if not found:
+    failed = failures(results_dir)
+    if not found and not failed:
         return "No scale runs recorded yet (`make bench BENCH_LARGE=1`)."
     base = next((r["writes_per_node"] for r in found if r["per_node"] == 1), None)
     lines = [
@@ -107,6 +118,8 @@ def table(results_dir: Path) -> str:
             f"{r['apiserver_cpu_ms_per_node']:.0f} ms | {r['load']:.1f} | "
             f"{'; '.join(missed) or 'none'} | `{r['source']}` |"
         )
+    if failed:
+        lines += ["", "Did not form (no row above):", ""] + [f"- {f}" for f in failed]
     lines += [
         "",
         "Targets (issue 15, this 2-core machine): CD Ready ≤ 15 s at N = 72 and ≤ 60 s at "

@@ -68,3 +68,10 @@ def test_table_lists_every_run_and_says_when_there_is_none(tmp_path: Path) -> No
     text = scale.table(tmp_path)
     assert text.count("`scale-formation-1.json`") == 2
     assert "CD Ready 1.3x the 15 s target" in text
+
+
+def test_sizes_that_did_not_form_are_listed_with_their_source(tmp_path: Path) -> None:
+    doc = {"pods_per_node": 1, "results": [], "failures": ["round 1 (ours) N=288: not formed"]}
+    (tmp_path / "scale-formation-2.json").write_text(json.dumps(doc))
+    text = scale.table(tmp_path)
+    assert "- round 1 (ours) N=288: not formed (`scale-formation-2.json`)" in text
