@@ -5,6 +5,8 @@ silent end of the pod's start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,9 @@ def _entry() -> claimcache.ClaimInfo:
     )
 
 
-async def test_a_channel_closed_under_a_call_is_a_prepare_error(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _serving(tmp_path: Path) -> AsyncIterator[tuple[_Stalled, draplugin.Plugin]]:
+    """A stalled plugin served on a unix socket, and the kubelet's channel to it."""
     plugin_side = _Stalled()
     server = grpc.aio.server()
     v1_grpc.add_DRAPluginServicer_to_server(plugin_side, server)
@@ -43,34 +47,27 @@ async def test_a_channel_closed_under_a_call_is_a_prepare_error(tmp_path: Path) 
     server.add_insecure_port(f"unix:{sock}")
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix:{sock}")
-    plugin = draplugin.Plugin("d", sock, "v1", channel)
     try:
-        call = asyncio.create_task(draplugin.prepare(plugin, [_entry()], timeout=30))
-        await plugin_side.called.wait()
-        await channel.close()  # what re-registration and deregistration do
-        with pytest.raises(errors.PrepareError, match="code = Canceled"):
-            await call
+        yield plugin_side, draplugin.Plugin("d", sock, "v1", channel)
     finally:
         plugin_side.release.set()
+        await channel.close()
         await server.stop(None)
 
 
+async def test_a_channel_closed_under_a_call_is_a_prepare_error(tmp_path: Path) -> None:
+    async with _serving(tmp_path) as (plugin_side, plugin):
+        call = asyncio.create_task(draplugin.prepare(plugin, [_entry()], timeout=30))
+        await plugin_side.called.wait()
+        await plugin.channel.close()  # what re-registration and deregistration do
+        with pytest.raises(errors.PrepareError, match="code = Canceled"):
+            await call
+
+
 async def test_stopping_the_caller_still_cancels_it(tmp_path: Path) -> None:
-    plugin_side = _Stalled()
-    server = grpc.aio.server()
-    v1_grpc.add_DRAPluginServicer_to_server(plugin_side, server)
-    sock = tmp_path / "dra.sock"
-    server.add_insecure_port(f"unix:{sock}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"unix:{sock}")
-    plugin = draplugin.Plugin("d", sock, "v1", channel)
-    try:
+    async with _serving(tmp_path) as (plugin_side, plugin):
         call = asyncio.create_task(draplugin.prepare(plugin, [_entry()], timeout=30))
         await plugin_side.called.wait()
         call.cancel()  # the pod worker is stopped: the cancellation must go through
         with pytest.raises(asyncio.CancelledError):
             await call
-    finally:
-        plugin_side.release.set()
-        await channel.close()
-        await server.stop(None)
