@@ -34,50 +34,51 @@ def conflicts(failed: dict[str, int]) -> int:
     )
 
 
-def rows(results_dir: Path) -> list[dict[str, Any]]:
-    """One row per run of every scale result file, smallest domain first."""
+def documents(results_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every scale result file's name and document."""
+    return [
+        (path.name, json.loads(path.read_text()))
+        for prefix in PREFIXES
+        for path in sorted(results_dir.glob(f"{prefix}-formation-*.json"))
+    ]
+
+
+def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per run of every scale result document, smallest domain first."""
     out = []
-    for prefix in PREFIXES:
-        for path in sorted(results_dir.glob(f"{prefix}-formation-*.json")):
-            doc = json.loads(path.read_text())
-            per_node = int(doc.get("pods_per_node", 1))
-            for result in doc.get("results", []):
-                cpu = result.get("cpu_s", {})
-                for run in result.get("runs", []):
-                    nodes = run["n"] // per_node
-                    out.append(
-                        {
-                            "source": path.name,
-                            "pods": run["n"],
-                            "nodes": nodes,
-                            "per_node": per_node,
-                            "cd_ready_s": run["cd_ready_s"],
-                            "pods_running_s": run["workloads_running_s"],
-                            "teardown_s": run["teardown_s"],
-                            "status_path_s": run["last_daemon_to_cd_ready_s"],
-                            "writes_per_node": run["writes_formation_no_leases"] / nodes,
-                            "conflicts_per_join": conflicts(run.get("failed_formation", {}))
-                            / nodes,
-                            "controller_cpu_ms_per_node": 1000
-                            * cpu.get("driver controller", 0.0)
-                            / nodes,
-                            "apiserver_cpu_ms_per_node": 1000
-                            * cpu.get("kube-apiserver", 0.0)
-                            / nodes,
-                            "load": run.get("load_start", 0.0),
-                        }
-                    )
+    for source, doc in docs:
+        per_node = int(doc.get("pods_per_node", 1))
+        for result in doc.get("results", []):
+            cpu = result.get("cpu_s", {})
+            for run in result.get("runs", []):
+                nodes = run["n"] // per_node
+                out.append(
+                    {
+                        "source": source,
+                        "pods": run["n"],
+                        "nodes": nodes,
+                        "per_node": per_node,
+                        "cd_ready_s": run["cd_ready_s"],
+                        "pods_running_s": run["workloads_running_s"],
+                        "teardown_s": run["teardown_s"],
+                        "status_path_s": run["last_daemon_to_cd_ready_s"],
+                        "writes_per_node": run["writes_formation_no_leases"] / nodes,
+                        "conflicts_per_join": conflicts(run.get("failed_formation", {})) / nodes,
+                        "controller_cpu_ms_per_node": 1000
+                        * cpu.get("driver controller", 0.0)
+                        / nodes,
+                        "apiserver_cpu_ms_per_node": 1000 * cpu.get("kube-apiserver", 0.0) / nodes,
+                        "load": run.get("load_start", 0.0),
+                    }
+                )
     return sorted(out, key=lambda r: (r["per_node"], r["nodes"], r["source"]))
 
 
-def failures(results_dir: Path) -> list[str]:
+def failures(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Sizes that did not form, each with its source file (they have no row)."""
-    out = []
-    for prefix in PREFIXES:
-        for path in sorted(results_dir.glob(f"{prefix}-formation-*.json")):
-            doc = json.loads(path.read_text())
-            out += [f"{failure} (`{path.name}`)" for failure in doc.get("failures", [])]
-    return out
+    return [
+        f"{failure} (`{source}`)" for source, doc in docs for failure in doc.get("failures", [])
+    ]
 
 
 def verdicts(row: dict[str, Any], base_writes: float | None) -> list[str]:
@@ -97,8 +98,9 @@ def verdicts(row: dict[str, Any], base_writes: float | None) -> list[str]:
 
 def table(results_dir: Path) -> str:
     """The Markdown block: every scale run and the targets it meets or misses."""
-    found = rows(results_dir)
-    failed = failures(results_dir)
+    docs = documents(results_dir)
+    found = rows(docs)
+    failed = failures(docs)
     if not found and not failed:
         return "No scale runs recorded yet (`make bench BENCH_LARGE=1`)."
     base = next((r["writes_per_node"] for r in found if r["per_node"] == 1), None)

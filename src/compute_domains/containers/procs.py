@@ -49,11 +49,7 @@ class Child:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the child's log (for error messages)."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     async def stop(self, grace: float = 10.0) -> int:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns the exit code."""
@@ -205,3 +201,12 @@ def pid_cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a container's log file ("" when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

@@ -36,7 +36,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from compute_domains.containers import runtime
+from compute_domains.containers import procs, runtime
 from compute_domains.infra import logroute
 
 logger = logging.getLogger(__name__)
@@ -176,11 +176,7 @@ class TaskChild:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of its log."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return procs.log_tail(self.log_path, lines)
 
 
 async def _pause(view: View) -> int:

@@ -77,6 +77,11 @@ class Domain:
         return text
 
 
+def is_channel_name(name: str) -> bool:
+    """Whether a device node's file name is an IMEX channel's (``channel<N>``)."""
+    return name.startswith("channel") and name[7:].isdigit()
+
+
 def channels(root: Path = CHANNEL_DIR) -> list[Channel]:
     """The char devices ``channel<N>`` under ``root``, by channel number."""
     found = []
@@ -85,7 +90,7 @@ def channels(root: Path = CHANNEL_DIR) -> list[Channel]:
             st = path.stat()
         except OSError:
             continue
-        if stat.S_ISCHR(st.st_mode) and path.name[7:].isdigit():
+        if stat.S_ISCHR(st.st_mode) and is_channel_name(path.name):
             found.append(Channel(str(path), os.major(st.st_rdev), os.minor(st.st_rdev)))
     return sorted(found, key=lambda c: c.minor)
 

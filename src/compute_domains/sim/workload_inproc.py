@@ -46,8 +46,7 @@ def channels_of(view: virtual.View, channel_dir: str) -> list[workload.Channel]:
         for d in view.devices
         if d.type == "c"
         and PurePosixPath(d.path).parent == root
-        and PurePosixPath(d.path).name.startswith("channel")
-        and PurePosixPath(d.path).name[7:].isdigit()
+        and workload.is_channel_name(PurePosixPath(d.path).name)
     ]
     return sorted(found, key=lambda c: c.minor)
 

@@ -36,7 +36,7 @@ def test_rows_divide_by_nodes_and_count_only_clique_conflicts(tmp_path: Path) ->
         per_node=4,
     )
     _write(tmp_path / "formation-1.json", [_run(4, 1.0, 100)])  # not a scale file
-    found = scale.rows(tmp_path)
+    found = scale.rows(scale.documents(tmp_path))
     assert [(r["pods"], r["nodes"], r["per_node"]) for r in found] == [(18, 18, 1), (256, 64, 4)]
     assert found[0]["writes_per_node"] == 40
     assert found[1]["conflicts_per_join"] == 8 / 64
