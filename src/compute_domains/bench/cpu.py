@@ -19,7 +19,8 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kube-apiserver", (r"kube-apiserver",)),
     ("etcd", (r"/etcd ",)),
     ("controller-manager+scheduler", (r"kube-controller-manager", r"kube-scheduler")),
-    ("sim kubelets (supervisor)", (r"sim serve",)),
+    # Above 8 racks of virtual nodes, node host processes run them (``sim.hosts``).
+    ("sim kubelets (supervisor)", (r"sim serve", r"sim node-host")),
     # Ours runs as `cdctl controller|plugin|daemon run|check`. NVIDIA's programs are named
     # compute-domain-*; its plugin runs under `bash -c "... compute-domain-kubelet-plugin -v
     # N"` after a prestart script, and its daemon takes klog flags before the subcommand

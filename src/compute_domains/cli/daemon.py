@@ -30,7 +30,7 @@ from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import app, imexconfig, launcher, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
-from compute_domains.infra import errors, kube, logs
+from compute_domains.infra import errors, kube, logs, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -180,15 +180,8 @@ async def run_daemon(
         await daemon.run()
     except ExceptionGroup as group_:
         # Each task's failure was logged with its traceback; print one clear line per cause.
-        leaves = _leaves(group_)
+        leaves = tasks.leaves(group_)
         summary = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
         raise errors.ComputeDomainsError(f"daemon failed: {summary}") from leaves[0]
     finally:
         await client.close()
-
-
-def _leaves(group_: BaseExceptionGroup[Any]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group_.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out

@@ -6,6 +6,7 @@ The option groups these share are ``simoptions``; ``cdctl sim node ...`` is ``si
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -16,9 +17,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from compute_domains.cli import inprocess, options, simnode, simoptions, tools
+from compute_domains.cli import inprocess, options, serving, simnode, simoptions, tools
 from compute_domains.containers import procs
-from compute_domains.sim import cluster, errors, lifecycle, progress, state
+from compute_domains.sim import cluster, errors, hosts, lifecycle, limits, progress, state
 from compute_domains.sim import driver as driver_mod
 
 
@@ -48,6 +49,7 @@ def group() -> None:
 )
 @simoptions.IMAGE_MAP
 @simoptions.NODES_MODE
+@simoptions.RACKS_PER_HOST
 @simoptions.shape_options
 def up(
     name: str,
@@ -56,6 +58,7 @@ def up(
     node_timings: str,
     image_map: tuple[str, ...],
     nodes_mode: str,
+    racks_per_host: int | None,
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -90,6 +93,7 @@ def up(
             chart=chart,
             image_map=simoptions.image_map(image_map),
             nodes_mode=nodes_mode,
+            racks_per_host=racks_per_host,
             patience=patience,
             on_wait=on_wait,
         )
@@ -198,6 +202,7 @@ def status(name: str, output: str) -> None:
 )
 @simoptions.IMAGE_MAP
 @simoptions.NODES_MODE
+@simoptions.RACKS_PER_HOST
 @simoptions.shape_options
 def serve(
     home: Path,
@@ -209,6 +214,7 @@ def serve(
     patient_nodes: bool,
     image_map: tuple[str, ...],
     nodes_mode: str,
+    racks_per_host: int | None,
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -246,8 +252,29 @@ def serve(
         if nodes_mode == "virtual"
         else None,
     )
+    if racks_per_host is not None:
+        settings = dataclasses.replace(settings, racks_per_host=racks_per_host)
     rc = asyncio.run(cluster.serve(settings))
     raise click.exceptions.Exit(rc)
+
+
+@group.command("node-host", hidden=True)
+@click.option("--plan", type=click.Path(path_type=Path, exists=True), required=True)
+@click.option("--socket", "sock", type=click.Path(path_type=Path), required=True)
+@click.option("--index", type=int, required=True)
+def node_host(plan: Path, sock: Path, index: int) -> None:
+    """Run one node host of a virtual-node sim (started by its supervisor, ``sim.hosts``)."""
+    from compute_domains.infra import logs
+
+    logs.setup("info")
+    settings = hosts.settings_from_plan(
+        plan.read_text(), inprocess.programs(Path(sys.executable).parent)
+    )
+    assert settings.nodes is not None
+    limits.raise_open_files(len(settings.nodes))
+    logging.getLogger(__name__).info("node host %d: %d nodes", index, len(settings.nodes))
+    run = hosts.serve_host(settings, sock, sys.stdout)
+    asyncio.run(serving.serve(run, f"node-host-{index}", hosts.STOP_GRACE_S - 5))
 
 
 group.add_command(simnode.group)

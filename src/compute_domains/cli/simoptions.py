@@ -39,6 +39,15 @@ NODES_MODE = click.option(
     "of the sim's process (scale); other containers stay processes.",
 )
 
+RACKS_PER_HOST = click.option(
+    "--racks-per-host",
+    type=click.IntRange(1),
+    default=None,
+    help="Virtual nodes: run them in node host processes of this many racks each, each with "
+    "its own event loop and open-files limit [default: 8 racks a host for shapes of more "
+    "than 8 racks; smaller ones run in the sim's own process].",
+)
+
 
 def image_map(items: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
     """``--image-map`` values as (repository, folder) pairs.

@@ -9,7 +9,8 @@ The rule, the same for the controller, the plugin and the daemon:
 - a normal return is also a failure (a watch or a server that stops by itself leaves the
   component blind or deaf): logged and raised as ``TemporaryError``, as the daemon always did.
 
-:func:`spawn` starts a guarded, named task in a ``TaskGroup``.
+:func:`spawn` starts a guarded, named task in a ``TaskGroup``; :func:`leaves` lists the
+failures of nested ``TaskGroup``s.
 """
 
 from __future__ import annotations
@@ -55,3 +56,11 @@ def spawn(
 ) -> asyncio.Task[Any]:
     """Start ``work`` as the guarded task ``name`` in ``tg``."""
     return tg.create_task(guard(name, work, log=log), name=name)
+
+
+def leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """Every exception in ``group`` and the groups nested in it (nested ``TaskGroup``s)."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

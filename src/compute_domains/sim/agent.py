@@ -61,12 +61,24 @@ class AgentSettings:
     (``containers.virtual``); False: every container is a process."""
     programs: virtual.Programs | None = None
     """With ``virtual_nodes``: the in-process programs (``pause`` always is one)."""
+    nodes: frozenset[str] | None = None
+    """The nodes this agent runs (a node host's share, ``sim.hosts``); None: the whole shape."""
 
 
 def nodes_base(sim_root: Path) -> Path:
     """Short folder holding every node root of one sim."""
     digest = hashlib.sha256(str(sim_root.resolve()).encode()).hexdigest()[:8]
     return Path("/tmp") / f"cd-{digest}"
+
+
+def prepare_base(sim_root: Path) -> Path:
+    """Create the nodes' short folder and the sim folder's ``nodes`` link to it."""
+    base = nodes_base(sim_root)
+    base.mkdir(parents=True, exist_ok=True)
+    link = sim_root / "nodes"
+    if not link.is_symlink():
+        link.symlink_to(base)
+    return base
 
 
 class NodeAgent:
@@ -76,7 +88,9 @@ class NodeAgent:
         self._s = settings
         self.base = nodes_base(settings.sim_root)
         self.specs = {
-            spec.name: spec for spec in topology.all_nodes(settings.shape, settings.address_slot)
+            spec.name: spec
+            for spec in topology.all_nodes(settings.shape, settings.address_slot)
+            if settings.nodes is None or spec.name in settings.nodes
         }
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, AsyncClient] = {}
@@ -229,12 +243,31 @@ class NodeAgent:
         await self.stop_node(name)
         await self.start_node(name, new_boot=True)
 
+    async def node_table(self) -> dict[str, dict[str, object]]:
+        """Every node of this agent: whether it runs, its address and clique."""
+        return {
+            n: {
+                "running": n in self.nodes and self.running(n),
+                "address": spec.address,
+                "clique": spec.clique,
+            }
+            for n, spec in self.specs.items()
+        }
+
+    async def act(self, op: str, name: str) -> None:
+        """A node fault: ``stop``, ``start`` or ``reboot``; ValueError for another."""
+        if op == "stop":
+            await self.stop_node(name)
+        elif op == "start":
+            await self.start_node(name)
+        elif op == "reboot":
+            await self.reboot_node(name)
+        else:
+            raise ValueError(f"unknown operation {op!r}")
+
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Start every node (a few at a time), then serve until cancelled."""
-        self.base.mkdir(parents=True, exist_ok=True)
-        link = self._s.sim_root / "nodes"
-        if not link.is_symlink():
-            link.symlink_to(self.base)
+        prepare_base(self._s.sim_root)
         sem = asyncio.Semaphore(8)
 
         async def one(name: str) -> None:

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Literal
 
 from compute_domains.containers import virtual
-from compute_domains.infra import errors, kube
+from compute_domains.infra import errors, kube, tasks
 from compute_domains.sim import (
     agent,
     control,
     controlplane,
+    hosts,
     limits,
     progress,
     releases,
@@ -83,6 +84,10 @@ class SimSettings:
     programs: virtual.Programs | None = None
     """Virtual mode: which containers run in-process (the CLI's table of the project's
     commands); None runs only ``pause`` in-process."""
+    racks_per_host: int | None = None
+    """Virtual mode: run the nodes in node host processes of this many racks each
+    (``sim.hosts``); None: of ``hosts.DEFAULT_RACKS_PER_HOST`` racks each when the shape has
+    more racks than that, else in the supervisor itself."""
 
 
 class SimCluster:
@@ -92,7 +97,7 @@ class SimCluster:
         self._s = settings
         self.paths = state.SimPaths(settings.home, settings.name)
         self._nodes_ready = asyncio.Event()
-        self._agent: agent.NodeAgent | None = None
+        self._agent: agent.NodeAgent | hosts.NodeHosts | None = None
         self._reporter: asyncio.Task[None] | None = None
 
     def _record(self, phase: state.Phase, error: str = "", progress: str = "") -> None:
@@ -227,30 +232,43 @@ class SimCluster:
         slot, _slot_fd = slots.acquire()  # held (fd open) for the supervisor's life
         lib_dir = await asyncio.to_thread(nvml_build.build_library, root / "lib")
         bin_dir = standins.install(root / "bin")
-        node_agent = agent.NodeAgent(
-            agent.AgentSettings(
-                shape=self._s.shape,
-                sim_root=root,
-                pki_dir=self.paths.control_plane / "pki",
-                api_server=cp.endpoints.api_server,
-                isolate=self._s.isolate,
-                nvml_lib_dir=lib_dir.parent,
-                address_slot=slot,
-                stand_in_bin=bin_dir,
-                image_map=dict(self._s.image_map),
-                releases=releases.installed(self._s.home / "releases"),
-                kubelet=dataclasses.replace(self._s.kubelet, **config.UPSTREAM_HEARTBEATS)
-                if self._s.patience
-                else self._s.kubelet,
-                virtual_nodes=self._s.nodes_mode == "virtual",
-                programs=self._s.programs,
-            )
+        agent_settings = agent.AgentSettings(
+            shape=self._s.shape,
+            sim_root=root,
+            pki_dir=self.paths.control_plane / "pki",
+            api_server=cp.endpoints.api_server,
+            isolate=self._s.isolate,
+            nvml_lib_dir=lib_dir.parent,
+            address_slot=slot,
+            stand_in_bin=bin_dir,
+            image_map=dict(self._s.image_map),
+            releases=releases.installed(self._s.home / "releases"),
+            kubelet=dataclasses.replace(self._s.kubelet, **config.UPSTREAM_HEARTBEATS)
+            if self._s.patience
+            else self._s.kubelet,
+            virtual_nodes=self._s.nodes_mode == "virtual",
+            programs=self._s.programs,
+        )
+        per_host = hosts.racks_per_host(
+            self._s.shape, self._s.racks_per_host, self._s.nodes_mode == "virtual"
+        )
+        node_agent: agent.NodeAgent | hosts.NodeHosts = (
+            agent.NodeAgent(agent_settings)
+            if per_host is None
+            else hosts.NodeHosts(agent_settings, per_host)
         )
         self._agent = node_agent
         server = control.ControlServer(root / "control.sock", node_agent)
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(server.run(), name="control-socket")
-            tg.create_task(node_agent.run(self._nodes_ready), name="node-agent")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(server.run(), name="control-socket")
+                tg.create_task(node_agent.run(self._nodes_ready), name="node-agent")
+        except ExceptionGroup as group:
+            # A node host that exited: the sim's failure, with its reason (``run`` records it).
+            failed = [e for e in tasks.leaves(group) if isinstance(e, sim_errors.SimError)]
+            if not failed:
+                raise
+            raise failed[0] from group
 
 
 async def serve(settings: SimSettings) -> int:

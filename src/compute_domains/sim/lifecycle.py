@@ -56,6 +56,7 @@ def _supervisor_argv(
     patience: bool = False,
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
+    racks_per_host: int | None = None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -92,6 +93,8 @@ def _supervisor_argv(
         argv += ["--image-map", f"{repo}={folder}"]
     if nodes_mode != "process":
         argv += ["--nodes-mode", nodes_mode]
+    if racks_per_host is not None:
+        argv += ["--racks-per-host", str(racks_per_host)]
     return argv
 
 
@@ -144,11 +147,14 @@ def start(
     patience: bool = False,
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
+    racks_per_host: int | None = None,
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
     ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``);
-    ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``).
+    ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``), and
+    ``racks_per_host`` how many racks each node host process runs in virtual mode (None: the
+    supervisor's default, ``cluster.SimSettings.racks_per_host``).
     ``timeout_s`` defaults to 300 s plus helm's wait for the shape (``progress.helm_timeout_s``);
     ``on_wait`` is called with the phase and the supervisor's progress line while it starts.
     """
@@ -174,6 +180,7 @@ def start(
                 patience,
                 image_map,
                 nodes_mode,
+                racks_per_host,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lightkube import AsyncClient
@@ -33,5 +34,6 @@ async def admin(nodes_sim: state.SimPaths) -> AsyncIterator[AsyncClient]:
     await c.close()
 
 
-def node_op(sim: state.SimPaths, op: str, node: str) -> None:
-    control.request(sim.root / "control.sock", {"op": op, "node": node})
+def node_op(sim: state.SimPaths, op: str, node: str) -> Any:
+    """One request to the sim's control socket; its answer."""
+    return control.request(sim.root / "control.sock", {"op": op, "node": node})
