@@ -63,11 +63,25 @@ def _cpu_s(pid: int) -> float:
 
 
 def _comm(pid: int) -> str:
+    """The process's name; the sim's own Python processes by their role."""
     try:
         with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+            comm = f.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "?"
+    for mark, kind in (("sim serve", "supervisor"), ("sim node-host", "node-host")):
+        if mark in cmdline:
+            return kind
+    return comm
+
+
+def _fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
 
 
 def tree_sample(root: int) -> dict[str, object]:
@@ -83,12 +97,9 @@ def tree_sample(root: int) -> dict[str, object]:
     for pid in seen:
         by_kind[_comm(pid)] = by_kind.get(_comm(pid), 0) + _rss_kib(pid)
         cpu[_comm(pid)] = round(cpu.get(_comm(pid), 0.0) + _cpu_s(pid), 1)
-    try:
-        fds = len(os.listdir(f"/proc/{root}/fd"))
-    except OSError:
-        fds = 0
     return {
-        "supervisor_fds": fds,
+        "supervisor_fds": _fds(root),
+        "max_process_fds": max((_fds(p) for p in seen), default=0),
         "cpu_s_by_comm": cpu,
         "supervisor_mib": _rss_kib(root) / 1024,
         "all_mib": sum(by_kind.values()) / 1024,

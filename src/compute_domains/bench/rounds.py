@@ -125,6 +125,13 @@ async def _namespace(client: AsyncClient) -> str:
     return ns
 
 
+def formation_timeout_s(pods: int) -> float:
+    """How long a formation of ``pods`` may take before the run counts it as not formed:
+    600 s, or a second a pod above 600 (N = 1,152 is CPU-bound on 2 cores for minutes: the
+    sim's kubelets, plugins and daemons share them with the control plane)."""
+    return max(600.0, float(pods))
+
+
 async def _sizes(
     client: AsyncClient,
     rnd: drivers.Round,
@@ -151,6 +158,7 @@ async def _sizes(
                     name=f"cd-{n}-{rnd.repeat}",
                     on_formed=functools.partial(_append_sample, formed, sim.root_pid),
                     pods_per_node=pods_per_node,
+                    timeout=formation_timeout_s(n),
                 )
             except (TimeoutError, placement.PlacementError) as err:
                 # Keep what was measured; larger N would not form either in this round.

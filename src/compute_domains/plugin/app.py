@@ -196,26 +196,24 @@ class Plugin:
         dra_inode = await grpc_server.listen_unix(dra, dra_path)
         try:
             reg_inode = await grpc_server.listen_unix(reg, reg_path)
+            check = health.SelfCheck(reg_path, dra_path)
             try:
                 async with asyncio.TaskGroup() as tg:
                     tasks.spawn(tg, "slices", publisher.run, log=logger)
                     tasks.spawn(
                         tg, "cleanup", _after(s.cleanup.interval_s, sweeper.run), log=logger
                     )
-                    self._optional_tasks(tg, dra_path, reg_path)
+                    self._optional_tasks(tg, check)
                     self.ready.set()
                     logger.info("plugin serving", extra={"node": s.node_name})
             finally:
+                await check.close()
                 await grpc_server.stop_unix(reg, reg_path, reg_inode)
         finally:
             await grpc_server.stop_unix(dra, dra_path, dra_inode)
 
-    def _optional_tasks(self, tg: asyncio.TaskGroup, dra_path: Path, reg_path: Path) -> None:
+    def _optional_tasks(self, tg: asyncio.TaskGroup, healthy: health.SelfCheck) -> None:
         s = self._s
-
-        async def healthy() -> bool:
-            return await health.probe(reg_path, dra_path)
-
         if s.metrics.port is not None:
             self.http = infra_metrics.HttpEndpoint(
                 host=s.metrics.bind_address,
@@ -228,7 +226,7 @@ class Plugin:
             port = s.health_port
 
             async def serve_health() -> None:
-                server = health.health_server(reg_path, dra_path)
+                server = health.health_server(healthy)
                 server.add_insecure_port(f"{s.metrics.bind_address}:{port}")
                 await server.start()
                 try:

@@ -6,6 +6,11 @@ The same probe backs ``/healthz`` on the metrics endpoint (what the chart's prob
 optional standard ``grpc.health.v1.Health/Check`` service on a TCP port, which accepts the
 service names ``""`` and ``"liveness"`` and answers NOT_FOUND for others.
 
+``SelfCheck`` keeps its two channels between probes: a new channel per probe was most of the
+cost of a liveness probe (two connections and HTTP/2 handshakes every 10 s, per node). So that a
+kept connection cannot hide a socket the kubelet could no longer connect to, a socket file that
+is gone or was replaced (another inode) fails the check and the channels are opened anew.
+
 The health messages are built from a descriptor at run time in a private descriptor pool, so
 no generated code (and no extra dependency) is needed for two tiny messages.
 """
@@ -13,6 +18,8 @@ no generated code (and no extra dependency) is needed for two tiny messages.
 from __future__ import annotations
 
 import logging
+import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,19 +39,67 @@ SERVING, NOT_SERVING = 1, 2
 _ACCEPTED_SERVICES = ("", "liveness")
 
 
+class SelfCheck:
+    """The probe of both of our sockets (local paths), with its channels kept between calls;
+    ``close()`` when the plugin stops."""
+
+    def __init__(self, registration_socket: Path, dra_socket: Path, timeout: float = 5.0) -> None:
+        self._paths = (registration_socket, dra_socket)
+        self._timeout = timeout
+        self._channels: tuple[grpc.aio.Channel, grpc.aio.Channel] | None = None
+        self._inodes: tuple[int, int] = (0, 0)
+
+    def _current_inodes(self) -> tuple[int, int] | None:
+        try:
+            stats = tuple(p.stat() for p in self._paths)
+        except OSError:
+            return None
+        if not all(stat.S_ISSOCK(st.st_mode) for st in stats):
+            return None
+        return stats[0].st_ino, stats[1].st_ino
+
+    async def __call__(self) -> bool:
+        """Whether both sockets answer as the kubelet expects."""
+        inodes = self._current_inodes()
+        if inodes is None:
+            await self.close()
+            logger.warning("health probe failed: socket %s or %s is missing", *self._paths)
+            return False
+        if self._channels is None or inodes != self._inodes:
+            await self.close()
+            self._channels = tuple(  # type: ignore[assignment]
+                grpc.aio.insecure_channel(f"unix:{p}") for p in self._paths
+            )
+            self._inodes = inodes
+        assert self._channels is not None
+        reg_channel, dra_channel = self._channels
+        try:
+            stub = cast("reg_grpc.RegistrationAsyncStub", reg_grpc.RegistrationStub(reg_channel))
+            info = await stub.GetInfo(reg.InfoRequest(), timeout=self._timeout)
+            dra = cast("v1beta1_grpc.DRAPluginAsyncStub", v1beta1_grpc.DRAPluginStub(dra_channel))
+            await dra.NodePrepareResources(
+                v1beta1.NodePrepareResourcesRequest(), timeout=self._timeout
+            )
+        except grpc.aio.AioRpcError as err:
+            logger.warning("health probe failed: %s", err.details())
+            await self.close()
+            return False
+        return info.name == names.DRIVER_NAME
+
+    async def close(self) -> None:
+        """Close the kept channels (the next call opens new ones)."""
+        channels, self._channels = self._channels, None
+        for channel in channels or ():
+            await channel.close()
+
+
 async def probe(registration_socket: Path, dra_socket: Path, timeout: float = 5.0) -> bool:
-    """Whether both of our sockets answer as the kubelet expects (local paths)."""
+    """One probe of both sockets on channels of its own."""
+    check = SelfCheck(registration_socket, dra_socket, timeout)
     try:
-        async with grpc.aio.insecure_channel(f"unix:{registration_socket}") as channel:
-            stub = cast("reg_grpc.RegistrationAsyncStub", reg_grpc.RegistrationStub(channel))
-            info = await stub.GetInfo(reg.InfoRequest(), timeout=timeout)
-        async with grpc.aio.insecure_channel(f"unix:{dra_socket}") as channel:
-            dra = cast("v1beta1_grpc.DRAPluginAsyncStub", v1beta1_grpc.DRAPluginStub(channel))
-            await dra.NodePrepareResources(v1beta1.NodePrepareResourcesRequest(), timeout=timeout)
-    except grpc.aio.AioRpcError as err:
-        logger.warning("health probe failed: %s", err.details())
-        return False
-    return info.name == names.DRIVER_NAME
+        return await check()
+    finally:
+        await check.close()
 
 
 def health_messages() -> tuple[type[message.Message], type[message.Message]]:
@@ -78,14 +133,14 @@ def health_messages() -> tuple[type[message.Message], type[message.Message]]:
     )
 
 
-def health_server(registration_socket: Path, dra_socket: Path) -> grpc.aio.Server:
+def health_server(probe: Callable[[], Awaitable[bool]]) -> grpc.aio.Server:
     """A gRPC server with ``grpc.health.v1.Health/Check`` backed by ``probe`` (not listening)."""
     request_cls, response_cls = health_messages()
 
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if request.service not in _ACCEPTED_SERVICES:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        ok = await probe(registration_socket, dra_socket)
+        ok = await probe()
         return response_cls(status=SERVING if ok else NOT_SERVING)
 
     handler = grpc.method_handlers_generic_handler(

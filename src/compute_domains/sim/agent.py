@@ -173,10 +173,13 @@ class NodeAgent:
         # Kept past the Lease interval: a kubelet holds its API connection (1,152 nodes
         # reconnecting for every renewal spent a third of the sim's loop on TLS handshakes);
         # and under the API server's 90 s idle timeout, so a kept connection is never stale.
-        # HTTP/2 as the kubelet's client-go: one connection for its requests and watches
-        # (HTTP/1.1 took several per node, and 1,152 nodes ran out of open files).
+        # HTTP/1.1: a connection per watch and one for requests. HTTP/2 (one connection, as
+        # client-go) was tried when one process held all 1,152 nodes and ran out of open
+        # files; with node hosts (``sim.hosts``) files are no longer short, and Python's
+        # HTTP/2 cost more CPU: R = 16 came up in 74 s with it, 61 s without (hosts 62 → 50
+        # CPU-s, API server 40 → 36).
         client = kube.client(
-            kube.KubeSettings(kubeconfig=kc, field_manager="kubelet", keepalive_s=30.0, http2=True)
+            kube.KubeSettings(kubeconfig=kc, field_manager="kubelet", keepalive_s=30.0, http2=False)
         )
         old = self._clients.pop(name, None)
         if old is not None:

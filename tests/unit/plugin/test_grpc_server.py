@@ -92,7 +92,7 @@ async def test_registration_names_v1_first_and_the_host_endpoint(
 async def test_health_probe_and_service(sockets: tuple[Path, Path]) -> None:
     dra_path, reg_path = sockets
     assert await health.probe(reg_path, dra_path)
-    server = health.health_server(reg_path, dra_path)
+    server = health.health_server(lambda: health.probe(reg_path, dra_path))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
@@ -110,6 +110,29 @@ async def test_health_probe_and_service(sockets: tuple[Path, Path]) -> None:
             assert caught.value.code() is grpc.StatusCode.NOT_FOUND
     finally:
         await server.stop(None)
+
+
+async def test_the_self_check_keeps_its_channels_until_a_socket_is_gone(
+    sockets: tuple[Path, Path],
+) -> None:
+    dra_path, reg_path = sockets
+    check = health.SelfCheck(reg_path, dra_path, timeout=2)
+    try:
+        assert await check()
+        kept = check._channels
+        assert kept is not None
+        assert await check()
+        assert check._channels is kept
+        # The kubelet connects anew: a socket file removed under a kept connection fails.
+        moved = dra_path.with_name("moved.sock")
+        dra_path.rename(moved)
+        assert not await check()
+        assert check._channels is None
+        moved.rename(dra_path)
+        assert await check()
+        assert check._channels is not None and check._channels is not kept
+    finally:
+        await check.close()
 
 
 async def test_probe_fails_without_sockets(tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ import contextlib
 import datetime
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.core_v1 import NodeSpec, Taint
+from lightkube.models.core_v1 import Taint
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
@@ -154,16 +154,27 @@ class NodeStatus:
         # Taints are set at registration (``--register-with-taints``): NodeRestriction lets a
         # kubelet create its Node with taints but never change them afterwards.
         taints = [CONTROL_PLANE_TAINT] if self._s.spec.control_plane else None
-        node = Node(
-            metadata=ObjectMeta(name=self.name, labels=self.labels()),
-            spec=NodeSpec(taints=taints),
+        # With its status, as the kubelet's initial Node: one write, and the node-lifecycle
+        # controller never sees a Node without a Ready condition (which it would taint).
+        node = cast(
+            Node,
+            Node.from_dict(
+                {
+                    "metadata": {"name": self.name, "labels": self.labels()},
+                    "spec": {"taints": [t.to_dict() for t in taints]} if taints else {},
+                    "status": self._status(),
+                }
+            ),
         )
         try:
             with kube.translated(f"create node {self.name}"):
-                await self._client.create(node)
+                created = await self._client.create(node)
         except kube.AlreadyExists:
-            await self._client.patch(Node, self.name, {"metadata": {"labels": self.labels()}})
-        await self._client.patch(Node.Status, self.name, {"status": self._status()})
+            created = None
+        if created is None or not _has_ready(created):
+            if created is None:
+                await self._client.patch(Node, self.name, {"metadata": {"labels": self.labels()}})
+            await self._client.patch(Node.Status, self.name, {"status": self._status()})
         self.registered.set()
         self._log.info("registered")
 
@@ -199,6 +210,11 @@ class NodeStatus:
                     last_status = now
             except httpx.HTTPError as err:
                 self._log.warning("heartbeat failed: %s", kube.server_message(err))
+
+
+def _has_ready(node: Node) -> bool:
+    """Whether the API server kept the Ready condition the Node was created with."""
+    return node.status is not None and any(c.type == "Ready" for c in node.status.conditions or [])
 
 
 async def mark_control_plane(admin: AsyncClient, name: str) -> None:
