@@ -10,6 +10,7 @@ probe's command gets the kubelet's ``$(VAR)`` expansion from the container's sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,55 @@ def probe_command(container: Any, command: list[str]) -> list[str]:
     """
     static = {str(e.name): e.value or "" for e in container.env or []}
     return [environment.expand(arg, static) for arg in command]
+
+
+async def http_get_status(
+    host: str, port: int, path: str, headers: list[tuple[str, str]], timeout: float
+) -> int | None:
+    """The status code of one plain-HTTP ``GET`` on a connection of its own, closed after the
+    answer, as the kubelet's prober sends it (``User-Agent: kube-probe/<version>``, keep-alive
+    off); None when there is no answer within ``timeout``. A bare request on a stream, not an
+    HTTP client: at 1,152 nodes the probes were a third of an idle sim's CPU through httpx."""
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}"]
+    names = {name.lower() for name, _ in headers}
+    lines += [f"{n}: {v}" for n, v in headers]
+    if "user-agent" not in names:
+        lines.append(f"User-Agent: kube-probe/{PROBE_VERSION}")
+    if "accept" not in names:
+        lines.append("Accept: */*")
+    lines.append("Connection: close")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request)
+            status = await reader.readline()
+            length = None
+            while (line := await reader.readline()).strip():
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.strip().lower() == "content-length" and value.strip().isdigit():
+                    length = int(value.strip())
+            # The kubelet reads (up to 10 KiB of) the body before it closes; so does this, to
+            # the end of the body when its length is given, else to the server's close.
+            if length is None:
+                await reader.read(10240)
+            else:
+                with contextlib.suppress(asyncio.IncompleteReadError):
+                    await reader.readexactly(min(length, 10240))
+    except (OSError, TimeoutError, ValueError):
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+    parts = status.split(maxsplit=2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+PROBE_VERSION = "1.34"
+"""The Kubernetes minor version the probes' User-Agent names (the kubelet's own)."""
 
 
 class Prober:
@@ -55,7 +105,7 @@ class Prober:
         self._log = log
         self.killed_reason = ""
         self._http: httpx.AsyncClient | None = None
-        """One client for this container's httpGet probes; without keep-alive, so each probe
+        """One client for this container's HTTPS probes; without keep-alive, so each probe
         opens its own connection, as the kubelet's prober does (``DisableKeepAlives``). A client
         per probe cost an SSL context each time: 1,152 plugins probed every 2-10 s."""
 
@@ -88,16 +138,19 @@ class Prober:
             return True
         if probe.httpGet is not None:
             g = probe.httpGet
-            url = (
-                f"{(g.scheme or 'HTTP').lower()}://{g.host or self._pod_ip}:{self._port(g.port)}"
-                f"{g.path or '/'}"
-            )
+            host, port, path = g.host or self._pod_ip, self._port(g.port), g.path or "/"
+            headers = [(str(h.name), str(h.value)) for h in g.httpHeaders or []]
+            if (g.scheme or "HTTP").upper() == "HTTP":
+                code = await http_get_status(host, port, path, headers, timeout)
+                return code is not None and 200 <= code < 400
             if self._http is None:
                 self._http = httpx.AsyncClient(
                     verify=False, limits=httpx.Limits(max_keepalive_connections=0)
                 )
             try:
-                resp = await self._http.get(url, timeout=timeout)
+                resp = await self._http.get(
+                    f"https://{host}:{port}{path}", headers=headers, timeout=timeout
+                )
             except httpx.HTTPError:
                 return False
             return 200 <= resp.status_code < 400

@@ -53,6 +53,8 @@ class PluginRegistry:
         self._plugins: dict[str, draplugin.Plugin] = {}
         self._sockets: dict[Path, str] = {}
         self._identity: dict[Path, tuple[int, int]] = {}
+        self._listed_mtime: int | None = None
+        """The folder's mtime at the last full pass, when old enough to trust."""
 
     def get(self, driver: str) -> draplugin.Plugin:
         """The registered plugin of ``driver``.
@@ -69,6 +71,15 @@ class PluginRegistry:
         """One pass over the registration folder: drop gone or replaced sockets, add new ones."""
         found = {}
         folder = self._root / REGISTRY_DIR
+        # A socket added, removed or replaced changes the folder's mtime. Nothing changed and
+        # no retry due: nothing to do, without listing the folder (1,152 nodes do this every
+        # second). Only an mtime a second old is trusted: the file system's clock is coarse,
+        # and a change in the same tick as the last pass would otherwise go unseen.
+        with contextlib.suppress(OSError):
+            mtime = os.stat(folder).st_mtime_ns
+            if mtime == self._listed_mtime and not self._failed:
+                return
+            self._listed_mtime = mtime if time.time_ns() - mtime > 1_000_000_000 else None
         # scandir, not Path.glob: every node runs this each second (1,152 times a second).
         with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:

@@ -13,6 +13,7 @@ from lightkube.models.core_v1 import (
     EnvVarSource,
     ExecAction,
     HTTPGetAction,
+    HTTPHeader,
     ObjectFieldSelector,
     Probe,
 )
@@ -71,30 +72,35 @@ async def test_exec_probe_command_is_expanded_from_the_static_env() -> None:
     assert rec.started
 
 
-async def test_http_probes_share_one_client_and_open_a_connection_each() -> None:
-    """As the kubelet's prober (keep-alives off): every probe is a new connection, but the
-    probing side is built once per container, not once per probe."""
-    connections: list[int] = []
+async def test_http_probes_open_a_connection_each_and_send_what_the_kubelet_sends() -> None:
+    """As the kubelet's prober (keep-alives off): every probe is a new connection, closed by
+    the prober once it has the answer; ``kube-probe`` user agent, the probe's own headers."""
+    requests: list[bytes] = []
     finished: list[int] = []
     all_finished = asyncio.Event()
+    answers = iter([b"200 OK", b"302 Found", b"503 Service Unavailable", b"200 OK"])
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
         try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            requests.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 " + next(answers) + b"\r\nContent-Length: 3\r\n\r\nok\n")
             await writer.drain()
             await reader.read()  # until the prober closes its side
         finally:
             writer.close()
             await writer.wait_closed()
             finished.append(1)
-            if len(finished) == 3:
+            if len(finished) == 4:
                 all_finished.set()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    probe = Probe(httpGet=HTTPGetAction(path="/healthz", port=port), periodSeconds=0)
+    probe = Probe(
+        httpGet=HTTPGetAction(
+            path="/healthz", port=port, httpHeaders=[HTTPHeader(name="X-Check", value="1")]
+        ),
+        periodSeconds=0,
+    )
     c = Container(name="c", startupProbe=probe)
     prober = probes.Prober(
         cast(runtime.Runtime, _Runtime()),
@@ -105,16 +111,37 @@ async def test_http_probes_share_one_client_and_open_a_connection_each() -> None
         logging.LoggerAdapter(logging.getLogger("test")),
     )
     try:
-        assert await prober._check(probe)
-        client = prober._http
-        assert client is not None
-        assert await prober._check(probe)
-        assert prober._http is client
-        assert len(connections) == 2
-        await prober.run()  # ends after the startup probe's success, closing the client
-        assert prober._http is None and client.is_closed
-        await all_finished.wait()  # three probes, three connections, each closed by the prober
-        assert len(connections) == 3
+        assert await prober._check(probe)  # 200
+        assert await prober._check(probe)  # 302: a redirect counts as success
+        assert not await prober._check(probe)  # 503
+        await prober.run()  # ends after the startup probe's success
+        await all_finished.wait()  # four probes, four connections, each closed by the prober
+        assert len(requests) == 4
+        head = requests[0].decode()
+        assert head.startswith("GET /healthz HTTP/1.1\r\n")
+        assert f"Host: 127.0.0.1:{port}\r\n" in head
+        assert "User-Agent: kube-probe/" in head and "Connection: close" in head
+        assert "X-Check: 1\r\n" in head
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_an_http_probe_without_an_answer_fails_within_its_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read()  # never answers; returns when the prober hangs up
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        started = asyncio.get_running_loop().time()
+        assert await probes.http_get_status("127.0.0.1", port, "/", [], 0.3) is None
+        assert asyncio.get_running_loop().time() - started < 5
+        assert await probes.http_get_status("127.0.0.1", 1, "/", [], 0.3) is None  # refused
     finally:
         server.close()
         await server.wait_closed()

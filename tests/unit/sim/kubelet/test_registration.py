@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,4 +62,44 @@ def test_a_failed_registration_waits_for_the_back_off_and_a_new_socket_does_not(
     attempts.clear()
     asyncio.run(passes(1))
     assert attempts == [117.0]
+    second.close()
+
+
+def test_an_unchanged_folder_is_not_listed_again_and_a_new_socket_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reg = registration.PluginRegistry(tmp_path, logging.LoggerAdapter(logging.getLogger("t")))
+    registered: list[Path] = []
+
+    async def accept(sock: Path) -> bool:
+        registered.append(sock)
+        reg._sockets[sock] = "d"
+        return True
+
+    monkeypatch.setattr(reg, "_register", accept)
+    listings: list[object] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: Any) -> Any:
+        listings.append(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(registration.os, "scandir", counting_scandir)
+    first = _socket(tmp_path, "a-reg.sock")
+    folder = tmp_path / registration.REGISTRY_DIR
+    old = time.time() - 10
+    os.utime(folder, (old, old))
+
+    async def passes(n: int) -> None:
+        for _ in range(n):
+            await reg.reconcile()
+
+    asyncio.run(passes(3))
+    assert registered == [folder / "a-reg.sock"]
+    assert len(listings) == 1  # the folder did not change after the first pass
+    second = _socket(tmp_path, "b-reg.sock")  # a change just now: listed, not trusted yet
+    asyncio.run(passes(2))
+    assert registered == [folder / "a-reg.sock", folder / "b-reg.sock"]
+    assert len(listings) == 3
+    first.close()
     second.close()
