@@ -159,8 +159,11 @@ def status(name: str, output: str) -> None:
         "stale": recorded is not None and not alive,
         "apiServer": endpoints.api_server if endpoints else None,
         "kubeconfig": str(paths.kubeconfig) if endpoints else None,
-        "components": {n: procs.pid_alive(p) for n, p in endpoints.pids.items()}
-        if endpoints and alive
+        "components": {
+            n: procs.pid_alive(int(p))
+            for n, p in [*endpoints.pids.items(), *recorded.extra.get("nodeHosts", {}).items()]
+        }
+        if endpoints and alive and recorded
         else {},
         "error": recorded.error if recorded else "",
         "progress": recorded.extra.get("progress", "")

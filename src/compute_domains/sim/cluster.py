@@ -111,7 +111,12 @@ class SimCluster:
                 created=self._created,
                 error=error,
                 extra={"nodesMode": self._s.nodes_mode}
-                | ({"progress": progress} if progress else {}),
+                | ({"progress": progress} if progress else {})
+                | (
+                    {"nodeHosts": self._agent.pids()}
+                    if isinstance(self._agent, hosts.NodeHosts)
+                    else {}
+                ),
             ),
         )
 

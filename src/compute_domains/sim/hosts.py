@@ -177,6 +177,10 @@ class NodeHosts:
         """How many host processes run the nodes."""
         return len(self._hosts)
 
+    def pids(self) -> dict[str, int]:
+        """``node-host-<k>`` → pid of every host started so far (``cdctl sim status``)."""
+        return {f"node-host-{h.index}": h.proc.pid for h in self._hosts if h.proc is not None}
+
     def registered(self) -> int:
         """Nodes registered so far, as the hosts last reported."""
         return sum(h.registered for h in self._hosts)

@@ -18,9 +18,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 
+from compute_domains.cli import sim as sim_cli
+from compute_domains.cli import views
 from compute_domains.containers import procs
 from compute_domains.infra import kube
 from compute_domains.sim import errors, lifecycle, state, toolchain, topology
@@ -85,6 +88,14 @@ async def test_each_rack_runs_in_a_host_of_its_own(
     admin: AsyncClient, hosts_sim: state.SimPaths
 ) -> None:
     assert len(_host_pids(hosts_sim)) == 2
+    status = CliRunner().invoke(
+        sim_cli.group,
+        ["status", "--name", hosts_sim.name, "-o", "json"],
+        env={"CD_SIM_HOME": str(hosts_sim.home)},
+    )
+    assert status.exit_code == 0, status.output
+    components = json.loads(status.output)["components"]
+    assert components["node-host-0"] and components["node-host-1"], components
     plans = [json.loads((hosts_sim.root / f"hosts/{k}.json").read_text()) for k in (0, 1)]
     assert [set(p["nodes"]) for p in plans] == [RACK0, RACK1]
     table = await asyncio.to_thread(node_op, hosts_sim, "nodes", "")
@@ -92,6 +103,21 @@ async def test_each_rack_runs_in_a_host_of_its_own(
     assert all(v["running"] for v in table.values()), table
     for name in RACK0 | RACK1:
         await wait_for(admin, Node, name, _ready, timeout=60)
+
+
+async def test_topology_lists_every_node_of_every_host(hosts_sim: state.SimPaths) -> None:
+    """``cdctl topology`` reads Nodes undecoded (``kube.list_raw``): both racks, all ready."""
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        views.topology,
+        ["--kubeconfig", str(hosts_sim.kubeconfig), "-o", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    domains = json.loads(result.output)["domains"]
+    assert sorted(n["name"] for d in domains for n in d["nodes"]) == sorted(RACK0 | RACK1) - {
+        topology.CONTROL_PLANE_NODE
+    }
+    assert len(domains) == 2 and all(d["clique"] and d["free"] == 2 for d in domains), domains
 
 
 async def test_a_pod_on_either_host_runs_and_its_log_is_served(admin: AsyncClient, ns: str) -> None:

@@ -7,7 +7,8 @@ One package, one module per job:
 - ``watch``: one resumable list+watch stream (resourceVersion resume, 410 → re-list);
 - ``cache``: an indexed, read-your-writes cache over that stream, shared by subscribers;
 - ``events``: a bounded Event recorder that aggregates repeats as the kubelet's does;
-- ``raw``: one object's JSON as the API server sent it (repeated keys kept).
+- ``raw``: one object's JSON as the API server sent it (repeated keys kept); a list as plain
+  dicts, undecoded (``cdctl topology`` at 1,152 nodes).
 
 This ``__init__`` re-exports the names callers use (``kube.client(...)``, ``kube.NotFound``,
 ``kube.translated(...)``), so a call site reads as ``kube.<thing>`` whichever module holds it;
@@ -35,7 +36,7 @@ from compute_domains.infra.kube.errors import (
     translate,
     translated,
 )
-from compute_domains.infra.kube.raw import get_raw
+from compute_domains.infra.kube.raw import get_raw, list_raw
 
 __all__ = [
     "RAW_FAILURES",
@@ -56,6 +57,7 @@ __all__ = [
     "forbidden_is_permanent",
     "get_raw",
     "is_not_found",
+    "list_raw",
     "load_config",
     "server_message",
     "translate",
