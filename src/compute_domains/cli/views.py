@@ -68,7 +68,15 @@ async def _topology(kubeconfig: Path | None) -> dict[str, Any]:
     try:
         # Undecoded: lightkube's model objects for 1,152 Nodes took seconds, for a few fields.
         nodes = await kube.list_raw(client, Node)
-        cds = await kube.list_raw(client, computedomain.ComputeDomainResource, namespace="*")
+        try:
+            with kube.translated("listing ComputeDomains"):
+                cds = await kube.list_raw(
+                    client, computedomain.ComputeDomainResource, namespace="*"
+                )
+        except kube.KubeError as err:
+            if not kube.is_not_found(err):
+                raise
+            cds = []  # no ComputeDomain CRD (the driver is not installed): nothing is held
     finally:
         await client.close()
     return viewmodel.topology_view(nodes, cds)

@@ -92,3 +92,12 @@ def query(opts: CtlOptions, out: TextIO, paths: Callable[[Path], Path] | None = 
     config, _ = load(opts, nodes_needed=False, paths=paths)
     where = endpoint(opts, config)
     imex_query.query((where.tcp, where.unix), opts.timeout, out)
+
+
+async def aquery(
+    opts: CtlOptions, out: TextIO, paths: Callable[[Path], Path] | None = None
+) -> None:
+    """``query`` from a coroutine (``imex_query.aquery``); the same errors."""
+    config, _ = load(opts, nodes_needed=False, paths=paths)
+    where = endpoint(opts, config)
+    await imex_query.aquery((where.tcp, where.unix), opts.timeout, out)

@@ -166,21 +166,15 @@ class InProcessImex:
         if options.action != "q":
             return 2, f"{_CTL}: only -q runs in-process\n"
         out = io.StringIO()
-
-        def query() -> int:
-            try:
-                imex_ctlbase.query(_with_timeout(options, timeout), out, self._host_path)
-            except imex_ctlbase.CtlError as failure:
-                out.write(f"{failure}\n")
-                return failure.status
-            return 0
-
         try:
             async with asyncio.timeout(timeout + 1.0):
-                rc = await asyncio.to_thread(query)
+                await imex_ctlbase.aquery(_with_timeout(options, timeout), out, self._host_path)
+        except imex_ctlbase.CtlError as failure:
+            out.write(f"{failure}\n")
+            return failure.status, out.getvalue()
         except TimeoutError:
             return 124, out.getvalue()
-        return rc, out.getvalue()
+        return 0, out.getvalue()
 
 
 def _with_hosts(options: imex_config.ImexOptions, hosts: Path) -> imex_config.ImexOptions:

@@ -15,6 +15,7 @@ functions serve both (``imex_config`` reads the config and nodes file through
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -199,16 +200,57 @@ def query(where: Where, timeout: float | None, out: TextIO) -> None:
     try:
         reply = ask(where, {"t": "query"}, timeout)
     except (OSError, imex_wire.ProtocolError) as err:
-        if isinstance(err, TimeoutError):
-            reason = "timed out"
-        elif isinstance(err, OSError) and err.errno:
-            reason = os.strerror(err.errno)
-        else:
-            reason = str(err) or "timed out"
-        raise QueryError(
-            f"Failed to query the IMEX command service at {describe(where)}: {reason}"
-        ) from err
+        raise _failure(where, err) from err
     out.write(f"{reply.get('state', UNAVAILABLE)}\n")
+
+
+async def aquery(where: Where, timeout: float | None, out: TextIO) -> None:
+    """``query`` from a coroutine, on the event loop (virtual nodes: the daemon asks its own
+    IMEX stand-in, a task of the same loop; a thread each held the loop's executor while the
+    loop was busy, and 144 daemons' checks starved every other blocking call of the process).
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            reply = await _aask(where, {"t": "query"})
+    except (OSError, imex_wire.ProtocolError) as err:
+        raise _failure(where, err) from err
+    out.write(f"{reply.get('state', UNAVAILABLE)}\n")
+
+
+async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
+    tcp, unix = where
+    if tcp is not None:
+        reader, writer = await asyncio.open_connection(*tcp)
+    else:
+        assert unix is not None
+        reader, writer = await asyncio.open_unix_connection(unix)
+    try:
+        writer.write(imex_wire.encode(request))
+        await writer.drain()
+        try:
+            header = await reader.readexactly(imex_wire.HEADER_SIZE)
+        except asyncio.IncompleteReadError as err:
+            if err.partial:
+                raise imex_wire.ProtocolError("truncated frame") from err
+            raise imex_wire.ProtocolError("connection closed without an answer") from err
+        try:
+            body = await reader.readexactly(imex_wire.body_size(header))
+        except asyncio.IncompleteReadError as err:
+            raise imex_wire.ProtocolError("truncated frame") from err
+        return imex_wire.decode(body)
+    finally:
+        writer.close()
+
+
+def _failure(where: Where, err: OSError | imex_wire.ProtocolError) -> QueryError:
+    """The tool's message for a query that got no answer."""
+    if isinstance(err, TimeoutError):
+        reason = "timed out"
+    elif isinstance(err, OSError) and err.errno:
+        reason = os.strerror(err.errno)
+    else:
+        reason = str(err) or "timed out"
+    return QueryError(f"Failed to query the IMEX command service at {describe(where)}: {reason}")
 
 
 def _quick_args(argv: Sequence[str]) -> tuple[str, float | None] | None:

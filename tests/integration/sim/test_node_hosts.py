@@ -114,9 +114,8 @@ async def test_topology_lists_every_node_of_every_host(hosts_sim: state.SimPaths
     )
     assert result.exit_code == 0, result.output
     domains = json.loads(result.output)["domains"]
-    assert sorted(n["name"] for d in domains for n in d["nodes"]) == sorted(RACK0 | RACK1) - {
-        topology.CONTROL_PLANE_NODE
-    }
+    gpu_nodes = (RACK0 | RACK1) - {topology.CONTROL_PLANE_NODE}
+    assert sorted(n["name"] for d in domains for n in d["nodes"]) == sorted(gpu_nodes)
     assert len(domains) == 2 and all(d["clique"] and d["free"] == 2 for d in domains), domains
 
 

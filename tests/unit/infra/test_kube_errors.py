@@ -52,6 +52,16 @@ def test_no_answer_is_temporary(raw: Exception) -> None:
     assert kube.code_of(err) == 0
 
 
+def test_an_answer_without_a_status_body_is_classified_by_its_code() -> None:
+    """A path the server does not serve (no CRD) answers a bare "404 page not found"."""
+    request = httpx.Request("GET", "https://api/apis/resource.nvidia.com/v1beta1/computedomains")
+    response = httpx.Response(404, text="404 page not found", request=request)
+    raw = httpx.HTTPStatusError("404", request=request, response=response)
+    err = kube.translate(raw, "list computedomains")
+    assert type(err) is kube.NotFound and kube.is_not_found(err)
+    assert str(err) == "list computedomains: 404 Not Found"
+
+
 def test_translation_is_idempotent_and_keeps_the_cause() -> None:
     already = kube.Conflict("x", code=409)
     assert kube.translate(already, "again") is already

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import socket
 import threading
 from collections.abc import Iterator
@@ -115,3 +117,39 @@ def test_ready_answer_is_printed_as_the_full_tools(
 )
 def test_other_command_lines_go_to_the_full_tool(argv: list[str]) -> None:
     assert imex_query.main(argv) is None
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        (("127.0.0.1", 1), None),  # refused
+        (None, "/nonexistent/imex.sock"),
+        (("127.0.0.1", 0), None),  # the server fixture: READY
+    ],
+)
+def test_the_coroutine_query_answers_as_the_blocking_one(
+    where: imex_query.Where, server: tuple[int, list[bytes]]
+) -> None:
+    """Virtual nodes ask their IMEX stand-in from the event loop (``aquery``): the same answer,
+    the same failure message, as the program's blocking ``query``."""
+    tcp, unix = where
+    if tcp is not None and tcp[1] == 0:
+        where = ((tcp[0], server[0]), unix)
+
+    def blocking() -> tuple[int, str]:
+        out = io.StringIO()
+        try:
+            imex_query.query(where, 2.0, out)
+        except imex_query.QueryError as failure:
+            return failure.status, str(failure)
+        return 0, out.getvalue()
+
+    async def coroutine() -> tuple[int, str]:
+        out = io.StringIO()
+        try:
+            await imex_query.aquery(where, 2.0, out)
+        except imex_query.QueryError as failure:
+            return failure.status, str(failure)
+        return 0, out.getvalue()
+
+    assert asyncio.run(coroutine()) == blocking()

@@ -130,6 +130,11 @@ def translate(err: BaseException, what: str) -> errors.ComputeDomainsError:
         reason = err.status.reason or ""
         message = f"{what}: {code} {reason}: {err.status.message or ''}".rstrip(": ")
         return _for_status(code, reason)(message, code=code, reason=reason)
+    if isinstance(err, httpx.HTTPStatusError):
+        # An answer without a Status body (a path the server does not serve: "404 page not
+        # found" for a type whose CRD is not installed).
+        code, reason = err.response.status_code, err.response.reason_phrase
+        return _for_status(code, reason)(f"{what}: {code} {reason}", code=code, reason=reason)
     return Unreachable(f"{what}: {type(err).__name__}: {err}")
 
 
