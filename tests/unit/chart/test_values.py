@@ -152,6 +152,17 @@ def test_plugin_node_affinity_is_nvidias_nfd_default(toolset: toolchain.Toolset)
     assert chosen.pod(DS)["nodeSelector"] == {"gpu": "yes"}
 
 
+def test_the_plugins_liveness_probe_takes_what_is_set_and_keeps_the_rest(
+    toolset: toolchain.Toolset,
+) -> None:
+    live = _container(render.render(toolset), DS)["livenessProbe"]
+    assert (live["periodSeconds"], live["timeoutSeconds"], live["failureThreshold"]) == (10, 10, 3)
+    key = "kubeletPlugin.containers.computeDomains.livenessProbe.failureThreshold"
+    live = _container(render.render(toolset, f"{key}=12"), DS)["livenessProbe"]
+    assert (live["periodSeconds"], live["timeoutSeconds"], live["failureThreshold"]) == (10, 10, 12)
+    assert live["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
 @pytest.mark.parametrize(
     ("sets", "strict"),
     [
