@@ -44,8 +44,8 @@ RACKS_PER_HOST = click.option(
     type=click.IntRange(1),
     default=None,
     help="Virtual nodes: run them in node host processes of this many racks each, each with "
-    "its own event loop and open-files limit [default: 4 racks a host for shapes of more "
-    "than 4 racks; smaller ones run in the sim's own process].",
+    "its own event loop and open-files limit [default: 8 racks a host for shapes of more "
+    "than 8 racks; smaller ones run in the sim's own process].",
 )
 
 

@@ -19,8 +19,8 @@ def test_whole_racks_per_host_and_the_odd_nodes_with_the_first() -> None:
     assert sorted(every) == sorted(s.name for s in topology.all_nodes(shape))
 
 
-def test_hosts_only_for_virtual_nodes_and_by_default_only_above_four_racks() -> None:
-    small, large = topology.Shape(racks=4), topology.Shape(racks=64)
+def test_hosts_only_for_virtual_nodes_and_by_default_only_above_eight_racks() -> None:
+    small, large = topology.Shape(racks=8), topology.Shape(racks=64)
     assert hosts.racks_per_host(large, None, virtual=False) is None
     assert hosts.racks_per_host(small, None, virtual=True) is None
     assert hosts.racks_per_host(large, None, virtual=True) == hosts.DEFAULT_RACKS_PER_HOST
