@@ -2,7 +2,8 @@
 
 Every child gets ``PR_SET_PDEATHSIG=SIGKILL``, so when the process that started it dies for any
 reason (even SIGKILL) the kernel kills the child too: no orphan etcd or kube-apiserver keeps a
-port busy after a crashed test run. Stopping is SIGTERM, a bounded wait, then SIGKILL.
+port busy after a crashed test run. Stopping is SIGTERM, a bounded wait, then SIGKILL
+(``terminate``, for any child: the daemon's IMEX, the sim's node hosts).
 A container's child leads a session of its own: when it ends, every process of that session
 ends too (``kill_session``), whatever process group its processes moved to, as every process of
 a container's PID namespace dies with it.
@@ -19,6 +20,7 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +212,35 @@ def log_tail(path: Path, lines: int = 20) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+class _Stoppable(Protocol):
+    """A running child process as ``terminate`` stops it (an asyncio process, a launcher's
+    child)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+async def terminate(
+    proc: _Stoppable, *, grace: float, log: logging.Logger | logging.LoggerAdapter[Any]
+) -> int | None:
+    """Stop ``proc`` if it runs (SIGTERM, ``grace`` seconds, SIGKILL); its exit status."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            async with asyncio.timeout(grace):
+                await proc.wait()
+        except TimeoutError:
+            log.warning("pid %d ignored SIGTERM for %.1fs; sending SIGKILL", proc.pid, grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        log.info("stopped pid %d (status %s)", proc.pid, proc.returncode)
+    return proc.returncode

@@ -10,13 +10,13 @@
 * :func:`pump_until_exit` reads stdout and stderr line by line into the caller's logger (IMEX's
   own ``[ERROR]``/``[WARNING]`` tags map to our levels) until the child exits; the pipes get a
   bounded drain, since a grandchild may have inherited them.
-* :func:`terminate` is SIGTERM, a wait bounded by ``grace``, then SIGKILL and a wait.
+* stopping one is ``containers.procs.terminate``: SIGTERM, a wait bounded by ``grace``, then
+  SIGKILL and a wait (shared with the sim's node hosts).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import logging
 import re
@@ -144,20 +144,3 @@ async def _pump(stream: asyncio.StreamReader, log: Log, on_line: Callable[[], No
         log.log(imex_line_level(line), "%s", line)
         if on_line is not None:
             on_line()
-
-
-async def terminate(proc: _Proc, *, grace: float, log: Log) -> int | None:
-    """Stop ``proc`` if it runs (SIGTERM, ``grace`` seconds, SIGKILL); its exit status."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            async with asyncio.timeout(grace):
-                await proc.wait()
-        except TimeoutError:
-            log.warning("pid %d ignored SIGTERM for %.1fs; sending SIGKILL", proc.pid, grace)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-        log.info("stopped pid %d (status %s)", proc.pid, proc.returncode)
-    return proc.returncode

@@ -30,6 +30,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from compute_domains.containers import procs
 from compute_domains.daemon import childproc, launcher
 from compute_domains.infra import backoff, errors
 
@@ -257,4 +258,4 @@ class Supervisor:
         proc = self._proc
         if proc is None:
             return None
-        return await childproc.terminate(proc, grace=self._settings.stop_grace, log=self._log)
+        return await procs.terminate(proc, grace=self._settings.stop_grace, log=self._log)

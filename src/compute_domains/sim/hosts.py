@@ -251,16 +251,5 @@ class NodeHosts:
         )
 
     async def _stop(self, h: _Host) -> None:
-        proc = h.proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            async with asyncio.timeout(STOP_GRACE_S):
-                await proc.wait()
-        except TimeoutError:
-            logger.warning("node host %d did not stop in %.0f s; killing it", h.index, STOP_GRACE_S)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if h.proc is not None:
+            await procs.terminate(h.proc, grace=STOP_GRACE_S, log=logger)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from compute_domains.infra import kube
 from compute_domains.sim import control, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
+from tests.integration.helpers import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +35,16 @@ async def admin(nodes_sim: state.SimPaths) -> AsyncIterator[AsyncClient]:
     c = kube.client(kube.KubeSettings(kubeconfig=nodes_sim.kubeconfig, field_manager="tests"))
     yield c
     await c.close()
+
+
+@pytest.fixture
+async def ns(admin: AsyncClient) -> AsyncIterator[str]:
+    """A fresh namespace (with its default ServiceAccount) on the module's sim."""
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    await admin.create(Namespace.from_dict({"metadata": {"name": name}}))
+    await wait_for(admin, ServiceAccount, "default", lambda _: True, namespace=name)
+    yield name
+    await admin.delete(Namespace, name)
 
 
 def node_op(sim: state.SimPaths, op: str, node: str) -> Any:

@@ -13,14 +13,13 @@ import asyncio
 import json
 import os
 import signal
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.cli import sim as sim_cli
 from compute_domains.cli import views
@@ -56,15 +55,6 @@ async def admin(hosts_sim: state.SimPaths) -> AsyncIterator[AsyncClient]:
     c = kube.client(kube.KubeSettings(kubeconfig=hosts_sim.kubeconfig, field_manager="tests"))
     yield c
     await c.close()
-
-
-@pytest.fixture
-async def ns(admin: AsyncClient) -> AsyncIterator[str]:
-    name = f"t-{uuid.uuid4().hex[:6]}"
-    await admin.create(Namespace.from_dict({"metadata": {"name": name}}))
-    await wait_for(admin, ServiceAccount, "default", lambda _: True, namespace=name)
-    yield name
-    await admin.delete(Namespace, name)
 
 
 def _host_pids(sim: state.SimPaths) -> list[int]:

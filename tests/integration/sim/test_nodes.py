@@ -23,7 +23,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
 from compute_domains.api import names
@@ -35,15 +35,6 @@ from tests.integration.sim.conftest import node_op
 
 NODE_A, NODE_B = "gb200-r0-n00", "gb200-r0-n01"
 CompletedText = subprocess.CompletedProcess[str]
-
-
-@pytest.fixture
-async def ns(admin: AsyncClient) -> AsyncIterator[str]:
-    name = f"t-{uuid.uuid4().hex[:6]}"
-    await admin.create(Namespace.from_dict({"metadata": {"name": name}}))
-    await wait_for(admin, ServiceAccount, "default", lambda _: True, namespace=name)
-    yield name
-    await admin.delete(Namespace, name)
 
 
 async def _logs(
