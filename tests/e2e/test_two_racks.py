@@ -55,10 +55,23 @@ async def test_two_racks_two_cliques_and_node_loss(
     assert all(sorted(ix) == [0, 1] for ix in by_clique.values()), by_clique
     cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
     assert len(cliques) == 2
+
     # One IMEX domain per rack: each workload's local daemon sees exactly its rack's two nodes
     # READY (of the 18 static names; the rest of an NVL72 is absent, so the domain reports
-    # DEGRADED as the real service does with unreachable listed nodes).
-    for pod in [p async for p in admin.list(Pod, namespace="default", labels={"job": "two"})]:
+    # DEGRADED as the real service does with unreachable listed nodes). A CD Ready with its
+    # nodes does not mean every workload has started: its log is followed once it runs.
+    async def workloads_running() -> list[Pod]:
+        pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": "two"})]
+        started = [
+            p
+            for p in pods
+            if p.status
+            and any(c.state and c.state.running for c in p.status.containerStatuses or [])
+        ]
+        return pods if len(pods) == 4 and len(started) == 4 else []
+
+    await helpers.within(120, workloads_running, "4 workload containers running")
+    for pod in await workloads_running():
         log = await _follow_log(admin, str(pod.metadata.name), "configured nodes READY")  # type: ignore[union-attr]
         assert "2/18 configured nodes READY" in log, log
 
