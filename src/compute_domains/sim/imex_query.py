@@ -225,21 +225,13 @@ async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
         assert unix is not None
         reader, writer = await asyncio.open_unix_connection(unix)
     try:
-        writer.write(imex_wire.encode(request))
-        await writer.drain()
-        try:
-            header = await reader.readexactly(imex_wire.HEADER_SIZE)
-        except asyncio.IncompleteReadError as err:
-            if err.partial:
-                raise imex_wire.ProtocolError("truncated frame") from err
-            raise imex_wire.ProtocolError("connection closed without an answer") from err
-        try:
-            body = await reader.readexactly(imex_wire.body_size(header))
-        except asyncio.IncompleteReadError as err:
-            raise imex_wire.ProtocolError("truncated frame") from err
-        return imex_wire.decode(body)
+        await imex_wire.send(writer, request)
+        reply = await imex_wire.recv(reader)
     finally:
         writer.close()
+    if reply is None:
+        raise imex_wire.ProtocolError("connection closed without an answer")
+    return reply
 
 
 def _failure(where: Where, err: OSError | imex_wire.ProtocolError) -> QueryError:
