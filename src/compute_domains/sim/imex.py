@@ -56,7 +56,8 @@ def _imex_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _ctl_parser() -> argparse.ArgumentParser:
+def ctl_parser() -> argparse.ArgumentParser:
+    """``nvidia-imex-ctl``'s argument parser (reusable: a caller that parses often keeps one)."""
     parser = argparse.ArgumentParser(prog="nvidia-imex-ctl", description="Simulated IMEX ctl.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-c", dest="config", type=Path, default=None)
@@ -122,14 +123,19 @@ def main_imex(argv: Sequence[str]) -> int:
     return asyncio.run(serve())
 
 
-def ctl_options(argv: Sequence[str]) -> imex_ctlbase.CtlOptions:
+def ctl_options(
+    argv: Sequence[str], parser: argparse.ArgumentParser | None = None
+) -> imex_ctlbase.CtlOptions:
     """``nvidia-imex-ctl``'s command line (without the program name) as options.
+
+    ``parser`` is one from :func:`ctl_parser` to reuse: building one costs more than parsing
+    (an in-process daemon's probes query its IMEX every second).
 
     Raises:
         SystemExit: a usage error (argparse's).
         imex_ctlbase.CtlError: an invalid port (status 2).
     """
-    args = _ctl_parser().parse_args(list(argv))
+    args = (parser or ctl_parser()).parse_args(list(argv))
     tcp: tuple[str, int] | None = None
     if args.tcp is not None:
         try:

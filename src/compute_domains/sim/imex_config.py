@@ -177,6 +177,21 @@ class Resolver:
 
     def __init__(self, hosts_file: Path | None) -> None:
         self._hosts_file = hosts_file
+        self._rows: list[list[str]] = []
+        self._seen: tuple[int, int, int] | None = None
+
+    def _hosts(self, hosts_file: Path) -> list[list[str]]:
+        # Every link re-resolves on every attempt; the file is read again only when it changed
+        # (inode, size or mtime), as a re-written hosts file always does.
+        try:
+            st = hosts_file.stat()
+        except OSError:
+            self._seen = None
+            return []
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen != self._seen:
+            self._rows, self._seen = _hosts_lines(hosts_file), seen
+        return self._rows
 
     async def resolve(self, entry: str) -> str | None:
         """The IPv4/IPv6 address for a nodes-file entry; None when it does not resolve."""
@@ -184,7 +199,7 @@ class Resolver:
             return entry
         if self._hosts_file is not None:
             wanted = entry.lower()
-            for fields in _hosts_lines(self._hosts_file):
+            for fields in self._hosts(self._hosts_file):
                 if wanted in (name.lower() for name in fields[1:]) and is_ip(fields[0]):
                     return fields[0]
             return None
@@ -205,7 +220,7 @@ class Resolver:
                 return socket.gethostbyaddr(address)[0]
             except OSError:
                 return None
-        for fields in _hosts_lines(self._hosts_file):
+        for fields in self._hosts(self._hosts_file):
             if fields[0] == address:
                 return fields[1]
         return None

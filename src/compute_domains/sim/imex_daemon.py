@@ -151,6 +151,7 @@ class ImexDaemon:
             version=self._version,
             log=log,
             hanging=lambda: self._faults.hang,
+            on_hello=self._peer_seen,
         )
         servers = await self._bind(config, bind_ip, resolver, peers, log)
         if servers is None:
@@ -275,6 +276,10 @@ class ImexDaemon:
             loop = asyncio.get_running_loop()
             for signum, handler in self._handlers.items():
                 loop.add_signal_handler(signum, handler)
+
+    def _peer_seen(self, node_id: int) -> None:
+        if 0 <= node_id < len(self._links):
+            self._links[node_id].peer_seen()
 
     def deliver(self, sig: int) -> bool:
         """Handle ``sig`` as if the process had received it; False when it would have been

@@ -118,6 +118,7 @@ class InProcessImex:
         container's. Paths on its command line are the launching daemon's own, used as given."""
         self._host_path = host_path
         self._pids = itertools.count(_FIRST_PID)
+        self._ctl_parser = imex.ctl_parser()
 
     async def spawn(
         self,
@@ -158,7 +159,7 @@ class InProcessImex:
         if not argv or Path(argv[0]).name != _CTL:
             return 127, f"{argv[0] if argv else '?'}: not found\n"
         try:
-            options = imex.ctl_options(argv[1:])
+            options = imex.ctl_options(argv[1:], self._ctl_parser)
         except SystemExit as exit_:
             return int(exit_.code or 2), "usage error\n"
         except imex_ctlbase.CtlError as failure:

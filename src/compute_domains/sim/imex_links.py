@@ -28,7 +28,7 @@ from compute_domains.infra import backoff
 from compute_domains.sim import imex_config, imex_log, imex_wire
 from compute_domains.sim.imex_wire import Link
 
-RECONNECT = backoff.Backoff(initial=0.5, maximum=3.0, jitter=0.2)
+RECONNECT = backoff.Backoff(initial=0.5, maximum=10.0, jitter=0.2)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +47,7 @@ class LinkContext:
     faults: Callable[[], imex_config.Faults]
     rng: random.Random
     connect_timeout: float = 2.0
+    reconnect: backoff.Backoff = RECONNECT
     ping_interval: float = 1.0
     ping_timeout: float = 4.0
 
@@ -77,6 +78,11 @@ class OutgoingLink:
         """Re-check injected faults now."""
         self._wake.set()
 
+    def peer_seen(self) -> None:
+        """The target node just linked to us: it is up, so a link waiting to retry tries now."""
+        if self.state is not Link.CONNECTED:
+            self._wake.set()
+
     async def run(self) -> None:
         """Keep the link up until cancelled."""
         attempt = 0
@@ -97,7 +103,7 @@ class OutgoingLink:
             if session is None:
                 if self.state is Link.CONNECTED:
                     self._lost()
-                await self._wait_wake(RECONNECT.delay(min(attempt - 1, 8), self._ctx.rng))
+                await self._wait_wake(self._ctx.reconnect.delay(min(attempt - 1, 8), self._ctx.rng))
                 continue
             attempt = 0
             reader, writer, address = session
@@ -116,7 +122,7 @@ class OutgoingLink:
                 self._disconnected(address)
             else:
                 self._lost(address)
-            await self._wait_wake(RECONNECT.delay(0, self._ctx.rng))
+            await self._wait_wake(self._ctx.reconnect.delay(0, self._ctx.rng))
 
     async def _wait_wake(self, timeout: float | None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -200,27 +206,23 @@ class OutgoingLink:
                     return "shutdown"
 
         frames = asyncio.create_task(read_frames(), name=f"imex-link-{self.target}-read")
+        # One waiter for the wake event per session, not one per ping: thousands of links ping
+        # every second in a large in-process sim.
+        wake = asyncio.create_task(self._wake.wait())
         try:
             while True:
                 try:
                     await imex_wire.send(writer, {"t": "ping"})
                 except OSError:
                     return "lost"
-                wake = asyncio.create_task(self._wake.wait())
-                try:
-                    done, _ = await asyncio.wait(
-                        {frames, wake},
-                        timeout=ctx.ping_interval,
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                finally:
-                    # Also when the link is cancelled (its daemon stops): a pending task left
-                    # behind would be destroyed pending in a process that goes on (in-process).
-                    wake.cancel()
+                done, _ = await asyncio.wait(
+                    {frames, wake}, timeout=ctx.ping_interval, return_when=asyncio.FIRST_COMPLETED
+                )
                 if frames in done:
                     return frames.result()
                 if wake in done:
                     self._wake.clear()
+                    wake = asyncio.create_task(self._wake.wait())
                     if ctx.faults().drops(self.target):
                         return "dropped"
                     if self._restart:
@@ -228,6 +230,9 @@ class OutgoingLink:
                 if loop.time() - last_pong > ctx.ping_timeout:
                     return "lost"
         finally:
+            # Also when the link is cancelled (its daemon stops): a pending task left behind
+            # would be destroyed pending in a process that goes on (in-process).
+            wake.cancel()
             frames.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await frames

@@ -2,7 +2,8 @@
 
 Every peer (and the daemon itself) opens a link to our ``SERVER_PORT``. We answer its ``hello``
 with our node ID, node map and version — the peer compares them and marks a mismatch — then answer
-pings. A peer that comes back as a new instance (a restart, not a SIGUSR1 reconnect) is logged
+pings; a good ``hello`` is passed on (``on_hello``), so our own link to that peer retries at
+once. A peer that comes back as a new instance (a restart, not a SIGUSR1 reconnect) is logged
 as such. On shutdown every open incoming connection gets a ``shutdown`` notice, so peers mark the
 link ``D`` at once instead of waiting for a timeout. With the ``hang`` fault on, nothing is
 answered.
@@ -29,12 +30,14 @@ class PeerServer:
         version: str,
         log: imex_log.ImexLog,
         hanging: Callable[[], bool],
+        on_hello: Callable[[int], None] = lambda node_id: None,
     ) -> None:
         self._node_id = node_id
         self._entries = list(entries)
         self._version = version
         self._log = log
         self._hanging = hanging
+        self._on_hello = on_hello
         self._open: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._instances: dict[int, str] = {}
@@ -60,7 +63,9 @@ class PeerServer:
             await imex_wire.send(writer, welcome)
             if hello.get("map") != self._entries:
                 return  # the peer logs the mismatch and disables the link
-            self._note_instance(int(hello.get("from", -1)), str(hello.get("instance")))
+            node_id = int(hello.get("from", -1))
+            self._note_instance(node_id, str(hello.get("instance")))
+            self._on_hello(node_id)
             while (message := await imex_wire.recv(reader)) is not None:
                 if message["t"] == "ping" and not self._hanging():
                     await imex_wire.send(writer, {"t": "pong"})

@@ -1,0 +1,122 @@
+"""IMEX stand-in links: a link waiting to retry a node that was down tries at once when that
+node links to us (its hello on our server), instead of at the end of its backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+import socket
+from collections.abc import Callable
+
+from compute_domains.infra import backoff
+from compute_domains.sim import imex_config, imex_links, imex_log, imex_peers
+from compute_domains.sim.imex_wire import Link
+
+IPS = ("127.0.0.21", "127.0.0.22")
+LONG_WAIT = backoff.Backoff(initial=60.0, maximum=60.0, jitter=0.0)
+"""A retry far beyond this test's time: only a hello can bring the link up in time."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((IPS[0], 0))
+        return int(s.getsockname()[1])
+
+
+def _context(node_id: int, port: int, out: io.StringIO) -> imex_links.LinkContext:
+    return imex_links.LinkContext(
+        node_id=node_id,
+        instance=f"instance-{node_id}",
+        entries=IPS,
+        version="1",
+        server_port=port,
+        bind_ip=IPS[node_id],
+        grace_time=0,
+        resolver=imex_config.Resolver(None),
+        log=imex_log.ImexLog(out),
+        faults=imex_config.Faults,
+        rng=random.Random(node_id),
+        reconnect=LONG_WAIT,
+    )
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    try:
+        async with asyncio.timeout(5):
+            while not check():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def test_a_hello_from_the_target_makes_a_waiting_link_retry_at_once() -> None:
+    port = _free_port()
+    out0, out1 = io.StringIO(), io.StringIO()
+    ctx0 = _context(0, port, out0)
+    link0 = imex_links.OutgoingLink(ctx0, 1)  # node 0's link to node 1
+    server0 = await asyncio.start_server(
+        imex_peers.PeerServer(
+            node_id=0,
+            entries=IPS,
+            version="1",
+            log=ctx0.log,
+            hanging=lambda: False,
+            on_hello=lambda node: link0.peer_seen() if node == 1 else None,
+        ).handle,
+        IPS[0],
+        port,
+    )
+    tasks = [asyncio.create_task(link0.run())]
+    try:
+        # Node 1 is down: the first attempt fails and the link waits out its (long) backoff.
+        await _until(lambda: "attempt #1" in out0.getvalue(), "first attempt")
+        await asyncio.sleep(0.2)
+        assert link0.state is Link.NEVER_CONNECTED
+        # Node 1 comes up and links to node 0: node 0's link to it follows at once.
+        ctx1 = _context(1, port, out1)
+        server1 = await asyncio.start_server(
+            imex_peers.PeerServer(
+                node_id=1, entries=IPS, version="1", log=ctx1.log, hanging=lambda: False
+            ).handle,
+            IPS[1],
+            port,
+        )
+        link1 = imex_links.OutgoingLink(ctx1, 0)
+        tasks.append(asyncio.create_task(link1.run()))
+        await _until(lambda: link1.state is Link.CONNECTED, "node 1's link")
+        await _until(lambda: link0.state is Link.CONNECTED, "node 0's link, woken")
+        server1.close()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        server0.close()
+
+
+async def test_without_a_hello_the_link_keeps_waiting() -> None:
+    # The counterpart: with node 1 listening but never linking to us, the long backoff holds.
+    port = _free_port()
+    out0 = io.StringIO()
+    link0 = imex_links.OutgoingLink(_context(0, port, out0), 1)
+    task = asyncio.create_task(link0.run())
+    try:
+        await _until(lambda: "attempt #1" in out0.getvalue(), "first attempt")
+        await asyncio.sleep(0.2)
+        server1 = await asyncio.start_server(
+            imex_peers.PeerServer(
+                node_id=1,
+                entries=IPS,
+                version="1",
+                log=imex_log.ImexLog(io.StringIO()),
+                hanging=lambda: False,
+            ).handle,
+            IPS[1],
+            port,
+        )
+        await asyncio.sleep(0.5)
+        assert link0.state is Link.NEVER_CONNECTED
+        server1.close()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
