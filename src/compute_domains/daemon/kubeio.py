@@ -36,9 +36,17 @@ def classify(err: BaseException, what: str) -> errors.ComputeDomainsError:
 
 def version(obj: Any) -> int | None:
     """An object's resourceVersion as an integer (etcd revisions are), None if not numeric."""
+    # A generic resource is a dict whose ``.metadata`` decodes all of ObjectMeta on every access,
+    # managedFields included (a clique's has a row per daemon): read the raw field instead.
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    raw = (
+        meta.get("resourceVersion")
+        if isinstance(meta, dict)
+        else getattr(meta, "resourceVersion", None)
+    )
     try:
-        return int(obj.metadata.resourceVersion)
-    except (AttributeError, TypeError, ValueError):
+        return int(raw)
+    except (TypeError, ValueError):
         return None
 
 
