@@ -39,7 +39,7 @@ def version(obj: Any) -> int | None:
     # A generic resource is a dict whose ``.metadata`` decodes all of ObjectMeta on every access,
     # managedFields included (a clique's has a row per daemon): read the raw field instead.
     meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
-    raw = (
+    raw: Any = (
         meta.get("resourceVersion")
         if isinstance(meta, dict)
         else getattr(meta, "resourceVersion", None)
