@@ -9,7 +9,8 @@ Each daemon keeps one link to every node of its nodes file, itself included. A l
   blocks it for the life of the process (communication disabled until everything restarts);
   an answer from a different node ID than expected is treated as a failed attempt;
 * while connected, pings every ``ping_interval`` and treats a missing pong after ``ping_timeout``
-  as a lost connection (a hung peer);
+  as a lost connection (a hung peer); time by which its own event loop woke late does not count
+  as silence (a starved loop is not a hung peer);
 * on loss: ``R`` (recovering) while the disconnect grace time runs (-1: forever), then ``D``;
   a peer's ``shutdown`` notice means clean-up starts at once: ``D``;
 * on :meth:`OutgoingLink.restart` (SIGUSR1) closes and re-opens, keeping its state unless the
@@ -29,6 +30,8 @@ from compute_domains.sim import imex_config, imex_log, imex_wire
 from compute_domains.sim.imex_wire import Link
 
 RECONNECT = backoff.Backoff(initial=0.5, maximum=10.0, jitter=0.2)
+LATE_GRACE = 0.25
+"""How late (seconds) a link's wake-up may be before the rest stops counting as a peer's silence."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,9 +218,15 @@ class OutgoingLink:
                     await imex_wire.send(writer, {"t": "ping"})
                 except OSError:
                     return "lost"
+                due = loop.time() + ctx.ping_interval
                 done, _ = await asyncio.wait(
                     {frames, wake}, timeout=ctx.ping_interval, return_when=asyncio.FIRST_COMPLETED
                 )
+                # Time this loop could not run is nobody's silence: with hundreds of daemons in
+                # one process a starved loop wakes late, and the pong waiting unread in the
+                # socket (or a peer on the same loop, as late as we are) would count as a hung
+                # peer, and the reconnects would starve the loop further.
+                last_pong += max(0.0, loop.time() - due - LATE_GRACE)
                 if frames in done:
                     return frames.result()
                 if wake in done:

@@ -4,10 +4,14 @@ node links to us (its hello on our server), instead of at the end of its backoff
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import random
 import socket
+import time
 from collections.abc import Callable
+
+import pytest
 
 from compute_domains.infra import backoff
 from compute_domains.sim import imex_config, imex_links, imex_log, imex_peers
@@ -120,3 +124,52 @@ async def test_without_a_hello_the_link_keeps_waiting() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.slow_unit(5, "holds its event loop for 2 s, as a starved node host's is")
+async def test_a_starved_loop_is_not_a_hung_peer() -> None:
+    port = _free_port()
+    ctx = dataclasses.replace(_context(0, port, io.StringIO()), ping_interval=0.1, ping_timeout=0.5)
+    server = await asyncio.start_server(
+        imex_peers.PeerServer(
+            node_id=1, entries=IPS, version="1", log=ctx.log, hanging=lambda: False
+        ).handle,
+        IPS[1],
+        port,
+    )
+    link = imex_links.OutgoingLink(ctx, 1)
+    task = asyncio.create_task(link.run())
+    try:
+        await _until(lambda: link.state is Link.CONNECTED, "the link")
+        for _ in range(2):
+            time.sleep(1.0)  # the loop is held past the ping timeout: nothing could answer
+            await asyncio.sleep(0.3)
+        assert link.state is Link.CONNECTED
+        assert link.times_connected == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        server.close()
+
+
+async def test_a_peer_that_stops_answering_is_still_lost() -> None:
+    port = _free_port()
+    hung = False
+    ctx = dataclasses.replace(_context(0, port, io.StringIO()), ping_interval=0.1, ping_timeout=0.5)
+    server = await asyncio.start_server(
+        imex_peers.PeerServer(
+            node_id=1, entries=IPS, version="1", log=ctx.log, hanging=lambda: hung
+        ).handle,
+        IPS[1],
+        port,
+    )
+    link = imex_links.OutgoingLink(ctx, 1)
+    task = asyncio.create_task(link.run())
+    try:
+        await _until(lambda: link.state is Link.CONNECTED, "the link")
+        hung = True
+        await _until(lambda: link.state is not Link.CONNECTED, "the hung peer's link lost")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        server.close()
