@@ -4,12 +4,13 @@ node links to us (its hello on our server), instead of at the end of its backoff
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -54,48 +55,53 @@ async def _until(check: Callable[[], bool], what: str) -> None:
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
+async def _peer_server(
+    node_id: int,
+    port: int,
+    *,
+    hanging: Callable[[], bool] = lambda: False,
+    on_hello: Callable[[int], None] = lambda node: None,
+) -> asyncio.Server:
+    """Node ``node_id``'s IMEX server side, listening on its address."""
+    peers = imex_peers.PeerServer(
+        node_id=node_id,
+        entries=IPS,
+        version="1",
+        log=imex_log.ImexLog(io.StringIO()),
+        hanging=hanging,
+        on_hello=on_hello,
+    )
+    return await asyncio.start_server(peers.handle, IPS[node_id], port)
+
+
+@contextlib.asynccontextmanager
+async def _running(*links: imex_links.OutgoingLink) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(link.run()) for link in links]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def test_a_hello_from_the_target_makes_a_waiting_link_retry_at_once() -> None:
     port = _free_port()
-    out0, out1 = io.StringIO(), io.StringIO()
-    ctx0 = _context(0, port, out0)
-    link0 = imex_links.OutgoingLink(ctx0, 1)  # node 0's link to node 1
-    server0 = await asyncio.start_server(
-        imex_peers.PeerServer(
-            node_id=0,
-            entries=IPS,
-            version="1",
-            log=ctx0.log,
-            hanging=lambda: False,
-            on_hello=lambda node: link0.peer_seen() if node == 1 else None,
-        ).handle,
-        IPS[0],
-        port,
+    out0 = io.StringIO()
+    link0 = imex_links.OutgoingLink(_context(0, port, out0), 1)  # node 0's link to node 1
+    server0 = await _peer_server(
+        0, port, on_hello=lambda node: link0.peer_seen() if node == 1 else None
     )
-    tasks = [asyncio.create_task(link0.run())]
-    try:
+    async with server0, _running(link0):
         # Node 1 is down: the first attempt fails and the link waits out its (long) backoff.
         await _until(lambda: "attempt #1" in out0.getvalue(), "first attempt")
         await asyncio.sleep(0.2)
         assert link0.state is Link.NEVER_CONNECTED
         # Node 1 comes up and links to node 0: node 0's link to it follows at once.
-        ctx1 = _context(1, port, out1)
-        server1 = await asyncio.start_server(
-            imex_peers.PeerServer(
-                node_id=1, entries=IPS, version="1", log=ctx1.log, hanging=lambda: False
-            ).handle,
-            IPS[1],
-            port,
-        )
-        link1 = imex_links.OutgoingLink(ctx1, 0)
-        tasks.append(asyncio.create_task(link1.run()))
-        await _until(lambda: link1.state is Link.CONNECTED, "node 1's link")
-        await _until(lambda: link0.state is Link.CONNECTED, "node 0's link, woken")
-        server1.close()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        server0.close()
+        link1 = imex_links.OutgoingLink(_context(1, port, io.StringIO()), 0)
+        async with await _peer_server(1, port), _running(link1):
+            await _until(lambda: link1.state is Link.CONNECTED, "node 1's link")
+            await _until(lambda: link0.state is Link.CONNECTED, "node 0's link, woken")
 
 
 async def test_without_a_hello_the_link_keeps_waiting() -> None:
@@ -103,73 +109,38 @@ async def test_without_a_hello_the_link_keeps_waiting() -> None:
     port = _free_port()
     out0 = io.StringIO()
     link0 = imex_links.OutgoingLink(_context(0, port, out0), 1)
-    task = asyncio.create_task(link0.run())
-    try:
+    async with _running(link0):
         await _until(lambda: "attempt #1" in out0.getvalue(), "first attempt")
         await asyncio.sleep(0.2)
-        server1 = await asyncio.start_server(
-            imex_peers.PeerServer(
-                node_id=1,
-                entries=IPS,
-                version="1",
-                log=imex_log.ImexLog(io.StringIO()),
-                hanging=lambda: False,
-            ).handle,
-            IPS[1],
-            port,
-        )
-        await asyncio.sleep(0.5)
-        assert link0.state is Link.NEVER_CONNECTED
-        server1.close()
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        async with await _peer_server(1, port):
+            await asyncio.sleep(0.5)
+            assert link0.state is Link.NEVER_CONNECTED
+
+
+def _fast_pings(port: int) -> imex_links.LinkContext:
+    return dataclasses.replace(
+        _context(0, port, io.StringIO()), ping_interval=0.1, ping_timeout=0.5
+    )
 
 
 @pytest.mark.slow_unit(5, "holds its event loop for 2 s, as a starved node host's is")
 async def test_a_starved_loop_is_not_a_hung_peer() -> None:
     port = _free_port()
-    ctx = dataclasses.replace(_context(0, port, io.StringIO()), ping_interval=0.1, ping_timeout=0.5)
-    server = await asyncio.start_server(
-        imex_peers.PeerServer(
-            node_id=1, entries=IPS, version="1", log=ctx.log, hanging=lambda: False
-        ).handle,
-        IPS[1],
-        port,
-    )
-    link = imex_links.OutgoingLink(ctx, 1)
-    task = asyncio.create_task(link.run())
-    try:
+    link = imex_links.OutgoingLink(_fast_pings(port), 1)
+    async with await _peer_server(1, port), _running(link):
         await _until(lambda: link.state is Link.CONNECTED, "the link")
         for _ in range(2):
             time.sleep(1.0)  # the loop is held past the ping timeout: nothing could answer
             await asyncio.sleep(0.3)
         assert link.state is Link.CONNECTED
         assert link.times_connected == 1
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        server.close()
 
 
 async def test_a_peer_that_stops_answering_is_still_lost() -> None:
     port = _free_port()
     hung = False
-    ctx = dataclasses.replace(_context(0, port, io.StringIO()), ping_interval=0.1, ping_timeout=0.5)
-    server = await asyncio.start_server(
-        imex_peers.PeerServer(
-            node_id=1, entries=IPS, version="1", log=ctx.log, hanging=lambda: hung
-        ).handle,
-        IPS[1],
-        port,
-    )
-    link = imex_links.OutgoingLink(ctx, 1)
-    task = asyncio.create_task(link.run())
-    try:
+    link = imex_links.OutgoingLink(_fast_pings(port), 1)
+    async with await _peer_server(1, port, hanging=lambda: hung), _running(link):
         await _until(lambda: link.state is Link.CONNECTED, "the link")
         hung = True
         await _until(lambda: link.state is not Link.CONNECTED, "the hung peer's link lost")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        server.close()
