@@ -228,7 +228,7 @@ async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
         await imex_wire.send(writer, request)
         reply = await imex_wire.recv(reader)
     finally:
-        writer.close()
+        await imex_wire.close(writer)
     if reply is None:
         raise imex_wire.ProtocolError("connection closed without an answer")
     return reply

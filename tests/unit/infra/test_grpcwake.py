@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from pathlib import Path
 
@@ -55,8 +56,6 @@ def test_unthrottle_without_grpc_reader_changes_nothing() -> None:
 
 @pytest.mark.parametrize("waiting", [0, 1, 5])
 def test_pending_bytes_counts_unread_bytes(waiting: int) -> None:
-    import socket
-
     a, b = socket.socketpair()
     with a, b:
         a.send(b"x" * waiting)
