@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compute_domains.bench import churn, compare, drivers, report, rounds, scale, writes
-from compute_domains.cli import benchdrivers, options, simoptions, tools
+from compute_domains.cli import benchbundle, benchdrivers, options, simoptions, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
@@ -331,3 +331,6 @@ def report_cmd(doc_path: Path | None) -> None:
     except (OSError, ValueError) as err:
         raise click.ClickException(f"{doc_path}: {err}") from err
     console.print(f"{doc_path}: {', '.join(blocks) or 'nothing'} updated")
+
+
+group.add_command(benchbundle.bundle_cmd)

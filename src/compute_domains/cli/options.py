@@ -36,4 +36,5 @@ def toolchain_settings() -> toolchain.ToolchainSettings:
         tools_src=repo_root() / "tools",
         cache_root=cache_root(),
         go=os.environ.get("CD_GO", "go"),
+        prebuilt=Path(os.environ["CD_TOOLS_DIR"]) if os.environ.get("CD_TOOLS_DIR") else None,
     )

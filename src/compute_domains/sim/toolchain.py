@@ -93,6 +93,10 @@ class ToolchainSettings:
     """The Go command; only a toolchain, never a runtime dependency."""
     tools: tuple[ToolSpec, ...] = TOOLS
     """What to build (tests pass their own)."""
+    prebuilt: Path | None = None
+    """A tool cache carried from another machine (a bench bundle's ``tools/``): one folder per
+    tool with its ``bin/`` and ``manifest.json``. When set, nothing is built and Go is not
+    needed; every tool must be there with matching checksums, or the start fails naming it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -257,6 +261,8 @@ async def ensure_built(
     A tool already in the cache with a valid manifest costs only its checksum.
     """
     report = progress or (lambda _p: None)
+    if settings.prebuilt is not None:
+        return _use_prebuilt(settings.prebuilt, settings.tools, report), {}
     go_version = await _go_version(settings.go)
     root = settings.cache_root / pin_hash(settings, go_version)
     timings: dict[str, float] = {}
@@ -270,6 +276,21 @@ async def ensure_built(
         timings[spec.name] = time.monotonic() - start
     _link_bin(root, settings.tools)
     return Toolset(root), timings
+
+
+def _use_prebuilt(root: Path, tools: tuple[ToolSpec, ...], report: ProgressFn) -> Toolset:
+    """The carried tool cache at ``root``, checked tool by tool; never builds."""
+    bad = [spec.name for spec in tools if not _manifest_ok(root / spec.name, spec)]
+    if bad:
+        raise errors.ConfigError(
+            f"prebuilt tools at {root}: {', '.join(bad)} missing or not matching its "
+            "manifest.json (a partial or corrupt copy); unpack the whole tool cache again, or "
+            "unset CD_TOOLS_DIR to build the tools here with Go"
+        )
+    for spec in tools:
+        report(Progress(spec.name, "prebuilt", 1, 1))
+    _link_bin(root, tools)
+    return Toolset(root)
 
 
 def _link_bin(root: Path, tools: tuple[ToolSpec, ...]) -> None:

@@ -103,3 +103,24 @@ def test_missing_module_source(tmp_path: Path) -> None:
     (s.tools_src / "fake" / "go.mod").unlink()
     with pytest.raises(sim_errors.ToolBuildError, match="step 'source'"):
         asyncio.run(toolchain.ensure_built(s))
+
+
+def test_a_carried_tool_cache_is_used_without_go(tmp_path: Path) -> None:
+    carried = tmp_path / "carried"
+    _fake_built(carried / "fake", b"prebuilt")
+    s = _settings(tmp_path, go="go-does-not-exist", prebuilt=carried)
+    seen: list[toolchain.Progress] = []
+    toolset, timings = asyncio.run(toolchain.ensure_built(s, seen.append))
+    assert [p.step for p in seen] == ["prebuilt"]
+    assert toolset.path("fake").read_bytes() == b"prebuilt"
+    assert timings == {}
+
+
+def test_a_corrupt_carried_tool_is_named_and_never_rebuilt(tmp_path: Path) -> None:
+    carried = tmp_path / "carried"
+    _fake_built(carried / "fake", b"prebuilt")
+    (carried / "fake" / "bin" / "fake").write_bytes(b"pre")  # a truncated copy
+    s = _settings(tmp_path, prebuilt=carried)
+    with pytest.raises(errors.ConfigError, match=r"prebuilt tools at .*: fake missing"):
+        asyncio.run(toolchain.ensure_built(s))
+    assert not s.cache_root.exists()
