@@ -6,11 +6,13 @@ requirements from ``pyproject.toml``, the built tools) and reports the parts it 
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
 import time
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import click
@@ -20,6 +22,7 @@ from compute_domains.bench import bundle, bundle_run
 from compute_domains.cli import options, tools
 from compute_domains.sim import toolchain
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 1000, "MB": 10**6}
 
 
@@ -34,8 +37,29 @@ def parse_size(text: str) -> int:
 
 
 def _requirements(repo: Path) -> list[str]:
+    """The runtime dependencies at the versions installed here, so the bundle measures the same
+    stack as this checkout's venv; a dependency not installed here keeps pyproject's range."""
     project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
-    return list(project["dependencies"])
+    pinned: dict[str, str] = {}
+    todo = [str(r) for r in project["dependencies"]]
+    while todo:
+        spec = todo.pop()
+        if ";" in spec and "extra ==" in spec.split(";", 1)[1]:
+            continue
+        name = _NAME.match(spec)
+        if name is None:
+            continue
+        key = re.sub(r"[-_.]+", "-", name.group(0).lower())
+        if key in pinned:
+            continue
+        try:
+            dist = metadata.distribution(key)
+        except metadata.PackageNotFoundError:
+            pinned[key] = spec
+            continue
+        pinned[key] = f"{key}=={dist.version}"
+        todo.extend(dist.requires or ())
+    return sorted(pinned.values())
 
 
 @click.command("bundle")
