@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compute_domains.infra import errors
+from compute_domains.infra import errors, filelock
 from compute_domains.sim import errors as sim_errors
 
 KUBERNETES_VERSION = "v1.34.4"
 HELM_VERSION = "v3.19.0"
 ETCD_VERSION = "v3.6.6"
+
+_BUILD_LOCK_TIMEOUT = 3600.0
+"""Seconds a build waits for another build of the same pins (a cold build takes ~15 min)."""
 
 _K8S_LDFLAGS = " ".join(
     [
@@ -266,15 +269,23 @@ async def ensure_built(
     go_version = await _go_version(settings.go)
     root = settings.cache_root / pin_hash(settings, go_version)
     timings: dict[str, float] = {}
-    for spec in settings.tools:
-        tool_dir = root / spec.name
-        start = time.monotonic()
-        if _manifest_ok(tool_dir, spec):
-            report(Progress(spec.name, "cached", 1, 1))
-        else:
-            await _build_tool(spec, settings, tool_dir, report)
-        timings[spec.name] = time.monotonic() - start
-    _link_bin(root, settings.tools)
+    root.mkdir(parents=True, exist_ok=True)
+    # Two builds at once (two checkouts, two terminals) would share each tool's ``.partial``
+    # staging folder and rename it under each other; the second waits and then finds the
+    # first one's tools cached.
+    lock = filelock.FileLock(
+        root.parent / f"{root.name}.lock", timeout=_BUILD_LOCK_TIMEOUT, owner="cdctl tools build"
+    )
+    async with lock:
+        for spec in settings.tools:
+            tool_dir = root / spec.name
+            start = time.monotonic()
+            if _manifest_ok(tool_dir, spec):
+                report(Progress(spec.name, "cached", 1, 1))
+            else:
+                await _build_tool(spec, settings, tool_dir, report)
+            timings[spec.name] = time.monotonic() - start
+        _link_bin(root, settings.tools)
     return Toolset(root), timings
 
 

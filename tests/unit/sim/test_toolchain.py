@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.infra import errors
+from compute_domains.infra import errors, filelock
 from compute_domains.sim import errors as sim_errors
 from compute_domains.sim import toolchain
 
@@ -124,3 +124,25 @@ def test_a_corrupt_carried_tool_is_named_and_never_rebuilt(tmp_path: Path) -> No
     with pytest.raises(errors.ConfigError, match=r"prebuilt tools at .*: fake missing"):
         asyncio.run(toolchain.ensure_built(s))
     assert not s.cache_root.exists()
+
+
+def test_a_second_build_waits_for_the_first_and_finds_its_tools(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    go_version = asyncio.run(toolchain._go_version("go"))
+    root = s.cache_root / toolchain.pin_hash(s, go_version)
+    root.mkdir(parents=True)
+    first = filelock.FileLock(root.parent / f"{root.name}.lock", timeout=5)
+    seen: list[toolchain.Progress] = []
+
+    async def scenario() -> toolchain.Toolset:
+        with first:  # the first build holds the lock...
+            second = asyncio.create_task(toolchain.ensure_built(s, seen.append))
+            await asyncio.sleep(0.3)
+            assert not second.done(), "the second build must wait for the first"
+            _fake_built(root / "fake", b"built by the first")  # ...and finishes its tool
+        toolset, _ = await second
+        return toolset
+
+    toolset = asyncio.run(scenario())
+    assert [p.step for p in seen] == ["cached"]
+    assert toolset.path("fake").read_bytes() == b"built by the first"
