@@ -52,6 +52,8 @@ def _staging(tmp_path: Path) -> Path:
     (staging / "tools" / "etcd" / "bin").mkdir(parents=True)
     rng = random.Random(7)
     (staging / "tools" / "etcd" / "bin" / "etcd.xz").write_bytes(rng.randbytes(int(2.5 * _PART)))
+    # a tool's own manifest has the bundle manifest's file name, one folder down: it travels
+    (staging / "tools" / "etcd" / "manifest.json").write_text('{"etcd": "abc"}')
     (staging / "requirements.txt").write_text("click\n")
     (staging / "wheels").mkdir()
     (staging / "wheels" / "x-1-py3-none-any.whl").write_bytes(rng.randbytes(400_000))
@@ -71,7 +73,7 @@ def test_parts_unpack_in_any_order_and_the_runner_joins_and_checks_them(tmp_path
     expected = {
         p.relative_to(staging).as_posix(): p.read_bytes()
         for p in staging.rglob("*")
-        if p.is_file() and p.name != bundle.RUN_SCRIPT
+        if p.is_file() and p.relative_to(staging).as_posix() != bundle.RUN_SCRIPT
     }
     parts = bundle.write_parts(staging, tmp_path / "out", _PART, {"bundle_id": "t", "commit": "c"})
     assert len(parts) >= 3
