@@ -28,6 +28,7 @@ import dataclasses
 import importlib.metadata
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from compute_domains.infra import errors
@@ -182,13 +183,24 @@ def require_usable(nvml: object) -> None:
 
 
 def binding_version(nvml: object) -> str:
-    """``nvidia-ml-py <version>`` for the ``pynvml`` module; the class name for other bindings."""
-    if isinstance(nvml, types.ModuleType):
-        try:
-            return f"nvidia-ml-py {importlib.metadata.version('nvidia-ml-py')}"
-        except importlib.metadata.PackageNotFoundError:
-            return f"{nvml.__name__} (version unknown)"
-    return str(getattr(nvml, "binding_version", type(nvml).__qualname__))
+    """``nvidia-ml-py <version>`` for the installed ``pynvml`` module; for a ``pynvml`` loaded
+    from elsewhere (a copy on ``PYTHONPATH``) its file; the class name for other bindings."""
+    if not isinstance(nvml, types.ModuleType):
+        return str(getattr(nvml, "binding_version", type(nvml).__qualname__))
+    where = getattr(nvml, "__file__", None)
+    try:
+        dist = importlib.metadata.distribution("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    # The installed distribution's number says nothing about a module it did not install.
+    if dist is not None and where is not None and _installs(dist, Path(where)):
+        return f"nvidia-ml-py {dist.version}"
+    return f"{nvml.__name__} from {where} (version unknown)"
+
+
+def _installs(dist: importlib.metadata.Distribution, module: Path) -> bool:
+    target = module.resolve()
+    return any(Path(str(dist.locate_file(f))).resolve() == target for f in dist.files or ())
 
 
 def _compare(theirs: type[ctypes.Structure], ours: type[ctypes.Structure]) -> list[str]:

@@ -1,5 +1,7 @@
 import ctypes
+import importlib.metadata
 import types
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -38,8 +40,15 @@ def test_the_structures_have_nvml_h_layout() -> None:
 
 def test_the_installed_binding_is_checked() -> None:
     check = fabricinfo.check_binding(pynvml)
-    assert check.version.startswith("nvidia-ml-py ")
+    assert check.version == f"nvidia-ml-py {importlib.metadata.version('nvidia-ml-py')}"
     assert check.usable
+
+
+def test_a_pynvml_the_distribution_did_not_install_is_named_by_its_file(tmp_path: Path) -> None:
+    # A copy on PYTHONPATH shadows the installed one: the installed version would be a lie.
+    copy = types.ModuleType("pynvml")
+    copy.__file__ = str(tmp_path / "pynvml.py")
+    assert fabricinfo.binding_version(copy) == f"pynvml from {tmp_path}/pynvml.py (version unknown)"
 
 
 @pytest.mark.parametrize(
