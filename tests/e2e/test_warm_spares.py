@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -118,7 +119,10 @@ async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: Asyn
     # The warm CD's own pod runs there with its channel; when it leaves, the daemon stays.
     await admin.create(helpers.channel_pod("warm-1", "warm-rct", node=N1))
     await helpers.within(120, lambda: helpers.pod_ready(admin, "warm-1"), "warm-1 Ready")
-    assert "channel" in await helpers.log_of(admin, "warm-1")
+    # Its channel's device node, as `ls -la` lists it: a char device named channel0. Not just
+    # the word "channel": ls's "cannot access '/dev/nvidia-caps-imex-channels'" has it too.
+    log = await helpers.log_with(admin, "warm-1", ("channel0",))
+    assert re.search(r"^c\S*\s.*\schannel0$", log, re.MULTILINE), log
     await admin.delete(Pod, "warm-1", namespace="default")
     await helpers.within(60, lambda: helpers.gone(admin, Pod, "warm-1"), "warm-1 gone")
 

@@ -18,12 +18,11 @@ from typing import Any
 import click
 from lightkube.resources.core_v1 import Pod
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from compute_domains.api import computedomain, names
 from compute_domains.bench import scenario as scenario_mod
-from compute_domains.cli import options, simoptions, tools, viewmodel
+from compute_domains.cli import options, simoptions, tools, viewmodel, views
 from compute_domains.cli import scenario as scenario_cli
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
@@ -166,7 +165,7 @@ def demo(
         console.print(_kubectl(bins, kc, "apply", "-f", str(options.repo_root() / _EXAMPLE)))
         t2 = time.monotonic()
         snap: dict[str, Any] = {}
-        with Live(console=console, refresh_per_second=4) as live:
+        with views.live(console) as live:
             while time.monotonic() - t2 < timeout:
                 snap = asyncio.run(_snapshot(kc))
                 live.update(_progress_table(snap, time.monotonic() - t2))

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from compute_domains.bench import scenario
-from compute_domains.cli import options
+from compute_domains.cli import options, views
 from compute_domains.infra import kube
 from compute_domains.sim import state
 
@@ -132,7 +131,7 @@ async def run(
             for line in await run_.apply():
                 console.print(line)
             waiting = asyncio.ensure_future(run_.wait_formed(timeout))
-            with Live(console=console, refresh_per_second=4) as live:
+            with views.live(console) as live:
                 while not waiting.done():
                     live.update(_forming(run_, time.monotonic() - run_.t_applied))
                     await asyncio.wait({waiting}, timeout=0.25)  # display refresh only

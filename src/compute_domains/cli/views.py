@@ -3,13 +3,16 @@
 The text views fit an 80-column terminal: node names are never cut (their column does not
 wrap and is as wide as the longest name), the node IP shows only from 120 columns on (it is
 in ``-o json`` always), and the long texts (why a CD is not Ready, the workload pods) wrap.
+``live`` is the live display ``cdctl demo`` and its scenario use, right on a pipe too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from rich import box
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
 from compute_domains.api import computedomain, names
@@ -32,6 +36,20 @@ _KUBECONFIG = click.option(
     help="Kubeconfig (default: $KUBECONFIG).",
 )
 _OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+
+
+@contextlib.contextmanager
+def live(console: Console) -> Iterator[Live]:
+    """A ``rich`` live display whose last frame ends its line on any console.
+
+    Off a terminal (output piped to a file) rich prints only the last frame, when the display
+    stops, and ends the line only on a terminal; the next output would then continue the
+    table's bottom border (``└───┘formed in 8.5s``).
+    """
+    with Live(console=console, refresh_per_second=4) as display:
+        yield display
+    if not console.is_terminal:
+        console.line()
 
 
 def _client(kubeconfig: Path | None) -> AsyncClient:

@@ -78,6 +78,8 @@ class Plugin:
             info.clique_id,
             extra=extra,
         )
+        if info.binding is not None:  # a binding that reads fabric info wrongly is named here
+            logger.info("NVML binding %s", info.binding.summary(), extra=extra)
         if info.clique_id:  # NVIDIA's words for the same finding (tooling greps them)
             logger.info("identified fabric clique UUID/ID: %s", info.clique_id, extra=extra)
         driverversion.validate(info.driver_version, s.node_name)

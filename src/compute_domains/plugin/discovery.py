@@ -10,6 +10,8 @@ Rules (shared/spec/upstream-plugin-and-daemon.md §2.3, §5.4):
 - Strict fabric mode (the default): NVML "not supported" or fabric state NOT_SUPPORTED skips a GPU;
   state NOT_STARTED/IN_PROGRESS, a non-success fabric status, or any other NVML error is fatal.
   Non-strict mode skips every GPU whose fabric is not fully up instead.
+- Fabric info is read with NVML's C structure layout (``fabricinfo``), never the binding's
+  ctypes mirror (wrong in nvidia-ml-py < 13.615.71); a binding that cannot do that is refused.
 - An all-zero cluster UUID means "NVLink but not multi-node": no clique from that GPU.
 - The clique ID is ``<clusterUUID>.<cliqueId>`` if every GPU that reported one agrees, empty if
   none did; GPUs that disagree are fatal.
@@ -22,7 +24,6 @@ reads (the ``Nvml`` protocol) and the fabric rules belong to that one answer.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import enum
 import logging
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from compute_domains.infra import errors
+from compute_domains.plugin import fabricinfo
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class NodeInfo:
     """Char major of ``nvidia-caps-imex-channels``; None when absent (allowed without clique)."""
     caps_major: int | None
     """Char major of ``nvidia-caps``; None when absent (only allowed without clique)."""
+    binding: fabricinfo.BindingCheck | None = None
+    """The NVML binding and how its fabric structures compare with the C layout."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,8 +109,6 @@ class Nvml(Protocol):
     NVML_ERROR_NOT_SUPPORTED: int
     NVML_ERROR_FUNCTION_NOT_FOUND: int
     NVML_INIT_FLAG_NO_GPUS: int
-    c_nvmlGpuFabricInfo_t: type[ctypes.Structure]
-    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure]
 
     def nvmlInitWithFlags(self, flags: int) -> None: ...  # noqa: D102
     def nvmlShutdown(self) -> None: ...  # noqa: D102
@@ -116,8 +118,10 @@ class Nvml(Protocol):
     def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...  # noqa: D102
     def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...  # noqa: D102
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...  # noqa: D102
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int: ...  # noqa: D102
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int: ...  # noqa: D102
+    def nvmlErrorString(self, result: int) -> str | bytes: ...  # noqa: D102
+
+    # The fabric read also takes the C entry points from the binding's own lookup, by name
+    # (``fabricinfo.LOOKUP``), and with them ``fabricinfo``'s structures.
 
 
 class Discovery(Protocol):
@@ -152,6 +156,7 @@ class NvmlDiscovery:
                 char major is missing or ambiguous.
         """
         nvml = self._nvml if self._nvml is not None else _real_nvml()
+        binding = fabricinfo.check_binding(nvml)  # what was used, for the start log and reports
         driver, gpus = discover_gpus(nvml, strict_fabric=self._strict)
         clique_id = clique_id_of(gpus)
         text = self._proc_devices.read_text()
@@ -168,6 +173,7 @@ class NvmlDiscovery:
             clique_id=clique_id,
             channel_major=channel_major,
             caps_major=caps_major,
+            binding=binding,
         )
 
 
@@ -177,6 +183,10 @@ def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple
     Raises:
         DiscoveryError: an NVML call failed or (strict) the fabric is not in a usable state.
     """
+    try:  # before NVML starts: refusing the binding needs no session
+        fabricinfo.require_usable(nvml)
+    except fabricinfo.BindingError as err:
+        raise DiscoveryError(str(err)) from err
     try:
         nvml.nvmlInitWithFlags(nvml.NVML_INIT_FLAG_NO_GPUS)
     except nvml.NVMLError as err:
@@ -191,7 +201,7 @@ def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple
                 continue
             gpus.append(_gpu(nvml, handle, index, name, strict_fabric))
         return driver, tuple(gpus)
-    except nvml.NVMLError as err:
+    except (nvml.NVMLError, fabricinfo.CallError) as err:
         raise DiscoveryError(f"NVML query failed: {err}") from err
     finally:
         try:
@@ -264,9 +274,12 @@ def _gpu(nvml: Nvml, handle: Any, index: int, name: str, strict: bool) -> GpuInf
     info = _fabric_info(nvml, handle)
     if info is None:
         return base
-    state = FabricState(info.state)
-    base = dataclasses.replace(base, fabric_state=state)
     where = f"GPU {index} ({gpu_uuid})"
+    try:
+        state = FabricState(info.state)
+    except ValueError:
+        raise DiscoveryError(f"{where}: NVML reports unknown fabric state {info.state}") from None
+    base = dataclasses.replace(base, fabric_state=state)
     if state is FabricState.NOT_SUPPORTED:
         return base
     if state is not FabricState.COMPLETED:
@@ -282,34 +295,30 @@ def _gpu(nvml: Nvml, handle: Any, index: int, name: str, strict: bool) -> GpuInf
                 f"{where}: NVLink fabric registration failed (status {info.status})"
             )
         return base
-    cluster = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
+    cluster = str(uuid.UUID(bytes=info.cluster_uuid))
     if cluster == _ZERO_UUID:
         return base  # NVLink-capable, but not part of a multi-node NVLink domain
-    return dataclasses.replace(base, cluster_uuid=cluster, clique=int(info.cliqueId))
+    return dataclasses.replace(base, cluster_uuid=cluster, clique=info.clique_id)
 
 
-def _fabric_info(nvml: Nvml, handle: Any) -> Any:
-    """The fabric info structure, or None when NVML does not support it for this GPU."""
-    info: ctypes.Structure = nvml.c_nvmlGpuFabricInfo_t()
+def _fabric_info(nvml: Nvml, handle: Any) -> fabricinfo.Reading | None:
+    """The GPU's fabric answer, or None when NVML does not support it for this GPU."""
+    binding: Any = nvml  # has the lookup: discover_gpus checked
     try:
-        # Passed by reference: pynvml hands the argument to C as it is, and a structure passed
-        # by value is read as garbage or crashes.
-        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
-    except nvml.NVMLError as err:
+        return fabricinfo.read(binding, handle, versioned=False)
+    except (nvml.NVMLError, fabricinfo.CallError) as err:
         code = getattr(err, "value", None)
         if code == nvml.NVML_ERROR_NOT_SUPPORTED:
             return None
         if code != nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
             raise
-        # Drivers that dropped the deprecated entry point only offer the versioned one.
-        info = nvml.c_nvmlGpuFabricInfoV_t()
-        try:
-            nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
-        except nvml.NVMLError as err_v:
-            if getattr(err_v, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
-                return None
-            raise
-    return info
+    # Drivers that dropped the deprecated entry point only offer the versioned one.
+    try:
+        return fabricinfo.read(binding, handle, versioned=True)
+    except (nvml.NVMLError, fabricinfo.CallError) as err:
+        if getattr(err, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+            return None
+        raise
 
 
 def _text(value: object) -> str:

@@ -3,11 +3,12 @@
 ``pynvml`` loads one ``libnvidia-ml.so.1`` per process and keeps it in module globals, so a
 process can only ever see one node's NVML. :class:`LibraryNvml` binds the same C entry points
 of a library file it is given (``ctypes.CDLL`` on that path, local symbols), with ``pynvml``'s
-structures, so several plugin instances in one process (the simulator's virtual nodes) each ask
-their own node's library. The calls and their order are exactly those discovery makes through
-``pynvml``; only the binding differs. The library is found the way the dynamic loader finds it
-for a plugin process: the first ``libnvidia-ml.so.1`` on its ``LD_LIBRARY_PATH``
-(:func:`find_library`).
+device and PCI structures (fabric info uses ``plugin.fabricinfo``'s C layout, through the same
+symbol lookup nvidia-ml-py offers, ``_nvmlGetFunctionPointer``), so several plugin instances
+in one process (the simulator's virtual nodes) each ask their own node's library. The calls
+and their order are exactly those discovery makes through ``pynvml``; only the binding differs.
+The library is found the way the dynamic loader finds it for a plugin process: the first
+``libnvidia-ml.so.1`` on its ``LD_LIBRARY_PATH`` (:func:`find_library`).
 
 Distinct files are distinct libraries to the loader (it tells loaded objects apart by device and
 inode), so each node's copy has its own state.
@@ -52,8 +53,7 @@ class LibraryNvml:
     NVML_ERROR_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_FUNCTION_NOT_FOUND: int = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     NVML_INIT_FLAG_NO_GPUS: int = pynvml.NVML_INIT_FLAG_NO_GPUS
-    c_nvmlGpuFabricInfo_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfo_t
-    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfoV_t
+    binding_version = "compute-domains LibraryNvml"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -74,11 +74,18 @@ class LibraryNvml:
                 pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, f"{name}: Function Not Found"
             ) from None
 
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        """The C entry point ``name`` (as nvidia-ml-py's function of that name)."""
+        return self._fn(name)
+
+    def nvmlErrorString(self, result: int) -> str:  # noqa: D102
+        text = self._fn("nvmlErrorString")
+        text.restype = ctypes.c_char_p
+        return (text(ctypes.c_int(result)) or b"Unknown Error").decode(errors="replace")
+
     def _check(self, rc: int) -> None:
         if rc != pynvml.NVML_SUCCESS:
-            text = self._fn("nvmlErrorString")
-            text.restype = ctypes.c_char_p
-            raise LibraryNvmlError(rc, (text(rc) or b"Unknown Error").decode(errors="replace"))
+            raise LibraryNvmlError(rc, self.nvmlErrorString(rc))
 
     def nvmlInitWithFlags(self, flags: int) -> None:  # noqa: D102
         self._check(self._fn("nvmlInitWithFlags")(ctypes.c_uint(flags)))
@@ -118,11 +125,3 @@ class LibraryNvml:
         info = pynvml.nvmlPciInfo_t()
         self._check(self._fn("nvmlDeviceGetPciInfo_v3")(handle, ctypes.byref(info)))
         return info
-
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int:  # noqa: D102
-        self._check(self._fn("nvmlDeviceGetGpuFabricInfo")(handle, info))
-        return self.NVML_SUCCESS
-
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int:  # noqa: D102
-        self._check(self._fn("nvmlDeviceGetGpuFabricInfoV")(handle, info))
-        return self.NVML_SUCCESS

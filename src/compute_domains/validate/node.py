@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from compute_domains.plugin import basespec, cdi, discovery
+from compute_domains.plugin import basespec, cdi, discovery, fabricinfo
 from compute_domains.validate import host, report
 from compute_domains.validate.report import Check, Status
 
@@ -114,6 +114,7 @@ def build_report(facts: NodeFacts) -> report.Report:
     )
     facts_lines = (
         ("driver version", node.driver_version),
+        ("NVML binding", node.binding.version if node.binding else "?"),
         ("GPUs", str(len(node.gpus))),
         ("clique id", node.clique_id or _NO_CLIQUE),
         ("imex channel major", _opt(node.channel_major)),
@@ -125,6 +126,7 @@ def build_report(facts: NodeFacts) -> report.Report:
     )
     data = {
         "driver_version": node.driver_version,
+        "nvml_binding": _binding_data(node.binding),
         "gpus": [
             {
                 "index": g.index,
@@ -189,6 +191,7 @@ def checks(facts: NodeFacts) -> tuple[Check, ...]:
     node = facts.node
     out = [
         Check(name="gpus", status=Status.PASS, detail=f"{len(node.gpus)} GPU(s) visible to NVML"),
+        _binding_check(node.binding),
         _strict_check(facts.strict_error),
         _fabric_check(node.gpus),
     ]
@@ -248,6 +251,18 @@ def _driver_imex_check(files: basespec.DriverFiles, root: Path, mnnvl: bool) -> 
         detail=f"{text} not installed under driver root {root}; expected on a node without "
         "multi-node NVLink (no IMEX domain to join); a GB200 node needs them",
     )
+
+
+def _binding_data(check: fabricinfo.BindingCheck | None) -> dict[str, object] | None:
+    return None if check is None else dataclasses.asdict(check)
+
+
+def _binding_check(check: fabricinfo.BindingCheck | None) -> Check:
+    # Discovery refuses a binding it cannot use, so one that got here reads the C layout; its
+    # own, unused declarations are named so an operator knows what other tools on it may read.
+    if check is None:
+        return Check(name="NVML binding", status=Status.WARN, detail="not checked")
+    return Check(name="NVML binding", status=Status.PASS, detail=check.summary())
 
 
 def _strict_check(error: str) -> Check:

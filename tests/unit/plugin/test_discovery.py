@@ -1,5 +1,6 @@
 import ctypes
 import dataclasses
+import struct
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -23,6 +24,21 @@ Block devices:
 """
 CLUSTER = UUID("8f0e6c1a-3b2d-4e5f-9a8b-7c6d5e4f3a2b")
 _BYREF_TYPE = type(ctypes.byref(ctypes.c_int()))
+# What the C library writes: nvml.h's nvmlGpuFabricInfo_t and nvmlGpuFabricInfo_v2_t, packed by
+# hand so no ctypes declaration (ours or the binding's) decides where the bytes go.
+_C_V1 = struct.Struct("<16sIIB3s")
+_C_V2 = struct.Struct("<I16sIIB3sI")
+
+
+class Binding13610FabricInfo(ctypes.Structure):
+    """nvidia-ml-py 12.535 … 13.610.43's ``c_nvmlGpuFabricInfo_t`` (clusterUuid 80 bytes)."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_uint8 * 80),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    )
 
 
 @dataclasses.dataclass
@@ -35,18 +51,24 @@ class FakeGpu:
     status: int = pynvml.NVML_SUCCESS
     cluster: UUID = CLUSTER
     clique: int = 7
+    padding: bytes = bytes(3)
+    """The three bytes after ``state`` (C padding: the library may leave anything there)."""
 
 
 class FakeNvml:
-    """The pynvml members discovery uses, answering from a list of fake GPUs."""
+    """A pynvml over a fake C library: entry points write C-layout bytes, as NVML does.
+
+    Both ways in are offered, as nvidia-ml-py offers them: the C entry points through
+    ``_nvmlGetFunctionPointer`` and the binding's wrappers with its declared structures.
+    """
 
     NVMLError = pynvml.NVMLError
     NVML_SUCCESS = pynvml.NVML_SUCCESS
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     NVML_INIT_FLAG_NO_GPUS = pynvml.NVML_INIT_FLAG_NO_GPUS
-    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
-    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
+    c_nvmlGpuFabricInfo_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfoV_t
 
     def __init__(self, gpus: list[FakeGpu], *, legacy_missing: bool = False) -> None:
         self.gpus = gpus
@@ -78,26 +100,58 @@ class FakeNvml:
     def nvmlDeviceGetPciInfo(self, gpu: FakeGpu) -> Any:
         return type("Pci", (), {"busId": gpu.bus_id})()
 
-    def _fill(self, gpu: FakeGpu, ref: Any) -> int:
+    def nvmlErrorString(self, result: int) -> str:
+        return str(pynvml.NVMLError(result))
+
+    # -- the fake C library --
+
+    def _c_fabric(self, gpu: FakeGpu, ref: Any) -> int:
         assert isinstance(ref, _BYREF_TYPE), "fabric info must be passed by reference"
         if gpu.fabric_error is not None:
-            raise pynvml.NVMLError(gpu.fabric_error)
-        info = ref._obj
-        info.state = gpu.state
-        info.status = gpu.status
-        info.cliqueId = gpu.clique
-        ctypes.memmove(info.clusterUuid, gpu.cluster.bytes, 16)
+            return gpu.fabric_error
+        data = _C_V1.pack(gpu.cluster.bytes, gpu.status, gpu.clique, gpu.state, gpu.padding)
+        ctypes.memmove(ctypes.addressof(ref._obj), data, len(data))
         return pynvml.NVML_SUCCESS
 
+    def _c_fabric_v(self, gpu: FakeGpu, ref: Any) -> int:
+        assert isinstance(ref, _BYREF_TYPE), "fabric info must be passed by reference"
+        version = ctypes.c_uint.from_address(ctypes.addressof(ref._obj)).value
+        if version != pynvml.nvmlGpuFabricInfo_v2:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if gpu.fabric_error is not None:
+            return gpu.fabric_error
+        data = _C_V2.pack(
+            version, gpu.cluster.bytes, gpu.status, gpu.clique, gpu.state, gpu.padding, 0
+        )
+        ctypes.memmove(ctypes.addressof(ref._obj), data, len(data))
+        return pynvml.NVML_SUCCESS
+
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        if name == "nvmlDeviceGetGpuFabricInfo" and not self.legacy_missing:
+            return self._c_fabric
+        if name == "nvmlDeviceGetGpuFabricInfoV":
+            return self._c_fabric_v
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    # -- the binding's wrappers: hand the argument to C as it is, check the result --
+
     def nvmlDeviceGetGpuFabricInfo(self, gpu: FakeGpu, ref: Any) -> int:
-        if self.legacy_missing:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        assert isinstance(ref._obj, pynvml.c_nvmlGpuFabricInfo_t)
-        return self._fill(gpu, ref)
+        rc = self._nvmlGetFunctionPointer("nvmlDeviceGetGpuFabricInfo")(gpu, ref)
+        if rc != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(rc)
+        return rc
 
     def nvmlDeviceGetGpuFabricInfoV(self, gpu: FakeGpu, ref: Any) -> int:
-        assert ref._obj.version == pynvml.nvmlGpuFabricInfo_v2
-        return self._fill(gpu, ref)
+        rc = self._nvmlGetFunctionPointer("nvmlDeviceGetGpuFabricInfoV")(gpu, ref)
+        if rc != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(rc)
+        return rc
+
+
+class Nvml13610(FakeNvml):
+    """The same library behind nvidia-ml-py 13.610.43's declarations."""
+
+    c_nvmlGpuFabricInfo_t = Binding13610FabricInfo
 
 
 def _discover(tmp_path: Path, nvml: FakeNvml, *, strict: bool = True, proc: str = PROC_DEVICES):
@@ -240,3 +294,35 @@ def test_parse_capability_file() -> None:
     )
     with pytest.raises(discovery.DiscoveryError):
         discovery.parse_capability("DeviceFileMinor: x\n")
+
+
+def test_a_binding_with_the_80_byte_uuid_layout_still_finds_the_clique(tmp_path: Path) -> None:
+    # nvidia-ml-py 13.610.43 puts status, cliqueId and state 64 bytes past where NVML writes
+    # them; read through its structure, every GPU reads state 0 (NOT_SUPPORTED) and no clique.
+    gpus = [FakeGpu(uuid=f"GPU-{i}") for i in range(4)]
+    found = _discover(tmp_path, Nvml13610(gpus))
+    assert found.clique_id == f"{CLUSTER}.7"
+    assert {g.fabric_state for g in found.gpus} == {discovery.FabricState.COMPLETED}
+    assert found.binding is not None and found.binding.usable
+    assert "clusterUuid 80 bytes, C 16" in found.binding.summary()
+
+
+def test_the_padding_after_state_is_not_read_as_state(tmp_path: Path) -> None:
+    # nvml.h's state is one byte; what the library leaves in the 3 bytes after it is not ours.
+    found = _discover(tmp_path, FakeNvml([FakeGpu(padding=b"\xab\xcd\xef")]))
+    assert found.clique_id == f"{CLUSTER}.7"
+
+
+def test_an_unknown_fabric_state_is_a_discovery_error(tmp_path: Path) -> None:
+    with pytest.raises(discovery.DiscoveryError, match="unknown fabric state 9"):
+        _discover(tmp_path, FakeNvml([FakeGpu(state=9)]), strict=False)
+
+
+def test_a_binding_without_the_symbol_lookup_is_refused_before_nvml_starts() -> None:
+    class NoLookup(FakeNvml):
+        _nvmlGetFunctionPointer = None  # type: ignore[assignment]
+
+    nvml = NoLookup([FakeGpu()])
+    with pytest.raises(discovery.DiscoveryError, match="no _nvmlGetFunctionPointer"):
+        discovery.discover_gpus(nvml)
+    assert nvml.calls == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import struct
 import uuid
 from typing import Any
 
@@ -30,8 +31,9 @@ class Nvml:
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     NVML_INIT_FLAG_NO_GPUS = pynvml.NVML_INIT_FLAG_NO_GPUS
-    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
-    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
+    binding_version = "fake-nvml 1.0"
+    c_nvmlGpuFabricInfo_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfoV_t: type[ctypes.Structure] = pynvml.c_nvmlGpuFabricInfoV_t
 
     def __init__(self, gpus: list[Gpu], *, init_error: int | None = None) -> None:
         self.gpus = gpus
@@ -64,12 +66,20 @@ class Nvml:
     def nvmlDeviceGetPciInfo(self, gpu: Gpu) -> Any:
         return type("Pci", (), {"busId": gpu.bus_id})()
 
-    def nvmlDeviceGetGpuFabricInfo(self, gpu: Gpu, ref: Any) -> int:
-        info = ref._obj
-        info.state = gpu.state
-        info.status = pynvml.NVML_SUCCESS
-        info.cliqueId = gpu.clique
-        ctypes.memmove(info.clusterUuid, gpu.cluster.bytes, 16)
+    def nvmlErrorString(self, result: int) -> str:
+        return str(pynvml.NVMLError(result))
+
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        if name != "nvmlDeviceGetGpuFabricInfo":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return self._c_fabric
+
+    def _c_fabric(self, gpu: Gpu, ref: Any) -> int:
+        """What the C library writes: nvml.h's ``nvmlGpuFabricInfo_t``, packed by hand."""
+        data = struct.pack(
+            "<16sIIB3x", gpu.cluster.bytes, pynvml.NVML_SUCCESS, gpu.clique, gpu.state
+        )
+        ctypes.memmove(ctypes.addressof(ref._obj), data, len(data))
         return pynvml.NVML_SUCCESS
 
 

@@ -1,3 +1,5 @@
+import ctypes
+import dataclasses
 import os
 import uuid
 from pathlib import Path
@@ -44,6 +46,7 @@ def test_h200_node_passes_with_empty_clique(tmp_path: Path) -> None:
     assert rep.verdict is Status.PASS
     assert _statuses(rep) == {
         "gpus": Status.PASS,
+        "NVML binding": Status.PASS,
         "plugin discovery": Status.PASS,
         "fabric": Status.PASS,
         "clique": Status.INFO,
@@ -150,3 +153,38 @@ def test_host_helpers(tmp_path: Path) -> None:
     assert host.char_device(tmp_path) is None
     assert host.driver_params(tmp_path / "missing") == {}
     assert host.channel_nodes(tmp_path / "missing") == ()
+
+
+class _Nvml13610(fakes.Nvml):
+    """nvidia-ml-py 13.610.43's fabric declaration: clusterUuid 80 bytes, not nvml.h's 16."""
+
+    c_nvmlGpuFabricInfo_t = type(
+        "c_nvmlGpuFabricInfo_t",
+        (ctypes.Structure,),
+        {
+            "_fields_": [
+                ("clusterUuid", ctypes.c_uint8 * 80),
+                ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32),
+                ("state", ctypes.c_uint),
+            ]
+        },
+    )
+
+
+def test_report_names_the_binding_and_its_layout_and_still_finds_the_clique(
+    tmp_path: Path,
+) -> None:
+    cluster = uuid.UUID("8f0e6c1a-3b2d-4e5f-9a8b-7c6d5e4f3a2b")
+    gpus = [dataclasses.replace(g, cluster=cluster, clique=3) for g in fakes.h200_pair()]
+    rep = node.build_report(node.gather(_settings(tmp_path), nvml=_Nvml13610(gpus)))
+    facts = dict(rep.facts)
+    assert facts["NVML binding"] == "fake-nvml 1.0"
+    assert facts["clique id"] == f"{cluster}.3"
+    (check,) = [c for c in rep.checks if c.name == "NVML binding"]
+    assert check.status is Status.PASS
+    assert "clusterUuid 80 bytes, C 16" in check.detail
+    assert "not used, fabric info read with the C layout" in check.detail
+    binding = rep.data["nvml_binding"]
+    assert (binding["version"], binding["usable"]) == ("fake-nvml 1.0", True)
+    assert "c_nvmlGpuFabricInfo_t: state at offset 88, C 24" in binding["differences"]
