@@ -7,7 +7,10 @@ served daemon's), and meanwhile:
 1. follows our Node by watch (``infra.kube.watch``: list, then watch from its version, re-list on
    410, back off on errors; no polling) and keeps the latest :class:`Assignment` it asks for
    (``labels.assignment_of``);
-2. serves one CD at a time, the latest wanted one. To serve CD ``X``: read its name and
+2. serves one CD at a time, the latest wanted one, unless ``X`` has its own per-CD DaemonSet
+   (made before the switch to resident agents: its pod serves ``X``, and a second
+   ``nvidia-imex`` must not start; the agent logs that and leaves ``X`` alone). To serve CD
+   ``X``: read its name and
    namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
    ``daemon.app.Daemon`` with the settings the CLI's factory builds for ``X`` as a task: it
    writes ``X``'s IMEX files in the per-CD folder, labels our pod with the clique ID (asking the
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 from lightkube import ALL_NS, AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
@@ -82,6 +86,7 @@ class ResidentAgent:
         self.daemon: daemon_app.Daemon | None = None
         """The served CD's daemon, while one runs."""
         self._task: asyncio.Task[None] | None = None
+        self._declined: Assignment | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -113,6 +118,7 @@ class ResidentAgent:
 
     async def _follow_node(self) -> None:
         s = self._settings
+        listed = False
         async for item in watch.stream(
             self._client,
             Node,
@@ -126,8 +132,12 @@ class ResidentAgent:
                 node = item.objects[0] if item.objects else None
             else:
                 node = None if item.type == "DELETED" else item.obj
-            self._wanted = labels.assignment_of(labels.node_labels(node))
-            self._changed.set()
+            wanted = labels.assignment_of(labels.node_labels(node))
+            if wanted != self._wanted or not listed:
+                # Node status writes are frequent; only a change of what it asks wakes us.
+                self._wanted = wanted
+                self._changed.set()
+            listed = True
 
     # ---- serving ------------------------------------------------------------------------
 
@@ -146,7 +156,7 @@ class ResidentAgent:
                     # A restarted container may find its pod still labelled from before.
                     await self._label(None)
                 first = False
-                if wanted is not None:
+                if wanted is not None and wanted != self._declined:
                     await self._start(wanted)
         finally:
             if self.serving is not None:
@@ -170,6 +180,18 @@ class ResidentAgent:
         self._changed.clear()
 
     async def _start(self, wanted: Assignment) -> None:
+        if await self._has_own_daemonset(wanted.domain_uid):
+            # Made while the controller created per-CD DaemonSets: that DaemonSet's pod runs
+            # this CD's IMEX here, and a second nvidia-imex must never start beside it.
+            self._declined = wanted
+            self._log.warning(
+                "CD %s has its own DaemonSet %s (created in perComputeDomain mode): its pod "
+                "serves it; not serving it here",
+                wanted.domain_uid,
+                names.daemon_object_name(wanted.domain_uid),
+            )
+            return
+        self._declined = None
         name, namespace = await self._describe(wanted.domain_uid)
         domain = Domain(
             assignment=wanted,
@@ -224,6 +246,16 @@ class ResidentAgent:
                 )
         self.serving, self.daemon, self._task = None, None, None
         self._log.info("stopped serving CD %s/%s (uid %s)", domain.namespace, domain.name, uid)
+
+    async def _has_own_daemonset(self, domain_uid: str) -> bool:
+        name = names.daemon_object_name(domain_uid)
+        try:
+            await self._client.get(DaemonSet, name, namespace=self._settings.pod_namespace)
+        except (httpx.HTTPError, OSError) as err:
+            if kubeio.status_code(err) != 404:
+                self._log.warning("cannot read DaemonSet %s (%s); serving the CD", name, err)
+            return False
+        return True
 
     async def _describe(self, domain_uid: str) -> tuple[str, str]:
         """The CD's name and namespace ("", "" when it cannot be read; logs only)."""

@@ -61,6 +61,7 @@ def test_resident_agent_rbac_is_what_it_uses(toolset: toolchain.Toolset) -> None
         "computedomaincliques": {"get", "list", "watch", "patch"},
         "pods": {"get", "list", "watch", "patch"},
         "events": {"create", "patch"},
+        "daemonsets": {"get"},
     }
 
 
