@@ -7,17 +7,17 @@ served daemon's), and meanwhile:
 1. follows our Node by watch (``infra.kube.watch``: list, then watch from its version, re-list on
    410, back off on errors; no polling) and keeps the latest :class:`Assignment` it asks for
    (``labels.assignment_of``);
-2. serves one CD at a time, the latest wanted one, unless ``X`` has its own per-CD DaemonSet
-   (made before the switch to resident agents: its pod serves ``X``, and a second
-   ``nvidia-imex`` must not start; the agent logs that and leaves ``X`` alone). To serve CD
-   ``X``: read its name and
-   namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
+2. serves one CD at a time, the latest wanted one, unless that CD ``X`` has its own per-CD
+   DaemonSet (made before the switch to resident agents: its pod serves ``X``, and a second
+   ``nvidia-imex`` must not start; the agent logs that and leaves ``X`` alone). To serve ``X``:
+   read its name and namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
    ``daemon.app.Daemon`` with the settings the CLI's factory builds for ``X`` as a task: it
    writes ``X``'s IMEX files in the per-CD folder, labels our pod with the clique ID (asking the
    controller for a clique slot), starts ``nvidia-imex`` and registers, exactly as ``X``'s own
    daemon pod would. To stop: remove both labels from our pod first (so the controller no
    longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
-   stops IMEX and removes our clique entry (bounded by ``stop_timeout``).
+   stops IMEX and removes our clique entry (bounded by ``stop_timeout``; a daemon that does not
+   stop in time ends the agent, so a second IMEX never starts beside a stuck one).
 
 Invariant: at most one daemon, so at most one ``nvidia-imex``, runs on the node; a change of CD
 stops the old daemon before the new one starts. A daemon that fails ends ``run()`` with its
@@ -147,6 +147,8 @@ class ResidentAgent:
             while True:
                 await self._next_change()
                 wanted = self._wanted
+                if wanted != self._declined:
+                    self._declined = None  # the node asks anew: look at the next ask afresh
                 current = self.serving.assignment if self.serving is not None else None
                 if wanted == current and not first:
                     continue
@@ -239,10 +241,10 @@ class ResidentAgent:
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=self._settings.stop_timeout)
             if not done:
-                self._log.warning(
-                    "the daemon of CD %s did not stop within %.0fs",
-                    uid,
-                    self._settings.stop_timeout,
+                # Its IMEX may still run: starting another would make two on the node. End the
+                # agent instead; its process exit takes the IMEX child with it.
+                raise errors.ComputeDomainsError(
+                    f"the daemon of CD {uid} did not stop within {self._settings.stop_timeout:.0f}s"
                 )
         self.serving, self.daemon, self._task = None, None, None
         self._log.info("stopped serving CD %s/%s (uid %s)", domain.namespace, domain.name, uid)
