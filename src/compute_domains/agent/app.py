@@ -10,14 +10,15 @@ served daemon's), and meanwhile:
 2. serves one CD at a time, the latest wanted one, unless that CD ``X`` has its own per-CD
    DaemonSet (made before the switch to resident agents: its pod serves ``X``, and a second
    ``nvidia-imex`` must not start; the agent logs that and leaves ``X`` alone). To serve ``X``:
-   read its name and namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
-   ``daemon.app.Daemon`` with the settings the CLI's factory builds for ``X`` as a task: it
-   writes ``X``'s IMEX files in the per-CD folder, labels our pod with the clique ID (asking the
-   controller for a clique slot), starts ``nvidia-imex`` and registers, exactly as ``X``'s own
-   daemon pod would. To stop: remove both labels from our pod first (so the controller no
-   longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
-   stops IMEX and removes our clique entry (bounded by ``stop_timeout``; a daemon that does not
-   stop in time ends the agent, so a second IMEX never starts beside a stuck one).
+   read its name and namespace (log lines), label our pod
+   ``resource.nvidia.com/computeDomain=X``, then run ``daemon.app.Daemon`` with the settings
+   the CLI's factory builds for ``X`` as a task: it writes ``X``'s IMEX files in the per-CD
+   folder, labels our pod with the clique ID (asking the controller for a clique slot), starts
+   ``nvidia-imex`` and registers, exactly as ``X``'s own daemon pod would. To stop: remove both
+   labels from our pod first (so the controller no longer counts us for ``X`` and will not
+   give the entry back), then cancel the daemon, which stops IMEX and removes our clique entry
+   (bounded by ``stop_timeout``; a daemon that does not stop in time ends the agent, so a
+   second IMEX never starts beside a stuck one).
 
 Invariant: at most one daemon, so at most one ``nvidia-imex``, runs on the node; a change of CD
 stops the old daemon before the new one starts. A daemon that fails ends ``run()`` with its

@@ -108,9 +108,7 @@ def run(opts: dict[str, Any]) -> None:
     daemon_cli.setup_logs(opts)
     settings = agent_settings(opts)
     build = factory(opts)
-    asyncio.run(
-        serving.serve(run_agent(settings, build), "agent", float(opts["shutdown_timeout"]))
-    )
+    asyncio.run(serving.serve(run_agent(settings, build), "agent", float(opts["shutdown_timeout"])))
     logger.info("stopped")
 
 

@@ -32,6 +32,9 @@ from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import errors, kube, logs, tasks
 
+AGENT_IMEX_CONFIG = "imexd.agent.cfg"
+"""Name of a resident agent's own IMEX config in a CD's per-CD folder."""
+
 if TYPE_CHECKING:  # the daemon's start-up does not import the agent
     from compute_domains.agent.config import Domain
 
@@ -133,6 +136,7 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
             config_path=opts["imex_config"],
             nodes_config_path=opts["imex_nodes_config"],
             nodes_config_name=opts.get("imex_nodes_config_name"),
+            client_config_path=opts.get("imex_client_config"),
             template_path=opts["imex_config_template"],
         ),
         imex_command=(opts["imex_binary"],),
@@ -158,7 +162,9 @@ def domain_options(
     The daemon's pod identity, programs and timings are the agent's; the CD's identity is
     ``domain``'s (the CDI env of a daemon claim); its IMEX files live in the CD's per-CD folder
     ``domain.domain_dir`` (the one a daemon claim mounts at ``/imexd``), where the CD's
-    workloads see them; a clique ID given to the agent (``--cliqueid``) beats the Node's label.
+    workloads see them: IMEX's own config as :data:`AGENT_IMEX_CONFIG`, and ``imexd.cfg`` for
+    the workloads (the same text, naming the node list as ``/imexd/nodes.cfg``); a clique ID
+    given to the agent (``--cliqueid``) beats the Node's label.
     ``seen_as``: that folder as IMEX sees it, when the agent writes it through another path
     (a virtual node's agent writes through the node's folder); no own probe port (the agent
     serves the probes).
@@ -170,7 +176,10 @@ def domain_options(
         compute_domain_uuid=domain.assignment.domain_uid,
         compute_domain_name=domain.name,
         compute_domain_namespace=domain.namespace,
-        imex_config=folder / "imexd.cfg",
+        # IMEX's own config names the node list where the agent sees it; the workloads read
+        # /imexd/imexd.cfg, which names it where they see it (/imexd/nodes.cfg).
+        imex_config=folder / AGENT_IMEX_CONFIG,
+        imex_client_config=folder / "imexd.cfg",
         imex_nodes_config=folder / "nodes.cfg",
         imex_nodes_config_name=None if seen_as is None else seen_as / "nodes.cfg",
         imex_config_template=folder / "imexd.cfg.tmpl",

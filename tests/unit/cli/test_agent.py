@@ -51,9 +51,12 @@ def test_a_served_cd_gets_the_daemon_settings_its_own_pod_would_get() -> None:
     assert (ident.pod_name, ident.pod_uid, ident.node_name) == ("agent-x", "agent-uid", "n1")
     assert ident.clique_id == "c.1" and settings.max_nodes == 4
     folder = Path(ENV["DOMAINS_DIR"]) / "cd-uid"
-    assert settings.imex.config_path == folder / "imexd.cfg"
+    assert settings.imex.config_path == folder / "imexd.agent.cfg"
     assert settings.imex.nodes_config_path == folder / "nodes.cfg"
     assert settings.imex.nodes_config_name is None
+    # The workloads' copy, where they look (/imexd/imexd.cfg), naming the list as they see it.
+    assert settings.imex.client_config_path == folder / "imexd.cfg"
+    assert settings.imex.client_nodes_config_name == Path("/imexd/nodes.cfg")
     assert settings.metrics_port == 0  # the agent serves the probes, not each daemon
 
 

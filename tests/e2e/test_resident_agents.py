@@ -1,0 +1,146 @@
+"""Resident IMEX agents (``imex.agents=resident``, issue 26 step 1) on two virtual nodes.
+
+The chart is reinstalled with the value; then a two-node ComputeDomain forms without any pod
+being created for it: the set of pods in the driver namespace (names and UIDs) is the same
+after formation as before (only labels change), the node's agent pod carries the CD's label
+(and the clique ID label) while it serves the CD, the CD goes Ready with both nodes, and each
+workload pod runs with its channel and sees an UP IMEX domain. Deleting the workload and the CD
+removes the labels from the agent pods and leaves no clique, node label, claim, DaemonSet or
+per-CD folder behind, with the same agent pods still running.
+
+With ``imex.agents=perComputeDomain`` (``AGENTS`` below) the no-new-pod assertion fails on the
+CD's DaemonSet pods: that is how this test was shown to catch the per-CD model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from compute_domains.api import clique, computedomain, names
+from compute_domains.sim import state, topology
+from tests.e2e import helpers
+from tests.e2e.conftest import DRIVER_NS
+from tests.e2e.test_seed_example import _eventually, sees_domain_up
+
+pytestmark = pytest.mark.timeout(1200)
+SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
+NODES_MODE = "virtual"
+AGENTS = "resident"
+CD = "resident-cd"
+AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
+
+
+@pytest.fixture(scope="module")
+def resident(rack_sim: state.SimPaths) -> Iterator[state.SimPaths]:
+    """The sim with the chart reinstalled in ``AGENTS`` mode."""
+    helpers.upgrade(rack_sim, f"imex.agents={AGENTS}")
+    yield rack_sim
+
+
+def _pod_ids(pods: list[Pod]) -> set[tuple[str, str]]:
+    return {(p.metadata.name or "", p.metadata.uid or "") for p in pods if p.metadata is not None}
+
+
+async def _driver_pods(admin: AsyncClient) -> list[Pod]:
+    return [p async for p in admin.list(Pod, namespace=DRIVER_NS)]
+
+
+async def _agents(admin: AsyncClient) -> list[Pod]:
+    return [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]
+
+
+async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
+    admin: AsyncClient, resident: state.SimPaths
+) -> None:
+    if AGENTS == "resident":
+
+        async def agents_ready() -> bool:
+            pods = await _agents(admin)
+            return len(pods) == 2 and all(helpers.ready(p) for p in pods)
+
+        await _eventually(agents_ready, 180, "an agent pod Ready on each node")
+
+    async def settled() -> list[Pod] | None:
+        pods = await _driver_pods(admin)
+        return pods if all(helpers.ready(p) for p in pods) else None
+
+    before = _pod_ids(await _eventually(settled, 180, "every driver pod Ready"))
+
+    uid = await helpers.create_cd(admin, CD, num_nodes=2)
+    await admin.create(helpers.workload_deployment("job", f"{CD}-rct", 2))
+
+    async def formed() -> bool:
+        st = await helpers.cd_status(admin, CD)
+        nodes = st.get("nodes") or []
+        pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": "job"})]
+        return (
+            st.get("status") == "Ready"
+            and len(nodes) == 2
+            and all(n["status"] == "Ready" for n in nodes)
+            and len(pods) == 2
+            and all(helpers.ready(p) for p in pods)
+        )
+
+    await _eventually(formed, 300, "the CD Ready with 2 nodes and 2 running workload pods")
+
+    # No pod was created for the CD: the driver namespace holds exactly the pods it held.
+    assert _pod_ids(await _driver_pods(admin)) == before
+
+    # The agent pods serve it: they carry its label (NVIDIA's selector finds them).
+    serving = await helpers.daemon_pods(admin, uid)
+    assert _pod_ids(serving) == _pod_ids(await _agents(admin))
+    assert all((p.metadata.labels or {}).get(names.CLIQUE_ID_LABEL) for p in serving if p.metadata)
+    assert [
+        d
+        async for d in admin.list(
+            DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+        )
+    ] == []
+    st = await helpers.cd_status(admin, CD)
+    assert sorted(n["index"] for n in st["nodes"]) == [0, 1]
+
+    for pod in [p async for p in admin.list(Pod, namespace="default", labels={"job": "job"})]:
+        assert pod.metadata is not None and pod.metadata.name
+        await sees_domain_up(admin, pod.metadata.name)
+
+    await admin.delete(Deployment, "job", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
+
+    leftovers: list[object] = []
+
+    async def nothing_left() -> bool:
+        left: list[object] = list(await helpers.daemon_pods(admin, None))
+        left += [
+            c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        ]
+        left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += [c async for c in admin.list(ResourceClaim, namespace="*")]
+        left += [
+            d
+            async for d in admin.list(
+                DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+            )
+        ]
+        left += [
+            folder
+            for n in range(2)
+            for folder in (
+                resident.node_root(f"gb200-r0-n{n:02d}")
+                / "var/lib/kubelet/plugins/compute-domain.nvidia.com/domains"
+            ).glob("*")
+        ]
+        leftovers[:] = left
+        return not left
+
+    try:
+        await _eventually(nothing_left, 120, "no serving label, clique, node label, claim, folder")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; left: {leftovers}") from None
+    # The agents were never replaced: the same pods run, serving nothing.
+    assert _pod_ids(await _driver_pods(admin)) == before
