@@ -4,9 +4,9 @@ The chart is reinstalled with the value; then a two-node ComputeDomain forms wit
 being created for it: the set of pods in the driver namespace (names and UIDs) is the same
 after formation as before (only labels change), the node's agent pod carries the CD's label
 (and the clique ID label) while it serves the CD, the CD goes Ready with both nodes, and each
-workload pod runs with its channel and sees an UP IMEX domain. Deleting the workload and the CD
-removes the labels from the agent pods and leaves no clique, node label, claim, DaemonSet or
-per-CD folder behind, with the same agent pods still running.
+workload pod runs with its channel and reaches its node's IMEX (both nodes READY). Deleting the
+workload and the CD removes the labels from the agent pods and leaves no clique, node label,
+claim, DaemonSet or per-CD folder behind, with the same agent pods still running.
 
 With ``imex.agents=perComputeDomain`` (``AGENTS`` below) the no-new-pod assertion fails on the
 CD's DaemonSet pods: that is how this test was shown to catch the per-CD model.
@@ -26,7 +26,7 @@ from compute_domains.api import clique, computedomain, names
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
-from tests.e2e.test_seed_example import _eventually, sees_domain_up
+from tests.e2e.test_seed_example import _eventually, _follow_log
 
 pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
@@ -105,9 +105,14 @@ async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
     st = await helpers.cd_status(admin, CD)
     assert sorted(n["index"] for n in st["nodes"]) == [0, 1]
 
+    # Each workload has its channel and reaches its node's IMEX (the agent's): both nodes READY
+    # of the 18 static names (the rest of the rack is absent, so the domain reports DEGRADED, as
+    # in test_two_racks with per-CD daemons).
     for pod in [p async for p in admin.list(Pod, namespace="default", labels={"job": "job"})]:
         assert pod.metadata is not None and pod.metadata.name
-        await sees_domain_up(admin, pod.metadata.name)
+        log = await _follow_log(admin, pod.metadata.name, "configured nodes READY")
+        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
+        assert "2/18 configured nodes READY" in log, log
 
     await admin.delete(Deployment, "job", namespace="default")
     await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
