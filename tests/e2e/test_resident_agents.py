@@ -149,3 +149,69 @@ async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
         raise AssertionError(f"{err}; left: {leftovers}") from None
     # The agents were never replaced: the same pods run, serving nothing.
     assert _pod_ids(await _driver_pods(admin)) == before
+
+
+async def test_an_agent_leaves_a_cd_with_its_own_daemonset_alone(
+    admin: AsyncClient, resident: state.SimPaths
+) -> None:
+    """A CD formed before the switch to resident agents keeps its own DaemonSet; the node's
+    agent must not start a second IMEX for it. Stood in for by a DaemonSet of the CD's name
+    whose pods go nowhere, so only the agent could serve the CD here."""
+    if AGENTS != "resident":
+        pytest.skip("the agent exists only with resident agents")
+    node = "gb200-r0-n00"
+    uid = await helpers.create_cd(admin, "older-cd", num_nodes=1)
+    selector = {"app": "older-cd-daemon"}
+    await admin.create(
+        DaemonSet.from_dict(
+            {
+                "metadata": {
+                    "name": names.daemon_object_name(uid),
+                    "namespace": DRIVER_NS,
+                    "labels": {names.COMPUTE_DOMAIN_LABEL: uid},
+                },
+                "spec": {
+                    "selector": {"matchLabels": selector},
+                    "template": {
+                        "metadata": {"labels": selector},
+                        "spec": {
+                            "nodeSelector": {"no-such-label": "anywhere"},
+                            "containers": [{"name": "c", "image": "pause"}],
+                        },
+                    },
+                },
+            }
+        )
+    )
+    await admin.create(helpers.channel_pod("older", "older-cd-rct", node=node, command="sleep 1"))
+
+    async def labelled() -> bool:
+        found = await admin.get(Node, node)
+        return (found.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == uid  # type: ignore[union-attr]
+
+    await _eventually(labelled, 120, "the node labelled for the older CD")
+    (agent,) = [p for p in await _agents(admin) if p.spec is not None and p.spec.nodeName == node]
+    assert agent.metadata is not None and agent.metadata.name
+
+    async def declined() -> bool:
+        log = await helpers.log_of(admin, str(agent.metadata.name), namespace=DRIVER_NS)  # type: ignore[union-attr]
+        return "has its own DaemonSet" in log
+
+    await _eventually(declined, 60, "the agent saying it leaves the CD to its own DaemonSet")
+    now = await admin.get(Pod, str(agent.metadata.name), namespace=DRIVER_NS)
+    assert names.COMPUTE_DOMAIN_LABEL not in (now.metadata.labels or {})  # type: ignore[union-attr]
+    assert await helpers.daemon_pods(admin, uid) == []
+
+    await admin.delete(Pod, "older", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "older-cd", namespace="default")
+
+    async def cleaned() -> bool:
+        left = [
+            d
+            async for d in admin.list(
+                DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: uid}
+            )
+        ]
+        return not left and not await labelled()
+
+    await _eventually(cleaned, 120, "the older CD's DaemonSet and node label gone")
