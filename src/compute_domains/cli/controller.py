@@ -81,6 +81,15 @@ def group() -> None:
     help="Memory request and limit of the daemon container (empty: none). Env DAEMON_MEMORY.",
 )
 @click.option(
+    "--imex-agents",
+    envvar="IMEX_AGENTS",
+    type=click.Choice(["perComputeDomain", "resident"]),
+    default="perComputeDomain",
+    show_default=True,
+    help="Who runs a CD's IMEX daemons: a DaemonSet per CD, or the chart's resident agents "
+    "(docs/isolation.md). Env IMEX_AGENTS.",
+)
+@click.option(
     "--leader-election/--no-leader-election",
     envvar="LEADER_ELECTION_ENABLED",
     default=False,
@@ -135,6 +144,7 @@ def run(
     daemon_priority_class: str,
     daemon_cpu: str,
     daemon_memory: str,
+    imex_agents: str,
     leader_election: bool,
     leader_election_lease_name: str,
     pod_name: str,
@@ -166,6 +176,7 @@ def run(
         metrics_port=metrics_port,
         metrics_address=metrics_address,
         workers=workers,
+        imex_agents=imex_agents,
     )
     instance = controller.Controller(settings)
     asyncio.run(serving.serve(instance.run(), "controller", shutdown_timeout))

@@ -24,13 +24,19 @@ import logging
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import app, imexconfig, launcher, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import errors, kube, logs, tasks
+
+AGENT_IMEX_CONFIG = "imexd.agent.cfg"
+"""Name of a resident agent's own IMEX config in a CD's per-CD folder."""
+
+if TYPE_CHECKING:  # the daemon's start-up does not import the agent
+    from compute_domains.agent.config import Domain
 
 logger = logging.getLogger(__name__)
 
@@ -44,31 +50,35 @@ def __getattr__(name: str) -> Any:
     return built
 
 
-def _click_group() -> Any:
+def click_option(opt: daemonopts.Option) -> Any:
+    """The click ``@option`` decorator for one flag of ``daemonopts`` (imports click)."""
     import click
 
-    def option(opt: daemonopts.Option) -> Any:
-        kind: Any
-        if opt.kind == "path":
-            kind = click.Path(dir_okay=False, path_type=Path)
-        elif opt.kind == "choice":
-            kind = click.Choice(list(opt.choices), case_sensitive=False)
-        elif opt.kind == "int":
-            kind = click.IntRange(min=_int(opt.minimum), max=_int(opt.maximum))
-        elif opt.kind == "float":
-            kind = click.FloatRange(min=opt.minimum, max=opt.maximum)
-        else:
-            kind = None
-        return click.option(
-            *opt.flags,
-            opt.dest,
-            envvar=list(opt.env) or None,
-            type=kind,
-            default=opt.default,
-            show_default=opt.show_default,
-            callback=serving.check_level if opt.kind == "level" else None,
-            help=opt.help,
-        )
+    kind: Any
+    if opt.kind == "path":
+        kind = click.Path(dir_okay=False, path_type=Path)
+    elif opt.kind == "choice":
+        kind = click.Choice(list(opt.choices), case_sensitive=False)
+    elif opt.kind == "int":
+        kind = click.IntRange(min=_int(opt.minimum), max=_int(opt.maximum))
+    elif opt.kind == "float":
+        kind = click.FloatRange(min=opt.minimum, max=opt.maximum)
+    else:
+        kind = None
+    return click.option(
+        *opt.flags,
+        opt.dest,
+        envvar=list(opt.env) or None,
+        type=kind,
+        default=opt.default,
+        show_default=opt.show_default,
+        callback=serving.check_level if opt.kind == "level" else None,
+        help=opt.help,
+    )
+
+
+def _click_group() -> Any:
+    import click
 
     @click.group("daemon")
     def daemon_group() -> None:
@@ -79,7 +89,7 @@ def _click_group() -> Any:
         run(opts)
 
     for opt in reversed(daemonopts.RUN_OPTIONS):
-        run_command = option(opt)(run_command)
+        run_command = click_option(opt)(run_command)
     daemon_group.command("run")(run_command)
     return daemon_group
 
@@ -90,7 +100,7 @@ def _int(bound: float | None) -> int | None:
 
 def run(opts: dict[str, Any]) -> None:
     """Run the daemon with the options of ``daemon run`` (click's or ``daemonopts.parse``'s)."""
-    _setup_logs(opts)
+    setup_logs(opts)
     metrics = daemon_metrics.DaemonMetrics()
     timeline = steps.Steps(
         started_at=steps.process_start(),
@@ -126,6 +136,7 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
             config_path=opts["imex_config"],
             nodes_config_path=opts["imex_nodes_config"],
             nodes_config_name=opts.get("imex_nodes_config_name"),
+            client_config_path=opts.get("imex_client_config"),
             template_path=opts["imex_config_template"],
         ),
         imex_command=(opts["imex_binary"],),
@@ -143,7 +154,42 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
     return settings
 
 
-def _setup_logs(opts: dict[str, Any]) -> None:
+def domain_options(
+    opts: Mapping[str, Any], domain: Domain, *, seen_as: Path | None = None
+) -> dict[str, Any]:
+    """The options of ``daemon run`` for CD ``domain`` served by a resident agent with ``opts``.
+
+    The daemon's pod identity, programs and timings are the agent's; the CD's identity is
+    ``domain``'s (the CDI env of a daemon claim); its IMEX files live in the CD's per-CD folder
+    ``domain.domain_dir`` (the one a daemon claim mounts at ``/imexd``), where the CD's
+    workloads see them: IMEX's own config as :data:`AGENT_IMEX_CONFIG`, and ``imexd.cfg`` for
+    the workloads (the same text, naming the node list as ``/imexd/nodes.cfg``); a clique ID
+    given to the agent (``--cliqueid``) beats the Node's label.
+    ``seen_as``: that folder as IMEX sees it, when the agent writes it through another path
+    (a virtual node's agent writes through the node's folder); no own probe port (the agent
+    serves the probes).
+    """
+    folder = domain.domain_dir
+    out = dict(opts)
+    out.update(
+        clique_id=opts.get("clique_id") or domain.assignment.clique_id,
+        compute_domain_uuid=domain.assignment.domain_uid,
+        compute_domain_name=domain.name,
+        compute_domain_namespace=domain.namespace,
+        # IMEX's own config names the node list where the agent sees it; the workloads read
+        # /imexd/imexd.cfg, which names it where they see it (/imexd/nodes.cfg).
+        imex_config=folder / AGENT_IMEX_CONFIG,
+        imex_client_config=folder / "imexd.cfg",
+        imex_nodes_config=folder / "nodes.cfg",
+        imex_nodes_config_name=None if seen_as is None else seen_as / "nodes.cfg",
+        imex_config_template=folder / "imexd.cfg.tmpl",
+        metrics_port=0,
+    )
+    return out
+
+
+def setup_logs(opts: Mapping[str, Any]) -> None:
+    """Logging of a daemon (or agent) process from its ``--log-*`` options."""
     fmt: logs.LogFormat = "json" if opts["log_format"].lower() == "json" else "text"
     logs.setup(opts["log_verbosity"], fmt)
     # Every HTTP exchange is a DEBUG line in the transport; far too chatty for a daemon log.

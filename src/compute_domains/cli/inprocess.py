@@ -2,9 +2,9 @@
 
 A virtual node's containers run as tasks of the simulator's process
 (``containers.virtual.VirtualRuntime``); this module is its table of programs: a container of
-the project's image whose command is this installation's ``cdctl plugin run`` or
-``cdctl daemon run`` runs here, everything else as a process. Each runs the same command as in
-a process:
+the project's image whose command is this installation's ``cdctl plugin run``,
+``cdctl daemon run`` or ``cdctl agent run`` runs here, everything else as a process. Each runs
+the same command as in a process:
 
 1. :func:`resolve`: the command's click parameters from the container's argv, then its
    environment (each parameter's ``envvar`` looked up in the container's env, never this
@@ -36,6 +36,7 @@ from typing import Any
 
 import click
 
+from compute_domains.cli import agent as agent_cli
 from compute_domains.cli import daemon as daemon_cli
 from compute_domains.cli import plugin as plugin_cli
 from compute_domains.containers import virtual
@@ -185,6 +186,27 @@ async def run_daemon(view: virtual.View) -> int:
     return 0
 
 
+def agent_command() -> click.Command:
+    """The click command of ``cdctl agent run``."""
+    command: click.Command = agent_cli.group.commands["run"]
+    return command
+
+
+async def run_agent(view: virtual.View) -> int:
+    """``cdctl agent run`` of a virtual node: the agent writes each CD's folder through the
+    node's folder, and IMEX (the in-process stand-in) sees it at the container's path."""
+    opts = resolve(agent_command(), view.argv[3:], view.env)
+    _configure_log(view, opts["log_verbosity"], opts["log_format"])
+    container_dir = Path(opts["domains_dir"])
+    _local(opts, view, "hosts_file")
+    in_cluster(opts, view)
+    settings = agent_cli.agent_settings(opts, domains_dir=view.host_path(container_dir))
+    build = agent_cli.factory(opts, seen_as=lambda d: container_dir / d.assignment.domain_uid)
+    imex = imex_inproc.InProcessImex(view.host_path)
+    await agent_cli.run_agent(settings, build, imex)
+    return 0
+
+
 def programs(project_bin: Path) -> virtual.Programs:
     """The table of in-process programs: this installation's ``cdctl`` (found in
     ``project_bin`` on the container's PATH) running ``plugin run`` or ``daemon run``, and the
@@ -207,6 +229,8 @@ def programs(project_bin: Path) -> virtual.Programs:
             return run_plugin
         if argv[1:3] == ("daemon", "run"):
             return run_daemon
+        if argv[1:3] == ("agent", "run"):
+            return run_agent
         return None
 
     return lookup

@@ -18,6 +18,7 @@ _COMMANDS = {
     "controller": ("compute_domains.cli.controller", "group"),
     "plugin": ("compute_domains.cli.plugin", "group"),
     "daemon": ("compute_domains.cli.daemon", "group"),
+    "agent": ("compute_domains.cli.agent", "group"),
     "validate": ("compute_domains.cli.validate", "group"),
     "status": ("compute_domains.cli.views", "status"),
     "topology": ("compute_domains.cli.views", "topology"),

@@ -18,6 +18,13 @@ _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?")
 """A Kubernetes resource quantity in the forms a chart value takes (``500m``, ``1``, ``256Mi``)."""
 
 
+IMEX_AGENTS_PER_CD = "perComputeDomain"
+"""One DaemonSet per ComputeDomain runs its IMEX daemons (NVIDIA's model; the default)."""
+IMEX_AGENTS_RESIDENT = "resident"
+"""The chart's resident agent on every GPU node runs the IMEX daemon of the CD its node serves."""
+IMEX_AGENTS_MODES = (IMEX_AGENTS_PER_CD, IMEX_AGENTS_RESIDENT)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class DaemonSettings:
     """What the per-CD daemon pods are rendered with (the DaemonSet is never updated later)."""
@@ -132,6 +139,11 @@ class ControllerSettings:
     """Period of the orphan sweep (one pass also runs as soon as the caches are filled)."""
     watch_timeout_s: int = 300
     """Server-side timeout of each watch request; the watch then resumes where it was."""
+    imex_agents: str = IMEX_AGENTS_PER_CD
+    """Who runs a CD's IMEX daemons (chart value ``imex.agents``, env ``IMEX_AGENTS``):
+    ``perComputeDomain`` (the controller creates one DaemonSet and daemon ResourceClaimTemplate
+    per CD, NVIDIA's model) or ``resident`` (the chart's resident agents serve a CD on every
+    node labelled for it; the controller creates neither; docs/isolation.md)."""
 
     def __post_init__(self) -> None:
         if not self.namespace:
@@ -144,6 +156,16 @@ class ControllerSettings:
             raise errors.ConfigError("sweep interval must be > 0 and coalesce delays >= 0")
         if self.status_progress_interval_s < 0:
             raise errors.ConfigError("the status progress interval must be >= 0")
+        if self.imex_agents not in IMEX_AGENTS_MODES:
+            raise errors.ConfigError(
+                f"imex agents must be one of {', '.join(IMEX_AGENTS_MODES)}, got "
+                f"{self.imex_agents!r}"
+            )
+
+    @property
+    def per_cd_daemons(self) -> bool:
+        """Whether the controller creates each CD's DaemonSet and daemon template."""
+        return self.imex_agents == IMEX_AGENTS_PER_CD
 
     @property
     def lease_namespace(self) -> str:

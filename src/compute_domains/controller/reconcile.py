@@ -3,7 +3,9 @@
 For a live CD (``deletionTimestamp`` unset), in order, each step independent of the others
 once the finalizer is in place:
 1. our finalizer on the CD (precondition for creating anything);
-2. the daemon ResourceClaimTemplate, then the DaemonSet, in the driver namespace;
+2. the daemon ResourceClaimTemplate, then the DaemonSet, in the driver namespace (not with
+   resident agents, ``ControllerSettings.imex_agents``: the agent pod on a labelled node
+   serves the CD and carries its label, so the caches see it as that node's daemon pod);
 3. the workload ResourceClaimTemplate in the CD's namespace. A same-named template that is not
    labelled for this CD is never touched: a ``TemplateNameConflict`` Event, the status
    NotReady with reason ``TemplateConflict``, and a retry with backoff (the other template may
@@ -123,7 +125,8 @@ class Reconciler:
         selector = warm.annotation(raw)
         warm_plan = warm.plan(domain_uid, selector, self._node_labels())
         try:
-            await self._ensure_daemon_objects(cd, warm_nodes=selector is not None)
+            if self._settings.per_cd_daemons:  # resident agents need no per-CD objects
+                await self._ensure_daemon_objects(cd, warm_nodes=selector is not None)
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:

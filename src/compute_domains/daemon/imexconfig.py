@@ -46,6 +46,16 @@ class ImexFilesSettings:
     ``nodes_config_path`` (a process sees the files where IMEX does; a daemon hosted in a
     simulator process writes through the node's folder instead)."""
 
+    client_config_path: Path | None = None
+    """Where to write a second copy of the config for the domain's workloads (their
+    ``nvidia-imex-ctl -c /imexd/imexd.cfg``), naming the node list as
+    ``client_nodes_config_name``: for an IMEX whose own view of the domain folder differs from
+    its workloads' (a resident agent mounts all the per-CD folders, a workload its CD's at
+    ``/imexd``); None: the workloads read ``config_path`` itself."""
+
+    client_nodes_config_name: Path = Path("/imexd/nodes.cfg")
+    """The node list as the domain's workloads see it (written into ``client_config_path``)."""
+
     template_path: Path | None = Path("/imexd/imexd.cfg.tmpl")
     """Template placed by the kubelet plugin; None, or a missing file, uses the built-in one."""
 
@@ -174,9 +184,15 @@ def load_template(settings: ImexFilesSettings) -> str:
 
 
 def write_imex_config(settings: ImexFilesSettings, *, pod_ip: str) -> str:
-    """Render and atomically write the IMEX daemon config; returns the text written."""
-    text = render_imex_config(load_template(settings), pod_ip=pod_ip, settings=settings)
+    """Render and atomically write the IMEX daemon config (and the workloads' copy, when
+    ``client_config_path`` is set); returns the text of the daemon's own config."""
+    template = load_template(settings)
+    text = render_imex_config(template, pod_ip=pod_ip, settings=settings)
     atomicfile.write_atomic(settings.config_path, text, mode=settings.file_mode)
+    if settings.client_config_path is not None:
+        seen = dataclasses.replace(settings, nodes_config_name=settings.client_nodes_config_name)
+        client = render_imex_config(template, pod_ip=pod_ip, settings=seen)
+        atomicfile.write_atomic(settings.client_config_path, client, mode=settings.file_mode)
     return text
 
 

@@ -144,6 +144,7 @@ def test_a_kubeconfig_is_translated_instead() -> None:
     [
         pytest.param(("cdctl", "plugin", "run"), True, "run_plugin", id="plugin"),
         pytest.param(("cdctl", "daemon", "run", "-v"), True, "run_daemon", id="daemon"),
+        pytest.param(("cdctl", "agent", "run"), True, "run_agent", id="agent"),
         pytest.param(("cdctl", "daemon", "check"), True, None, id="other-command"),
         pytest.param(("cdctl", "plugin", "run"), False, None, id="another-installation"),
         pytest.param(("sh", "-c", "x"), True, None, id="other-program"),

@@ -41,6 +41,7 @@ def test_defaults_match_upstream_where_upstream_has_one() -> None:
         lambda: controller.DaemonSettings(image="i", max_nodes_per_imex_domain=0),
         lambda: controller.LeaderElectionSettings(renew_deadline_s=20.0),
         lambda: controller.LeaderElectionSettings(retry_period_s=0.0),
+        lambda: _settings(imex_agents="perNode"),
     ],
     ids=[
         "no-namespace",
@@ -51,8 +52,15 @@ def test_defaults_match_upstream_where_upstream_has_one() -> None:
         "no-slots",
         "renew-after-expiry",
         "no-retry-period",
+        "unknown-imex-agents",
     ],
 )
 def test_impossible_settings_are_config_errors(build: Any) -> None:
     with pytest.raises(errors.ConfigError):
         build()
+
+
+def test_per_cd_daemons_by_default_and_not_with_resident_agents() -> None:
+    assert _settings().per_cd_daemons
+    assert _settings().imex_agents == "perComputeDomain"
+    assert not _settings(imex_agents="resident").per_cd_daemons

@@ -175,3 +175,20 @@ def test_nodes_config_is_written_only_when_it_changes(tmp_path: Path) -> None:
     assert not imexconfig.write_nodes_config(settings, text)
     assert imexconfig.write_nodes_config(settings, imexconfig.render_nodes_config(["10.0.0.1"]))
     assert settings.nodes_config_path.read_text() == "10.0.0.1\n"
+
+
+def test_the_workloads_copy_names_the_node_list_as_they_see_it(tmp_path: Path) -> None:
+    """A resident agent's IMEX sees the per-CD folder elsewhere than the CD's workloads do."""
+    settings = _settings(
+        tmp_path,
+        template_path=None,
+        config_path=tmp_path / "imexd.agent.cfg",
+        client_config_path=tmp_path / "imexd.cfg",
+    )
+    own = imexconfig.write_imex_config(settings, pod_ip=POD_IP)
+    client = (tmp_path / "imexd.cfg").read_text()
+    assert _parse(own)["IMEX_NODE_CONFIG_FILE"] == str(settings.nodes_config_path)
+    assert _parse(client)["IMEX_NODE_CONFIG_FILE"] == "/imexd/nodes.cfg"
+    assert {k: v for k, v in _parse(client).items() if k != "IMEX_NODE_CONFIG_FILE"} == {
+        k: v for k, v in _parse(own).items() if k != "IMEX_NODE_CONFIG_FILE"
+    }

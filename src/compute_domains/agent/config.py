@@ -1,0 +1,90 @@
+"""AgentSettings: who the resident agent is (node, pod) and how it serves its node's CD.
+
+Built by the CLI (``cli/agent``) from flags and the environment of the chart's agent DaemonSet;
+nothing here reads the environment. The per-CD daemon's own settings are not in here: the CLI
+passes a function that builds them for one CD (``DaemonFactory``), the same builder ``cdctl daemon
+run`` uses, so a CD served by the agent runs the daemon exactly as its own pod would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from compute_domains.daemon.config import DaemonSettings
+from compute_domains.infra import backoff, errors, kube
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Assignment:
+    """The CD a node serves, as its Node says: the CD label and the node's clique ID."""
+
+    domain_uid: str
+    """UID of the ComputeDomain (the node's ``resource.nvidia.com/computeDomain`` label)."""
+    clique_id: str
+    """The node's ``nvidia.com/gpu.clique`` label; empty without multi-node NVLink."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Domain:
+    """One CD the agent serves, with what the daemon's settings need of it."""
+
+    assignment: Assignment
+    name: str
+    """The CD's name ("" when it could not be read: only log lines use it)."""
+    namespace: str
+    """The CD's namespace ("" when unknown)."""
+    domain_dir: Path
+    """Where the CD's per-CD folder is, as the agent's container sees it."""
+
+
+DaemonFactory = Callable[[Domain], DaemonSettings]
+"""Builds (and validates) the daemon settings for one CD; raises ``ConfigError``."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSettings:
+    """Everything ``ResidentAgent.run()`` needs besides the daemon factory."""
+
+    node_name: str
+    """The node the agent runs on (``NODE_NAME``); its Node is watched."""
+    pod_name: str
+    """The agent's pod (``POD_NAME``): labelled with the CD it serves."""
+    pod_namespace: str
+    """The agent's namespace (``POD_NAMESPACE``), the driver namespace."""
+    pod_ip: str = ""
+    """The agent's pod IP (``POD_IP``): where its probes and metrics are served."""
+    domains_dir: Path = Path("/domains")
+    """The kubelet plugin's per-CD folders (``<plugin dir>/domains``) as mounted in the agent:
+    the daemon of CD ``X`` writes its IMEX files in ``<domains_dir>/X``, where the CD's
+    workloads see them at ``/imexd``."""
+    metrics_port: int = 0
+    """Port of ``/metrics`` and the probe path on the pod IP; 0 serves none."""
+    stop_timeout: float = 20.0
+    """Seconds a served CD's daemon may take to stop (IMEX stopped, clique entry removed)."""
+    retry: backoff.Backoff = dataclasses.field(
+        default_factory=lambda: backoff.Backoff(initial=0.05, maximum=6.0)
+    )
+    """Retry policy of the agent's own API calls (watch, pod label patch)."""
+    kube: kube.KubeSettings = dataclasses.field(
+        default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-agent")
+    )
+    """API access: the pod's ServiceAccount unless a kubeconfig is given."""
+
+    def __post_init__(self) -> None:
+        missing = [
+            flag
+            for flag, value in (
+                ("--node-name/NODE_NAME", self.node_name),
+                ("--pod-name/POD_NAME", self.pod_name),
+                ("--pod-namespace/POD_NAMESPACE", self.pod_namespace),
+            )
+            if not value
+        ]
+        if missing:
+            raise errors.ConfigError(f"missing agent identity: {', '.join(missing)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise errors.ConfigError(f"METRICS_PORT out of range: {self.metrics_port}")
+        if self.stop_timeout <= 0:
+            raise errors.ConfigError(f"stop timeout must be > 0, got {self.stop_timeout}")

@@ -1,0 +1,40 @@
+"""Pure label logic of the resident agent: what a Node asks of it, what its pod should say.
+
+* :func:`assignment_of` reads the node's CD label (written by the kubelet plugin's prepare while
+  a channel claim of that CD lives on the node) and its clique ID label; None while the node
+  serves no CD.
+* :func:`pod_label_patch` is the merge patch that makes the agent's pod carry the CD label
+  (NVIDIA's selectors, and our controller's caches, find a node's daemon pod by it) while it
+  serves a CD, and neither that label nor the clique ID label (the daemon's request for a
+  clique slot) once it stops: a pod without them asks for nothing and counts for no CD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from compute_domains.agent.config import Assignment
+from compute_domains.api import names
+
+
+def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
+    """The CD a Node with ``labels`` asks its agent to serve, or None."""
+    labels = labels or {}
+    domain_uid = labels.get(names.COMPUTE_DOMAIN_LABEL) or ""
+    if not domain_uid:
+        return None
+    return Assignment(domain_uid=domain_uid, clique_id=labels.get(names.GPU_CLIQUE_LABEL) or "")
+
+
+def node_labels(node: Any | None) -> dict[str, str]:
+    """A lightkube Node's labels ({} for a missing Node)."""
+    meta = getattr(node, "metadata", None) if node is not None else None
+    return dict((meta.labels if meta is not None else None) or {})
+
+
+def pod_label_patch(serving: str | None) -> dict[str, Any]:
+    """Merge patch of the agent's pod labels: the CD label for ``serving``, or both removed."""
+    if serving:
+        return {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: serving}}}
+    return {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None, names.CLIQUE_ID_LABEL: None}}}

@@ -1,0 +1,65 @@
+"""The resident agent's pure label logic and its settings' checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compute_domains.agent import labels
+from compute_domains.agent.config import AgentSettings, Assignment
+from compute_domains.api import names
+from compute_domains.infra import errors
+
+CD = names.COMPUTE_DOMAIN_LABEL
+CLIQUE = names.GPU_CLIQUE_LABEL
+
+
+@pytest.mark.parametrize(
+    ("node_labels", "wanted"),
+    [
+        (None, None),
+        ({}, None),
+        ({CD: ""}, None),
+        ({CLIQUE: "c.1"}, None),
+        ({CD: "u1"}, Assignment(domain_uid="u1", clique_id="")),
+        ({CD: "u1", CLIQUE: "c.1", "x": "y"}, Assignment(domain_uid="u1", clique_id="c.1")),
+    ],
+    ids=["none", "empty", "empty-cd", "clique-only", "cd-no-fabric", "cd-and-clique"],
+)
+def test_assignment_of_a_node(node_labels: dict[str, str] | None, wanted: Any) -> None:
+    assert labels.assignment_of(node_labels) == wanted
+
+
+def test_pod_label_patch_sets_the_cd_label_and_removes_both_after() -> None:
+    assert labels.pod_label_patch("u1") == {"metadata": {"labels": {CD: "u1"}}}
+    removed = labels.pod_label_patch(None)["metadata"]["labels"]
+    assert removed == {CD: None, names.CLIQUE_ID_LABEL: None}
+
+
+def test_node_labels_of_a_missing_node_are_empty() -> None:
+    assert labels.node_labels(None) == {}
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"node_name": ""},
+        {"pod_name": ""},
+        {"pod_namespace": ""},
+        {"metrics_port": 70000},
+        {"stop_timeout": 0},
+    ],
+    ids=["no-node", "no-pod", "no-namespace", "bad-port", "no-stop-time"],
+)
+def test_impossible_agent_settings_are_config_errors(kw: dict[str, Any]) -> None:
+    base: dict[str, Any] = {"node_name": "n", "pod_name": "p", "pod_namespace": "ns"}
+    with pytest.raises(errors.ConfigError):
+        AgentSettings(**{**base, **kw})
+
+
+def test_agent_settings_defaults() -> None:
+    s = AgentSettings(node_name="n", pod_name="p", pod_namespace="ns")
+    assert s.domains_dir == Path("/domains")
+    assert s.metrics_port == 0
