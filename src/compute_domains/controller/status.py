@@ -30,7 +30,7 @@ from typing import Any
 from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, verdict
+from compute_domains.controller import claims, pending, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,13 +158,16 @@ def derive(
     waited_for: Sequence[str] | None = None,
     generation: int = 0,
     extra: Sequence[conditions.Condition] = (),
+    waiting: Sequence[pending.PendingPod] = (),
+    holders: Sequence[str] = (),
 ) -> Derived:
     """The status of one CD.
 
     ``node_ready`` maps node name to readiness (absent = deleted); ``node_cliques`` a node's
     ``nvidia.com/gpu.clique`` label; ``waited_for`` the pods a deletion waits for (None: the CD
-    is not being deleted); ``extra`` conditions (``WarmNodes``) are appended. Conditions come
-    without ``lastTransitionTime`` (see ``conditions.merged``).
+    is not being deleted); ``extra`` conditions (``WarmNodes``) are appended; ``waiting`` the
+    pods of the job whose claims are not allocated, ``holders`` the other CDs that hold nodes
+    (``pending``). Conditions come without ``lastTransitionTime`` (see ``conditions.merged``).
     """
     cliques, pods = list(cliques), list(pods)
     by_node: dict[str, list[DaemonPod]] = {}
@@ -201,6 +204,8 @@ def derive(
             waited_for=None if waited_for is None else tuple(waited_for),
             generation=generation,
             extra=tuple(extra),
+            pending=tuple(waiting),
+            holders=tuple(holders),
         )
     )
     st = ComputeDomainStatus(
