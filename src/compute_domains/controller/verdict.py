@@ -120,9 +120,9 @@ def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
         ]
         return False, conditions.CLIQUE_FULL, "; ".join(parts)
     lost = _nodes(facts, Cause.LOST)
-    if lost:
-        return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost, '; ')}"
     unreachable = _nodes(facts, Cause.UNREACHABLE)
+    if lost:
+        return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost + unreachable, '; ')}"
     if unreachable:
         return False, conditions.PEER_UNREACHABLE, f"{counts}; {_some(unreachable, '; ')}"
     told = [p for p in facts.pending if p.message]
