@@ -21,7 +21,8 @@ def rack_sim(
     toolset: toolchain.Toolset, sim_home: Path, request: pytest.FixtureRequest
 ) -> Iterator[state.SimPaths]:
     """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18),
-    node mode from its ``NODES_MODE`` (default ``process``)."""
+    node mode from its ``NODES_MODE`` (default ``process``), upstream's node-lifecycle timings
+    (40 s node grace) when its ``PATIENCE`` is true."""
     shape = getattr(request.module, "SHAPE", topology.Shape(racks=1, nodes_per_rack=18))
     paths = state.SimPaths(sim_home, request.module.__name__.rsplit(".", 1)[-1][:20])
     started = lifecycle.start(
@@ -31,6 +32,7 @@ def rack_sim(
         shape=shape,
         chart=options.chart_dir(),
         nodes_mode=getattr(request.module, "NODES_MODE", "process"),
+        patience=getattr(request.module, "PATIENCE", False),
     )
     yield paths
     lifecycle.stop(paths, process=started.process, remove=not keep_sims())

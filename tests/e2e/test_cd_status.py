@@ -10,7 +10,8 @@ and the status a job can trust (issue 18), on one rack of two simulated nodes.
   (``Forming``, the node listed NotReady); Ready only then. Deleted while the pod runs, it
   waits (finalizer kept, daemon running, ``Deleting``/``WaitingForWorkload`` naming the pod,
   an Event); a second CD's pod for that node waits meanwhile; once the pod is deleted the first
-  CD goes, the node is released, and the second CD forms on it.
+  CD goes, the node is released, and the second CD forms on it. Meanwhile the second CD reads
+  ``PodsPending``, naming its pod and the first CD as the holder of the node (issue 29).
 * A full clique (``maxNodesPerImexDomain: 1`` for two nodes of one clique, the 19th pod on an
   18-slot clique in small): the CD is NotReady with ``CliqueFull`` naming the node that cannot
   join, that node's pod event names the clique limit, and ``cdctl status`` at 80 columns says
@@ -196,6 +197,20 @@ async def test_a_cd_is_not_ready_while_forming_and_its_deletion_waits_for_its_wo
     await admin.create(helpers.channel_pod("next-0", "next-rct", node=NODE, command="sleep 3600"))
     await helpers.within(30, lambda: _placed_nowhere(admin, "next-0"), "next-0 created, Pending")
     assert (await helpers.cd_status(admin, "next")).get("status") != "Ready"
+
+    async def next_names_its_pod_and_the_holder() -> bool:
+        cond = _condition(await helpers.cd_status(admin, "next"), "Ready")
+        message = str(cond.get("message")) if cond else ""
+        return bool(
+            cond
+            and cond["reason"] == "PodsPending"
+            and "pod default/next-0 (claim " in message
+            and f"ComputeDomain default/held holds {NODE}" in message
+        )
+
+    await helpers.within(
+        30, next_names_its_pod_and_the_holder, "next's status names next-0 and the CD holding"
+    )
 
     # The workload ends: the deletion completes, the node's slots are released, next forms.
     await admin.delete(Pod, "held-0", namespace="default")

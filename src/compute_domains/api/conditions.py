@@ -39,6 +39,8 @@ NODE_NOT_READY: Final = "NodeNotReady"
 CLIQUE_FULL: Final = "CliqueFull"
 TEMPLATE_CONFLICT: Final = "TemplateConflict"
 NO_WORKLOAD: Final = "NoWorkload"
+PODS_PENDING: Final = "PodsPending"
+PEER_UNREACHABLE: Final = "PeerUnreachable"
 # Reason of the Deleting condition.
 WAITING_FOR_WORKLOAD: Final = "WaitingForWorkload"
 

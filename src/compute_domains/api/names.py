@@ -104,6 +104,13 @@ INDEX_REVISION_ANNOTATION = f"{GROUP}/indexRevision"
 controller's writes tests it and counts it up, so two writers of indices can never both succeed
 from the same state; the daemons' own writes never touch it."""
 
+LOST_PEERS_ANNOTATION_PREFIX: Final = "compute-domains/lost-peers."
+"""On a clique (ours only): ``<prefix><index>`` is written by the daemon at that index, only when
+it changes, with the peers of its clique its IMEX has lost the links to for longer than its
+bound: JSON ``{"node": <its node>, "ip": <its pod IP>, "lost": {<peer node>: <since, RFC 3339>}}``;
+absent while it has lost none. An annotation, not a field of the entry: the clique's schema is
+NVIDIA's, and an unknown field of an entry would be pruned by the API server."""
+
 
 WARM_NODES_ANNOTATION: Final = "compute-domains/warm-nodes"
 """On a ComputeDomain (ours only; NVIDIA's driver ignores it): a label selector of the nodes that

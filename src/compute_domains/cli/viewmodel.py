@@ -38,6 +38,19 @@ def _pod_reason(pod: Obj) -> str:
     return status.get("phase") or "Pending"
 
 
+def _scheduler_says(pod: Obj) -> str:
+    """The message of a pod's ``PodScheduled=False`` condition (why no node fits)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("message") or c.get("reason") or "Unschedulable")
+    return "not tried by the scheduler yet"
+
+
+def _pending(pod: Obj) -> bool:
+    """Not placed on a node and not being deleted."""
+    return not (pod.get("spec") or {}).get("nodeName") and not _meta(pod).get("deletionTimestamp")
+
+
 def _uses_template(pod: Obj, namespace: str, template: str) -> bool:
     if _meta(pod).get("namespace") != namespace:
         return False
@@ -65,7 +78,8 @@ def _verdict(status: Obj) -> list[str]:
 def status_view(
     cds: Iterable[Obj], daemon_pods: Iterable[Obj], pods: Iterable[Obj], events: Iterable[Obj]
 ) -> list[dict[str, Any]]:
-    """One entry per ComputeDomain: status, nodes, cliques, daemon and workload pods, reasons."""
+    """One entry per ComputeDomain: status, nodes, cliques, daemon and workload pods, the
+    workload pods no node was found for (with the scheduler's message), reasons."""
     daemon_pods, pods, events = list(daemon_pods), list(pods), list(events)
     out = []
     for cd in cds:
@@ -142,6 +156,11 @@ def status_view(
                         "ready": _ready(p),
                     }
                     for p in workload
+                ],
+                "pendingPods": [
+                    {"name": _meta(p).get("name"), "scheduler": _scheduler_says(p)}
+                    for p in workload
+                    if _pending(p)
                 ],
                 "reasons": verdict + (reasons if status.get("status") != "Ready" else []),
             }

@@ -172,6 +172,9 @@ def render_status(view: list[dict[str, Any]], console: Console) -> None:
             ]
             table.add_row(*cells)
         console.print(table)
+        for p in entry.get("pendingPods") or []:
+            pod, says = p["name"], p["scheduler"]
+            console.print(f"  [yellow]pending:[/] pod {pod}: {says}", overflow="fold")
         for why in entry["reasons"]:
             console.print(f"  [yellow]why:[/] {why}", overflow="fold")
 

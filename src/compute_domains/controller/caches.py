@@ -10,7 +10,9 @@ Watched (spec §5, narrowed to what we use):
   the warm-spare label ``compute-domains/warm-for`` (``warm``);
 - ResourceClaims, all namespaces, indexed by the CD UID of their channel config
   (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
-  that a CD's deletion waits for.
+  that a CD's deletion waits for;
+- unscheduled Pods (``spec.nodeName`` empty), all namespaces, indexed by the claims they name
+  (``pending.claim_keys``): the pods of a job that wait for the scheduler (``pending``).
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
 and template changes are enqueued at once; pod, clique, claim and node-health changes after the
@@ -36,7 +38,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
-from compute_domains.controller import claims, config, informer, kubeapi
+from compute_domains.controller import claims, config, informer, kubeapi, pending
 from compute_domains.controller.status import node_is_ready
 from compute_domains.infra import logs
 
@@ -48,6 +50,7 @@ CD_INDEX = "cd"
 WARM_INDEX = "warm"
 UID_INDEX = "uid"
 NODE_INDEX = "node"
+CLAIM_INDEX = "claim"
 
 
 def _uid(obj: Any) -> Iterable[str]:
@@ -147,6 +150,15 @@ class Caches:
             on_change=self._claim_changed,
             **common,
         )
+        self.unscheduled: informer.Informer[Pod] = informer.Informer(
+            api,
+            Pod,
+            name="unscheduled-pods",
+            fields={"spec.nodeName": ""},
+            indexers={CLAIM_INDEX: pending.claim_keys},
+            on_change=self._unscheduled_changed,
+            **common,
+        )
 
     @property
     def all(self) -> tuple[informer.Informer[Any], ...]:
@@ -159,6 +171,7 @@ class Caches:
             self.cliques,
             self.nodes,
             self.claims,
+            self.unscheduled,
         )
 
     async def wait_synced(self) -> None:
@@ -184,6 +197,36 @@ class Caches:
         """The cached workload claims of CD ``domain_uid``."""
         found = self.claims.by_index(CD_INDEX, domain_uid)
         return [claims.WorkloadClaim.from_claim(c) for c in found]
+
+    def pending_of(self, domain_uid: str) -> list[pending.PendingPod]:
+        """The unscheduled pods that hold an unallocated workload claim of CD ``domain_uid``."""
+        found: set[pending.PendingPod] = set()
+        for claim in self.workload_of(domain_uid):
+            if claim.placed:
+                continue
+            key = f"{claim.namespace}/{claim.name}"
+            pods = list(self.unscheduled.by_index(CLAIM_INDEX, key))
+            owner = self.unscheduled.get(claim.namespace, claim.owner) if claim.owner else None
+            if owner is not None:
+                pods.append(owner)
+            for pod in pods:
+                waiting = pending.waiting(pod, claim.name)
+                if waiting is not None:
+                    found.add(waiting)
+        return sorted(found)
+
+    def holders_besides(self, domain_uid: str) -> list[str]:
+        """Every other CD that holds nodes, with its nodes (``pending.holders``)."""
+        held = {
+            uid: [n.metadata.name or "" for n in self.nodes.by_index(CD_INDEX, uid) if n.metadata]
+            for uid in self.nodes.index_values(CD_INDEX)
+        }
+
+        def name_of(uid: str) -> str | None:
+            cd = self.cd(uid)
+            return f"{cd.metadata.namespace}/{cd.metadata.name}" if cd is not None else None
+
+        return pending.holders(held, domain_uid, name_of)
 
     def referenced_domain_uids(self) -> set[str]:
         """CD UIDs named by any cached object other than a CD (candidates for orphans)."""
@@ -265,6 +308,17 @@ class Caches:
                 return  # e.g. only the plugin's device status changed
         for domain_uid in domain_uids:
             self._enqueue(domain_uid, self._coalesce)
+
+    def _unscheduled_changed(self, old: Any, new: Any) -> None:
+        """A pod waiting for the scheduler changed (its message, or it was placed): the CDs
+        whose claims it names look again."""
+        keys = set(pending.claim_keys(old) if old is not None else ())
+        keys |= set(pending.claim_keys(new) if new is not None else ())
+        for key in keys:
+            ns, _, name = key.partition("/")
+            claim = self.claims.get(ns, name)
+            for domain_uid in claims.domain_uids(claim) if claim is not None else ():
+                self._enqueue(domain_uid, self._coalesce)
 
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
         self._warm_routing(old, new)

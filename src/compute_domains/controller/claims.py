@@ -79,6 +79,8 @@ class WorkloadClaim:
     """The node it is allocated to; "" while unallocated."""
     pods: tuple[str, ...] = ()
     """Names of the pods it is reserved for (``status.reservedFor``), in its namespace."""
+    owner: str = ""
+    """The pod that owns it (a claim made from a template: its controller owner reference)."""
 
     @classmethod
     def from_claim(cls, claim: Any) -> WorkloadClaim:
@@ -90,11 +92,20 @@ class WorkloadClaim:
             for r in reserved
             if _get(r, "resource") == "pods" and _get(r, "name")
         )
+        owner = next(
+            (
+                str(_get(ref, "name"))
+                for ref in _get(meta, "ownerReferences") or []
+                if _get(ref, "kind") == "Pod" and _get(ref, "controller") and _get(ref, "name")
+            ),
+            "",
+        )
         return cls(
             namespace=str(_get(meta, "namespace") or ""),
             name=str(_get(meta, "name") or ""),
             node=allocated_node(claim),
             pods=pods,
+            owner=owner,
         )
 
     @property

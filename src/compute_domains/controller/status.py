@@ -17,6 +17,9 @@ Rules (ours; upstream's §8.2 plus the truthfulness it lacks; docs/status.md for
 - A node that holds no workload claim (a warm spare, or a daemon whose workload left) is listed
   only while its Node is Ready: a failed warm spare drops out (it holds nothing), while a node
   that holds a workload keeps the rule above.
+- A Ready entry whose IMEX peers lost it (``peerloss``: their daemons' reports, judged) is
+  NotReady (``PeerUnreachable``) until no counted report names it; it is Ready again only
+  while its own daemon, pod and Node say Ready too. Kubernetes may still see its Node Ready.
 - Node names are unique (the list-map key); the first entry of a node wins.
 - ``status.status`` and the conditions are ``verdict.judge``'s.
 """
@@ -30,7 +33,7 @@ from typing import Any
 from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, verdict
+from compute_domains.controller import claims, peerloss, pending, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,13 +161,16 @@ def derive(
     waited_for: Sequence[str] | None = None,
     generation: int = 0,
     extra: Sequence[conditions.Condition] = (),
+    waiting: Sequence[pending.PendingPod] = (),
+    holders: Sequence[str] = (),
 ) -> Derived:
     """The status of one CD.
 
     ``node_ready`` maps node name to readiness (absent = deleted); ``node_cliques`` a node's
     ``nvidia.com/gpu.clique`` label; ``waited_for`` the pods a deletion waits for (None: the CD
-    is not being deleted); ``extra`` conditions (``WarmNodes``) are appended. Conditions come
-    without ``lastTransitionTime`` (see ``conditions.merged``).
+    is not being deleted); ``extra`` conditions (``WarmNodes``) are appended; ``waiting`` the
+    pods of the job whose claims are not allocated, ``holders`` the other CDs that hold nodes
+    (``pending``). Conditions come without ``lastTransitionTime`` (see ``conditions.merged``).
     """
     cliques, pods = list(cliques), list(pods)
     by_node: dict[str, list[DaemonPod]] = {}
@@ -172,6 +178,9 @@ def derive(
         if pod.node_name:
             by_node.setdefault(pod.node_name, []).append(pod)
     entries = _daemon_entries(cliques, by_node, node_ready)
+    unreachable = _unreachable(cliques, entries)
+    for node in unreachable:
+        entries[node] = dataclasses.replace(entries[node], status=Readiness.NOT_READY)
     workload_nodes = sorted({c.node for c in workload if c.placed})
     for node in [n for n in entries if n not in workload_nodes and not node_ready.get(n, False)]:
         del entries[node]  # holds nothing (a warm spare, or its workload left) and is down
@@ -189,6 +198,9 @@ def derive(
         previous=previous,
     )
     why = {e.name: _why(e, context) for e in entries.values() if e.status is Readiness.NOT_READY}
+    for node, reporters in unreachable.items():
+        if why[node].text == _NOT_READY_YET:  # nothing else is wrong with it
+            why[node] = verdict.Why(cause=verdict.Cause.UNREACHABLE, text=_lost_text(reporters))
     judged = verdict.judge(
         verdict.Facts(
             entries=tuple(entries.values()),
@@ -201,6 +213,8 @@ def derive(
             waited_for=None if waited_for is None else tuple(waited_for),
             generation=generation,
             extra=tuple(extra),
+            pending=tuple(waiting),
+            holders=tuple(holders),
         )
     )
     st = ComputeDomainStatus(
@@ -209,6 +223,34 @@ def derive(
         conditions=judged.conditions,
     )
     return Derived(status=st, why=why)
+
+
+_NOT_READY_YET = "its IMEX daemon is not Ready yet"
+
+
+def _unreachable(
+    cliques: Sequence[ComputeDomainClique], entries: Mapping[str, ComputeDomainNode]
+) -> peerloss.Reports:
+    """Ready entries whose IMEX peers lost them (``peerloss.judge``, clique by clique)."""
+    out: peerloss.Reports = {}
+    for clique in cliques:
+        found = peerloss.reports(clique)
+        if not found:
+            continue
+        members = [d.node_name for d in clique.daemons if d.node_name in entries]
+        ready = {m: entries[m].status is Readiness.READY for m in members}
+        for node, reporters in peerloss.judge(found, members, ready).items():
+            if ready.get(node):
+                out[node] = reporters
+    return out
+
+
+def _lost_text(reporters: Mapping[str, str]) -> str:
+    since = min(reporters.values())
+    return (
+        f"its IMEX peers lost their links to it: {', '.join(sorted(reporters))} "
+        f"(since {since}); the Node may still read Ready until its grace runs out"
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -223,15 +265,18 @@ class _Context:
 
 def member(node: str, previous: ComputeDomainStatus | None) -> bool:
     """Whether ``node`` belonged to the formed domain: Ready in the previous status, or still
-    NotReady there while the domain's reason was already ``NodeNotReady`` (a member that went
-    away stays one until it is back or leaves)."""
+    NotReady there while the domain's reason was already ``NodeNotReady`` or
+    ``PeerUnreachable`` (a member that went away stays one until it is back or leaves)."""
     before = previous.node(node) if previous is not None else None
     if before is None or previous is None:
         return False
     if before.status is Readiness.READY:
         return True
     ready = previous.condition(conditions.READY)
-    return ready is not None and ready.reason == conditions.NODE_NOT_READY
+    return ready is not None and ready.reason in (
+        conditions.NODE_NOT_READY,
+        conditions.PEER_UNREACHABLE,
+    )
 
 
 def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
@@ -259,7 +304,7 @@ def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
         )
     if pod.clique_id != "" and node not in ctx.registered:
         return verdict.Why(cause=cause, text="its IMEX daemon has not registered yet")
-    return verdict.Why(cause=cause, text="its IMEX daemon is not Ready yet")
+    return verdict.Why(cause=cause, text=_NOT_READY_YET)
 
 
 def stale_clique_nodes(clique: ComputeDomainClique, pod_nodes: Collection[str]) -> list[str]:

@@ -124,6 +124,7 @@ class StatusSync:
                 labels = (node.metadata.labels if node.metadata else None) or {}
                 node_cliques[name] = labels.get(names.GPU_CLIQUE_LABEL, "")
         max_nodes = self._settings.daemon.max_nodes_per_imex_domain
+        waiting = self._cache.pending_of(cd.uid)
         derived = status.derive(
             num_nodes=cd.spec.num_nodes,
             cliques=cliques,
@@ -137,6 +138,8 @@ class StatusSync:
             waited_for=waited_for,
             generation=cd.metadata.generation or 0,
             extra=() if extra is None else (extra,),
+            waiting=waiting,
+            holders=self._cache.holders_besides(cd.uid) if waiting else (),
         )
         failures: list[errors.ComputeDomainsError] = []
         try:

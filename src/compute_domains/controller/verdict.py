@@ -3,6 +3,9 @@
 The definition a job can trust (docs/status.md): a CD is Ready exactly when
 - at least one of its workload claims is allocated to a node (``NoWorkload`` otherwise: with
   no pod placed yet there is nothing a job could start on, whatever ``numNodes`` says);
+- no workload claim of it waits for the scheduler: a pod of the job that is not placed keeps
+  the CD NotReady (``PodsPending`` once the scheduler said why, quoting it and naming any other
+  CD that holds nodes; before that, the pod is named in the other reasons' messages);
 - every listed node is Ready, and every node that holds or waits for a workload claim is
   listed (``status.derive`` makes sure of that), so a NotReady member keeps the CD NotReady;
 - with ``numNodes > 0``, at least that many nodes are listed (warm spares count: they are
@@ -12,9 +15,12 @@ The definition a job can trust (docs/status.md): a CD is Ready exactly when
 Reasons when not Ready, first match wins: ``TemplateConflict``, ``CliqueFull`` (a node's daemon
 cannot get a slot: the message names the node and the clique), ``NodeNotReady`` (a member
 node or its daemon went away: node NotReady or deleted, daemon gone or restarting; the message
-names each node and what is wrong), ``NoWorkload``, ``Forming`` (daemons still starting, or fewer
-than ``numNodes`` listed). A per-node ``Why`` is computed by ``status``; this module only
-chooses and words the verdict.
+names each node and what is wrong), ``PeerUnreachable`` (a member's IMEX peers lost their links
+to it: the message names it and the peers), ``PodsPending``, ``NoWorkload``, ``Forming`` (daemons
+still starting, or fewer than ``numNodes`` listed). A status without a placed workload never
+contains the word "nodes" in its messages but where a scheduler's message is quoted (NVIDIA's
+daemon-shutdown test greps the status for it). A per-node ``Why`` is computed by ``status``;
+this module only chooses and words the verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from compute_domains.api import conditions, names
 from compute_domains.api.computedomain import ComputeDomainNode, Readiness
+from compute_domains.controller import pending as pending_pods
 
 _LISTED = 5
 """How many nodes a message names before it says "and N more"."""
@@ -37,6 +44,8 @@ class Cause(enum.StrEnum):
     """A member went away: its node, or its daemon (gone, restarting)."""
     FULL = conditions.CLIQUE_FULL
     """Its daemon cannot get a slot in its clique."""
+    UNREACHABLE = conditions.PEER_UNREACHABLE
+    """Its IMEX peers lost their links to it (``peerloss``), while Kubernetes still sees it."""
     FORMING = conditions.FORMING
     """Its daemon is on its way (not placed, not registered, not Ready yet)."""
 
@@ -69,6 +78,10 @@ class Facts:
     generation: int = 0
     extra: Sequence[conditions.Condition] = ()
     """Conditions judged elsewhere (``WarmNodes``), appended as they are."""
+    pending: Sequence[pending_pods.PendingPod] = ()
+    """Pods of the job whose workload claim is not allocated (they wait for the scheduler)."""
+    holders: Sequence[str] = ()
+    """Other CDs that hold nodes, for a person (``pending.holders``); said with ``pending``."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,25 +120,44 @@ def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
         ]
         return False, conditions.CLIQUE_FULL, "; ".join(parts)
     lost = _nodes(facts, Cause.LOST)
+    unreachable = _nodes(facts, Cause.UNREACHABLE)
     if lost:
-        return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost, '; ')}"
+        return False, conditions.NODE_NOT_READY, f"{counts}; {_some(lost + unreachable, '; ')}"
+    if unreachable:
+        return False, conditions.PEER_UNREACHABLE, f"{counts}; {_some(unreachable, '; ')}"
+    told = [p for p in facts.pending if p.message]
+    if told:
+        parts = [_waits(facts.pending)]
+        if facts.workload_nodes:
+            parts.insert(0, counts)
+        return False, conditions.PODS_PENDING, "; ".join([*parts, *facts.holders])
     if not facts.workload_nodes:
+        # No "nodes" here: NVIDIA's daemon-shutdown test greps this status for that word.
         wanted = f" (numNodes {facts.num_nodes})" if facts.num_nodes else ""
-        return (
-            False,
-            conditions.NO_WORKLOAD,
-            "no workload claim of this ComputeDomain is allocated to a node yet: Ready needs "
-            f"its pods placed and their nodes' IMEX daemons Ready{wanted}",
+        message = (
+            "no workload claim of this ComputeDomain is allocated yet: Ready needs its pods "
+            f"placed and an IMEX daemon Ready wherever one of them runs{wanted}"
         )
+        if facts.pending:
+            message += "; " + _waits(facts.pending)
+        return False, conditions.NO_WORKLOAD, message
     forming = _nodes(facts, Cause.FORMING)
-    if forming or listed < facts.num_nodes:
+    if forming or listed < facts.num_nodes or facts.pending:
         parts = [counts]
         if listed < facts.num_nodes:
             parts.append(_too_few(facts))
         if forming:
             parts.append("waiting for " + _some(forming, "; "))
+        if facts.pending:
+            parts.append(_waits(facts.pending))
         return False, conditions.FORMING, "; ".join(parts)
     return True, conditions.ALL_NODES_READY, f"all {listed} nodes Ready"
+
+
+def _waits(pending: Sequence[pending_pods.PendingPod]) -> str:
+    """``N pod(s) of the job wait for the scheduler: ...``."""
+    described = [p.describe() for p in pending]
+    return f"{len(pending)} pod(s) of the job wait for the scheduler: {_some(described, '; ')}"
 
 
 def _too_few(facts: Facts) -> str:

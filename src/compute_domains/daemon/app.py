@@ -12,7 +12,8 @@ IP) and meanwhile does, in order:
    (``compute-domain-daemon-0000`` … ``<max-1>``), both atomically;
 3. run, as named guarded tasks of one TaskGroup: the pod labelling (its clique ID; a refusal is
    fatal), the IMEX supervisor, the peer updater (hosts block, first start, paced SIGUSR1), the
-   clique membership (register, follow, report readiness), the own IMEX check, our pod's
+   clique membership (register, follow, report readiness), the own IMEX check, the peer
+   watch (which peers our IMEX lost, written into the clique by the membership), our pod's
    readiness watch, and the Event recorder. The label is our request for a clique entry: the
    controller assigns our index and writes the entry (docs/decisions/0009), which the
    membership, following the clique meanwhile, sees arrive; only what the first report needs
@@ -38,12 +39,14 @@ from compute_domains.api import names
 from compute_domains.api.clique import CliqueDaemon
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import (
+    cliqueentry,
     events,
     health,
     imexconfig,
     launcher,
     membership,
     peers,
+    peerwatch,
     probe,
     readiness,
     steps,
@@ -195,23 +198,40 @@ class Daemon:
             self.steps.mark(steps.IMEX_STARTED)
             self.health.imex_started()
 
+        watch = peerwatch.PeerWatch(
+            (self._programs or launcher.ProcessLauncher()).run,
+            ctl=s.imex_ctl_command,
+            config=s.imex.config_path,
+            settings=s.peer_loss,
+            on_report=lambda lost: member.set_lost(lost),
+        )
+
+        def on_output(line: str) -> None:
+            self.health.imex_output()
+            watch.cue(line)
+
         argv = [*s.imex_command, "-c", str(s.imex.config_path)]
         imex = supervisor.Supervisor(
             argv,
             settings=s.supervisor,
             rng=self._rng,
             on_restart=on_restart,
-            on_output=self.health.imex_output,
+            on_output=on_output,
             programs=self._programs,
         )
         updater = peers.PeerUpdater(s.peers, imex, max_nodes=s.max_nodes, on_started=on_started)
+
+        def on_peers(mapping: cliqueentry.PeerMapping) -> None:
+            updater.update(mapping)
+            watch.set_peers(member.index, mapping.keys())
+
         member = membership.Membership(
             self._client,
             ident,
             max_nodes=s.max_nodes,
             retry=s.retry,
             recorder=recorder,
-            on_peers=updater.update,
+            on_peers=on_peers,
             deregister_timeout=s.deregister_timeout,
             rng=self._rng,
             meter=self.metrics,
@@ -239,6 +259,7 @@ class Daemon:
             "peer-updater": updater.run(),
             "clique-membership": member.run(),
             "own-imex-check": self.health.run(),
+            "peer-watch": watch.run(),
             "pod-readiness": pod.run(),
             "events": recorder.run(),
         }

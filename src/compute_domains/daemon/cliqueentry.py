@@ -15,14 +15,18 @@ clique it follows; ``cliquewrites`` sends the patches:
   caller re-reads) if our entry moved or was taken over by a replacement pod.
 * :func:`removal_patch`: the same guard, removing our entry: matched by node *and* pod IP, so a
   terminating predecessor never removes the entry its replacement already took over.
+* :func:`lost_peers_note`: the annotation (``names.LOST_PEERS_ANNOTATION_PREFIX`` + our index)
+  that says which peers our IMEX lost (``peerwatch``), when it differs from the stored one.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon.config import Identity
@@ -101,3 +105,29 @@ def removal_patch(clique: ComputeDomainClique, ident: Identity) -> list[dict[str
         return None
     entry, tests = guard
     return [*tests, {"op": "remove", "path": entry}]
+
+
+def lost_peers_note(
+    clique: ComputeDomainClique, ident: Identity, lost: Mapping[int, str]
+) -> tuple[str, str | None] | None:
+    """``(key, value)`` of our lost-peers annotation when it must be written (value None:
+    removed), or None when it is as stored or we are not registered with our IP.
+
+    ``lost`` maps a peer's index to since when; indices no entry of the clique holds are left
+    out. The value is JSON ``{"node", "ip", "lost": {peer node: since}}``, keys sorted, so the
+    same report always reads the same and is never written twice.
+    """
+    mine = clique.daemon(ident.node_name)
+    if mine is None or mine.ip_address != ident.pod_ip:
+        return None
+    key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}{mine.index}"
+    by_index = {d.index: d.node_name for d in clique.daemons if d.node_name != ident.node_name}
+    named = {by_index[i]: since for i, since in lost.items() if i in by_index}
+    value = (
+        json.dumps({"node": ident.node_name, "ip": ident.pod_ip, "lost": named}, sort_keys=True)
+        if named
+        else None
+    )
+    if (clique.metadata.annotations or {}).get(key) == value:
+        return None
+    return key, value

@@ -1,4 +1,5 @@
-"""The daemon's only writes to its clique: its own entry's readiness, and its removal.
+"""The daemon's only writes to its clique: its own entry's readiness, its removal, and its
+lost-peers annotation.
 
 Both are JSON patches built by ``cliqueentry`` (``status_patch``, ``removal_patch``): ``test``
 operations on our entry's node name and IP at its position, then the change. They carry no
@@ -6,7 +7,9 @@ resourceVersion, so the other daemons' writes and the controller's never make th
 A failed test (422: our entry moved, or a replacement pod took it over) or a vanished clique
 (404) is counted in ``compute_domains_daemon_clique_conflicts_total{verb="patch"}`` and
 answered with a fresh read, which the caller plans from again. The daemon never creates the
-clique or adds its entry: the controller does (``controller/assigner.py``).
+clique or adds its entry: the controller does (``controller/assigner.py``). The annotation
+(``cliqueentry.lost_peers_note``) is a JSON merge patch of that one key: no resourceVersion
+either, and no other writer ever writes that key.
 """
 
 from __future__ import annotations
@@ -76,4 +79,27 @@ class CliqueWrites:
                 self._meter.clique_conflict(metrics.PATCH)
                 raise EntryMoved(f"{what} in clique {name}: our entry moved ({code})") from err
             raise kubeio.classify(err, f"{what} in clique {name}") from err
+        return ComputeDomainClique.from_resource(raw)
+
+    async def annotate(self, key: str, value: str | None) -> ComputeDomainClique:
+        """Set (None: remove) our annotation ``key``; the clique as written.
+
+        Raises:
+            EntryMoved: the clique is gone.
+            errors.ComputeDomainsError: any other failure, classified.
+        """
+        name = self._ident.clique_name
+        body = {"metadata": {"annotations": {key: value}}}
+        try:
+            raw = await self._client.patch(
+                ComputeDomainCliqueResource,
+                name,
+                body,
+                namespace=self._ident.pod_namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except (httpx.HTTPError, OSError) as err:
+            if kubeio.status_code(err) == 404:
+                raise EntryMoved(f"annotate clique {name}: it is gone") from err
+            raise kubeio.classify(err, f"annotate clique {name}") from err
         return ComputeDomainClique.from_resource(raw)

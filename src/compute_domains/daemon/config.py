@@ -79,6 +79,23 @@ class PeerSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PeerLossSettings:
+    """How the daemon tells its peers that its IMEX lost the links to them (``peerwatch``)."""
+
+    bound: float = 2.0
+    """Seconds a peer's link must stay lost before the peer is reported (a reconnect inside
+    it, or a slow peer whose link IMEX keeps, reports nothing)."""
+    recheck: float = 0.5
+    """Seconds between IMEX queries while a lost link waits out the bound."""
+    period: float = 5.0
+    """Seconds between IMEX queries while reported peers stay lost (their return is also cued
+    by IMEX's "Connection established" line)."""
+    timeout: float = 6.0
+    """Seconds before an ``nvidia-imex-ctl -N -j`` query counts as no answer (then nothing
+    changes); above the time the ctl may spend asking an unreachable peer's command port."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HealthSettings:
     """The daemon's own IMEX check and the HTTP endpoint the kubelet's probes ask (``health``)."""
 
@@ -125,6 +142,8 @@ class DaemonSettings:
     """How the IMEX process is supervised (grace period, restart backoff)."""
     peers: PeerSettings = dataclasses.field(default_factory=PeerSettings)
     """Hosts-file and reload settings."""
+    peer_loss: PeerLossSettings = dataclasses.field(default_factory=PeerLossSettings)
+    """When a peer whose link IMEX lost is reported (``peerwatch``)."""
     retry: backoff.Backoff = dataclasses.field(
         default_factory=lambda: backoff.Backoff(initial=0.05, maximum=6.0)
     )

@@ -22,6 +22,8 @@ The clique protocol (who writes what; docs/decisions/0009):
   our node name and IP at the entry's position (``cliqueentry.status_patch``,
   ``cliquewrites``): no resourceVersion, so no other writer makes it conflict; if our entry
   moved, it fails (422), we re-read and patch again.
+* The peers our IMEX lost (``peerwatch``, via :meth:`Membership.set_lost`) go into our own
+  annotation of the clique (``cliqueentry.lost_peers_note``), written only when it changes.
 * On shutdown we remove our entry the same way, matched by node name *and* our pod IP, so a
   terminating predecessor never removes the entry its replacement took over. Entries of
   daemons that died without this are pruned by the controller.
@@ -41,6 +43,7 @@ from typing import Any
 
 from lightkube import AsyncClient
 
+from compute_domains.api import names
 from compute_domains.api.clique import (
     CliqueDaemon,
     ComputeDomainClique,
@@ -103,6 +106,7 @@ class Membership:
         self._full_reported = False
         self._index: int | None = None
         self._peers: dict[int, str] | None = None
+        self._lost: dict[int, str] = {}
 
     @property
     def index(self) -> int | None:
@@ -113,6 +117,13 @@ class Membership:
         """Our pod's readiness changed; it is written into our entry."""
         if status is not self._status:
             self._status = status
+            self._kick.set()
+
+    def set_lost(self, lost: dict[int, str]) -> None:
+        """The peers our IMEX lost past the bound changed (index → since); they are written
+        into our annotation of the clique."""
+        if lost != self._lost:
+            self._lost = dict(lost)
             self._kick.set()
 
     async def run(self) -> None:
@@ -183,10 +194,16 @@ class Membership:
             if current is None or current.domain_uid != self._ident.domain_uid:
                 continue
             ops = cliqueentry.status_patch(current, self._ident, self._status)
-            if ops is None:
+            note = cliqueentry.lost_peers_note(current, self._ident, self._lost)
+            if ops is None and note is None:
                 continue
             try:
-                written = await self._writes.patch(ops, f"report {self._status.value}")
+                if ops is not None:
+                    written = await self._writes.patch(ops, f"report {self._status.value}")
+                    self._observe(written, written.to_resource())
+                if note is not None:
+                    written = await self._writes.annotate(*note)
+                    self._observe(written, written.to_resource())
             except errors.TemporaryError as err:
                 delay = self._retry.delay(attempt, self._rng) if err.delay is None else err.delay
                 attempt += 1
@@ -200,7 +217,6 @@ class Membership:
                 self._kick.set()
                 continue
             attempt = 0
-            self._observe(written, written.to_resource())
 
     async def _reread(self) -> None:
         """Replace what we know with a fresh read (a failed read leaves it as it was)."""
@@ -245,6 +261,10 @@ class Membership:
                 if ops is None:
                     return
                 await self._writes.patch(ops, "remove our entry")
+                mine = current.daemon(self._ident.node_name) if current else None
+                key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}{mine.index if mine else ''}"
+                if current is not None and key in (current.metadata.annotations or {}):
+                    await self._writes.annotate(key, None)
                 # NVIDIA's tests grep "Successfully removed daemon" + "from ComputeDomain ns/name".
                 self._log.info(
                     "removed our entry from clique %s: Successfully removed daemon of node %s "

@@ -193,6 +193,10 @@ class ImexDaemon:
                 await peers.notify_shutdown(instance)
                 for task in tasks:
                     task.cancel()
+        except asyncio.CancelledError:
+            # Killed (in-process): like a process's sockets, the open links break at once.
+            peers.abort()
+            raise
         finally:
             for server in servers:
                 server.close()

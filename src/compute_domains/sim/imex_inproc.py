@@ -29,7 +29,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from compute_domains.sim import imex, imex_config, imex_ctlbase, imex_daemon
+from compute_domains.sim import imex, imex_config, imex_ctl, imex_ctlbase, imex_daemon
 
 _IMEX = "nvidia-imex"
 _CTL = "nvidia-imex-ctl"
@@ -155,7 +155,7 @@ class InProcessImex:
         return ImexChild(daemon, stderr, next(self._pids))
 
     async def run(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
-        """``nvidia-imex-ctl <args>`` (``-q`` only) to its end: (status, merged output)."""
+        """``nvidia-imex-ctl <args>`` (``-q`` and ``-N``) to its end: (status, merged output)."""
         if not argv or Path(argv[0]).name != _CTL:
             return 127, f"{argv[0] if argv else '?'}: not found\n"
         try:
@@ -164,12 +164,16 @@ class InProcessImex:
             return int(exit_.code or 2), "usage error\n"
         except imex_ctlbase.CtlError as failure:
             return failure.status, f"{failure}\n"
-        if options.action != "q":
-            return 2, f"{_CTL}: only -q runs in-process\n"
+        if options.action not in ("q", "N"):
+            return 2, f"{_CTL}: only -q and -N run in-process\n"
         out = io.StringIO()
         try:
             async with asyncio.timeout(timeout + 1.0):
-                await imex_ctlbase.aquery(_with_timeout(options, timeout), out, self._host_path)
+                bounded = _with_timeout(options, timeout)
+                if options.action == "N":
+                    status = await imex_ctl.run_ctl(bounded, out, out, self._host_path)
+                    return status, out.getvalue()
+                await imex_ctlbase.aquery(bounded, out, self._host_path)
         except imex_ctlbase.CtlError as failure:
             out.write(f"{failure}\n")
             return failure.status, out.getvalue()

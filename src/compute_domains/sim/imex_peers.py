@@ -5,8 +5,9 @@ with our node ID, node map and version — the peer compares them and marks a mi
 pings; a good ``hello`` is passed on (``on_hello``), so our own link to that peer retries at
 once. A peer that comes back as a new instance (a restart, not a SIGUSR1 reconnect) is logged
 as such. On shutdown every open incoming connection gets a ``shutdown`` notice, so peers mark the
-link ``D`` at once instead of waiting for a timeout. With the ``hang`` fault on, nothing is
-answered.
+link ``D`` at once instead of waiting for a timeout; killed (in-process), every open connection is
+dropped without a notice, as the kernel does for a killed process. With the ``hang`` fault on,
+nothing is answered.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class PeerServer:
             self._log.info(
                 f"Node {node_id} reconnected as a new instance; cleaning up its previous imports"
             )
+
+    def abort(self) -> None:
+        """Drop every open incoming connection without a word (the process was killed: the
+        kernel resets its sockets, so the peers see the links break at once)."""
+        for writer in list(self._open):
+            writer.transport.abort()
 
     async def notify_shutdown(self, instance: str) -> None:
         """Tell every connected peer that we are going away, then close the connections."""

@@ -291,7 +291,7 @@ async def workload_claim(
     pod: Pod | None = None,
 ) -> ResourceClaim:
     """A workload (channel) claim of CD ``domain_uid``, allocated to ``node`` as the scheduler
-    would, and reserved for ``pod`` when given."""
+    would, and reserved for ``pod`` when given; ``node`` "": left unallocated."""
     config = {
         "apiVersion": names.API_VERSION,
         "kind": names.CHANNEL_CONFIG_KIND,
@@ -317,7 +317,9 @@ async def workload_claim(
             }
         },
     }
-    await client.create(ResourceClaim.from_dict(body))
+    made = await client.create(ResourceClaim.from_dict(body))
+    if not node:
+        return made
     status: dict[str, Any] = {
         "allocation": {
             "devices": {
@@ -342,6 +344,27 @@ async def workload_claim(
         assert meta is not None
         status["reservedFor"] = [{"resource": "pods", "name": meta.name, "uid": meta.uid}]
     return await client.patch(ResourceClaim.Status, name, {"status": status}, namespace=ns)
+
+
+async def pending_pod(client: AsyncClient, ns: str, name: str, *, claim: str) -> Pod:
+    """A pod that uses ``claim`` and that no node fits (its node selector matches none): the
+    real scheduler marks it ``PodScheduled=False`` with its own message."""
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeSelector": {"compute-domains-test/no-such-node": "true"},
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"claims": [{"name": "ch"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "ch", "resourceClaimName": claim}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    return await client.create(Pod.from_dict(body))
 
 
 async def release_claim(client: AsyncClient, ns: str, name: str) -> None:

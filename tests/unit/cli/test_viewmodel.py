@@ -274,3 +274,28 @@ def test_topology_lists_nodes_up_to_four_racks_and_summarises_above_unless_told(
     assert "gb200-r4-n07" not in run(5)
     assert "gb200-r4-n07" in run(5, "--nodes")
     assert "gb200-r0-n00..gb200-r0-n17" in run(1, "--summary")
+
+
+def test_status_lists_the_pods_of_the_job_that_wait_for_the_scheduler() -> None:
+    message = "0/4 nodes are available: 4 cannot allocate all claims."
+    claim = {"resourceClaims": [{"name": "c", "resourceClaimTemplateName": "cd0-rct"}]}
+    placed = _pod("w0", "n0", True, spec=claim)
+    waiting = _pod("w3", "", False, spec=claim)
+    waiting["status"]["conditions"] = [  # type: ignore[index]
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    fresh = _pod("w4", "", False, spec=claim)
+    cd = _cd("NotReady", [{"name": "n0", "cliqueID": "c.1", "index": 0, "status": "Ready"}])
+    cd["status"]["conditions"] = [  # type: ignore[index]
+        {"type": "Ready", "status": "False", "reason": "PodsPending", "message": "m"}
+    ]
+    [view] = viewmodel.status_view([cd], [], [placed, waiting, fresh], [])
+    assert view["pendingPods"] == [
+        {"name": "w3", "scheduler": message},
+        {"name": "w4", "scheduler": "not tried by the scheduler yet"},
+    ]
+    out = io.StringIO()
+    views.render_status([view], Console(file=out, width=80, color_system=None))
+    text = " ".join(out.getvalue().split())
+    assert f"pending: pod w3: {message}" in text, text
+    assert "pending: pod w4: not tried by the scheduler yet" in text, text

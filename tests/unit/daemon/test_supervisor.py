@@ -104,7 +104,7 @@ async def test_child_output_is_logged_line_by_line_with_the_child_key(
 ) -> None:
     outputs: list[int] = []
     sup = supervisor.Supervisor(
-        _py(ECHO), settings=_settings(), log=log, on_output=lambda: outputs.append(1)
+        _py(ECHO), settings=_settings(), log=log, on_output=lambda line: outputs.append(1)
     )
     async with supervising(sup):
         assert await sup.start()

@@ -108,7 +108,8 @@ async def test_a_killed_daemon_exits_with_sigkill_status(nodes: list[Node]) -> N
     ("argv", "status"),
     [
         pytest.param(["nvidia-smi"], 127, id="another-program"),
-        pytest.param(["nvidia-imex-ctl", "-c", "/nonexistent.cfg", "-N"], 2, id="not-q"),
+        pytest.param(["nvidia-imex-ctl", "-c", "/nonexistent.cfg", "-n"], 2, id="not-q-or-N"),
+        pytest.param(["nvidia-imex-ctl", "-c", "/nonexistent.cfg", "-N"], 1, id="N-no-config"),
         pytest.param(["nvidia-imex-ctl", "--bogus"], 2, id="usage-error"),
     ],
 )
