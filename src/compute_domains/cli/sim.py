@@ -273,7 +273,7 @@ def serve(
     if racks_per_host is not None:
         settings = dataclasses.replace(settings, racks_per_host=racks_per_host)
     rc = asyncio.run(cluster.serve(settings))
-    raise click.exceptions.Exit(rc)
+    sys.exit(rc)  # not click's Exit, whose code ``standalone_mode=False`` drops
 
 
 @group.command("node-host", hidden=True)

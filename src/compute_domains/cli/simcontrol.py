@@ -7,6 +7,8 @@ exit is on purpose, so the sim goes on. The component names are ``sim.drills``'s
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from compute_domains.cli import simoptions
@@ -89,4 +91,6 @@ def pause(name: str, component: str, seconds: float) -> None:
         )
     )
     if interrupted:
-        raise click.exceptions.Exit(130)
+        # sys.exit, not click's Exit: ``cdctl`` runs click with ``standalone_mode=False``,
+        # which returns an Exit's code instead of exiting with it.
+        sys.exit(130)
