@@ -1,12 +1,12 @@
 """Control-plane fault drills in the middle of an 18-node formation (issue 29, point 5).
 
 The seed example (``examples/compute-domain-0.yaml``: one ComputeDomain, an 18-replica job) on
-a 1 x 18 rack with the chart-installed driver. Once some of its IMEX daemons have registered
-in the clique and the CD is not yet Ready, the API server is restarted with ``cdctl sim
-control-plane restart apiserver`` (every watch breaks, requests in flight fail); once the
-formation has moved on again, etcd is frozen for a few seconds with ``cdctl sim control-plane
-pause etcd`` (requests hang instead of failing). Then the domain must converge as if nothing
-happened:
+a 1 x 18 rack with the chart-installed driver, formed three times, each time with one drill
+(``DRILLS``) run through ``cdctl sim control-plane`` as soon as some of its IMEX daemons have
+registered in the clique and the CD is not yet Ready: the API server stopped and started again
+(SIGTERM), the same as a crash (``--kill``: SIGKILL), and etcd frozen for a few seconds
+(``pause etcd``). A restart breaks every watch and fails the requests in flight; a pause makes
+them hang instead. Each time the domain must converge as if nothing happened:
 
 - the CD Ready with 18 Ready entries, indices 0..17 once each, on 18 distinct nodes;
 - every workload pod Running, its program seeing its channel and an UP IMEX domain;
@@ -184,51 +184,57 @@ async def _assert_one_of_each(admin: AsyncClient, uid: str) -> None:
         assert len(claims) == N and owned == want, (namespace, [c.metadata.name for c in claims])  # type: ignore[union-attr]
 
 
-async def test_formation_survives_an_api_server_restart_and_an_etcd_pause(
-    admin: AsyncClient, rack_sim: state.SimPaths
+DRILLS = {
+    "apiserver-stop": ("restart", "apiserver"),
+    "apiserver-crash": ("restart", "apiserver", "--kill"),
+    "etcd-pause": ("pause", "etcd", "--seconds", str(PAUSE_S)),
+}
+"""Each drill gets a formation of its own: the API server stopped (SIGTERM: it drains, then the
+supervisor's grace ends it), crashed (SIGKILL: every connection reset at once), or etcd
+frozen (requests hang instead of failing)."""
+
+
+@pytest.mark.parametrize("drill", list(DRILLS))
+async def test_a_formation_survives_a_control_plane_drill(
+    admin: AsyncClient, rack_sim: state.SimPaths, drill: str
 ) -> None:
+    assert await helpers.leftovers(admin, rack_sim, NODES) == [], "not a clean cluster"
     restarts_before = await _restart_counts(admin)
     helpers.kubectl(rack_sim, "apply", "-f", str(EXAMPLE))
     t0 = time.monotonic()
     uid = str((await _eventually(lambda: _cd(admin), 60, "the CD"))["metadata"]["uid"])
 
-    # 1. Mid-formation: some daemons registered, the domain not Ready. Restart the API server.
+    # 1. Mid-formation: some daemons registered, the domain not Ready. The drill, at once.
     async def mid_formation() -> Formation | None:
         now = await _formation(admin, uid)
         return now if 0 < now.registered < N and not now.ready else None
 
     before = await _eventually(mid_formation, 600, "some daemons registered, CD not Ready")
-    out = await asyncio.to_thread(_drill, rack_sim, "restart", "apiserver")
-    m = re.search(r"kube-apiserver restarted: down ([\d.]+)s", out)
-    assert m, out
-    down_s = float(m[1])
+    drill_at = time.monotonic() - t0
+    out = await asyncio.to_thread(_drill, rack_sim, *DRILLS[drill])
+    if drill == "etcd-pause":
+        m = re.fullmatch(r"etcd continued \(SIGCONT\) after ([\d.]+)s\n", out)
+        assert m and float(m[1]) >= PAUSE_S, out
+    else:
+        m = re.fullmatch(
+            r"kube-apiserver restarted: down ([\d.]+)s \((SIG\w+), pid \d+ -> \d+\); "
+            r"healthy again\n",
+            out,
+        )
+        assert m and m[2] == ("SIGKILL" if drill == "apiserver-crash" else "SIGTERM"), out
     after = await _eventually(lambda: _formation(admin, uid), 60, "the API server answering")
-    print(
-        f"restart at {time.monotonic() - t0:.1f}s after apply, {before}; "
-        f"API server down {down_s:.1f}s; back: {after}"
-    )
+    print(f"[{drill}] {drill_at:.1f}s after apply at {before}: {out.strip()}; then at {after}")
 
-    # 2. The formation goes on; freeze etcd while it is still under way.
-    async def moved_on() -> Formation | None:
-        now = await _formation(admin, uid)
-        assert not now.ready, f"formed before etcd could be paused mid-formation: {now}"
-        moved = now.registered > after.registered or now.ready_entries > after.ready_entries
-        return now if moved else None
-
-    at_pause = await _eventually(moved_on, 300, "formation progress after the restart")
-    out = await asyncio.to_thread(_drill, rack_sim, "pause", "etcd", "--seconds", str(PAUSE_S))
-    m = re.search(r"etcd continued \(SIGCONT\) after ([\d.]+)s\n", out)
-    assert m and float(m[1]) >= PAUSE_S, out
-    print(f"etcd paused {m[1]}s at {at_pause}")
-
-    # 3. It converges, with one of everything, and no component restarted.
+    # 2. It converges, with one of everything, and no component restarted.
     async def formed() -> bool:
         now = await _formation(admin, uid)
         return now.ready and now.ready_entries == N and now.running == N
 
     await _eventually(formed, 600, f"CD Ready with {N} nodes and {N} running workload pods")
-    print(f"formed {time.monotonic() - t0:.1f}s after apply")
+    print(f"[{drill}] formed {time.monotonic() - t0:.1f}s after apply")
     await _assert_one_of_each(admin, uid)
+    recorded = state.read_state(rack_sim)
+    assert recorded is not None and recorded.phase == "ready", recorded  # the sim went on
     restarted = {
         pod: n
         for pod, n in (await _restart_counts(admin)).items()
@@ -238,7 +244,7 @@ async def test_formation_survives_an_api_server_restart_and_an_etcd_pause(
     for pod in await _workloads(admin):
         await sees_domain_up(admin, str(pod.metadata.name))  # type: ignore[union-attr]
 
-    # 4. Deleting the job and the CD leaves nothing anywhere.
+    # 3. Deleting the job and the CD leaves nothing anywhere.
     helpers.kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
     left: list[str] = []
 
