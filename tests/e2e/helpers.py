@@ -3,7 +3,8 @@
 ``upgrade`` is upstream's ``iupgrade_wait`` (``helm upgrade --install --wait`` with changed
 values, then every driver pod Ready); ``within`` asserts an upstream time limit; the object
 builders make upstream's ``channel-injection.yaml`` shapes (a ComputeDomain, a pod that lists
-its channels).
+its channels); ``leftovers`` lists what of any ComputeDomain is still in the cluster or on a
+node after everything was deleted.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from prometheus_client.parser import text_string_to_metric_families
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import clique, computedomain, names
 from compute_domains.cli import options
 from compute_domains.containers import procs
+from compute_domains.plugin import checkpoint, checkpointfile
 from compute_domains.sim import driver, driverroot, state
 from tests.e2e.conftest import DRIVER_NS
 
@@ -359,3 +362,50 @@ def nodes_mode(paths: state.SimPaths) -> str:
     recorded = state.read_state(paths)
     assert recorded is not None
     return str(recorded.extra.get("nodesMode", "process"))
+
+
+def _names(objs: list[Any], what: str) -> list[str]:
+    return [
+        f"{what} {o.metadata.namespace or ''}/{o.metadata.name}".replace(" /", " ") for o in objs
+    ]
+
+
+def node_leftovers(sim: state.SimPaths, node: str) -> list[str]:
+    """What prepared claims left on one node: CDI claim specs, checkpoint entries that still
+    hold devices (an unprepared tombstone is kept on purpose), per-CD folders."""
+    root = sim.node_root(node)
+    plugin_dir = root / "var/lib/kubelet/plugins" / names.DRIVER_NAME
+    left = [f"CDI spec {f.name} on {node}" for f in (root / "var/run/cdi").glob("*claim*")]
+    found = checkpointfile.load(plugin_dir / checkpointfile.FILE_NAME)
+    left += [
+        f"checkpoint entry {e.namespace}/{e.name} ({e.state}) on {node}"
+        for e in (found.claims.values() if found else ())
+        if e.state != checkpoint.ClaimState.UNPREPARED
+    ]
+    left += [f"folder domains/{d.name} on {node}" for d in (plugin_dir / "domains").glob("*")]
+    return left
+
+
+async def leftovers(admin: AsyncClient, sim: state.SimPaths, nodes: list[str]) -> list[str]:
+    """Everything of any ComputeDomain still there: the CDs, their daemon pods, DaemonSets,
+    cliques, channel templates, node labels, every ResourceClaim, and on ``nodes`` what
+    ``node_leftovers`` finds. Empty once a deleted domain and its workload are wholly gone."""
+    cd_label = {names.COMPUTE_DOMAIN_LABEL: None}
+    left = _names(await daemon_pods(admin, None), "daemon pod")
+    left += _names(
+        [d async for d in admin.list(DaemonSet, namespace="*", labels=cd_label)], "DaemonSet"
+    )
+    left += _names(
+        [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")], "clique"
+    )
+    left += _names(
+        [t async for t in admin.list(ResourceClaimTemplate, namespace="*", labels=cd_label)],
+        "template",
+    )
+    left += _names([c async for c in admin.list(ResourceClaim, namespace="*")], "claim")
+    left += _names(
+        [c async for c in admin.list(computedomain.ComputeDomainResource, namespace="*")],
+        "ComputeDomain",
+    )
+    left += [f"label on node {n.metadata.name}" async for n in admin.list(Node, labels=cd_label)]  # type: ignore[union-attr]
+    return left + [x for n in nodes for x in node_leftovers(sim, n)]

@@ -1,6 +1,7 @@
 """``cdctl sim up|down|env|status``: the local simulated cluster (and its hidden ``serve``).
 
-The option groups these share are ``simoptions``; ``cdctl sim node ...`` is ``simnode``.
+The option groups these share are ``simoptions``; ``cdctl sim node ...`` is ``simnode``,
+``cdctl sim control-plane ...`` (fault drills on the control plane) ``simcontrol``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from compute_domains.cli import inprocess, options, serving, simnode, simoptions, tools
+from compute_domains.cli import (
+    inprocess,
+    options,
+    serving,
+    simcontrol,
+    simnode,
+    simoptions,
+    tools,
+)
 from compute_domains.containers import procs
 from compute_domains.sim import cluster, errors, hosts, lifecycle, limits, progress, state
 from compute_domains.sim import driver as driver_mod
@@ -165,6 +174,9 @@ def status(name: str, output: str) -> None:
         }
         if endpoints and alive and recorded
         else {},
+        "paused": sorted(n for n, p in endpoints.pids.items() if procs.stopped(int(p)))
+        if endpoints and alive
+        else [],
         "error": recorded.error if recorded else "",
         "progress": recorded.extra.get("progress", "")
         if recorded and alive and recorded.phase == "starting"
@@ -185,8 +197,11 @@ def status(name: str, output: str) -> None:
         click.echo(f"  kubeconfig  {paths.kubeconfig}")
     components = doc["components"]
     assert isinstance(components, dict)
+    paused = doc["paused"]
+    assert isinstance(paused, list)
     for comp, up_ in components.items():
-        click.echo(f"  {comp:<24} {'running' if up_ else 'DOWN'}")
+        word = "paused (SIGSTOP)" if comp in paused else "running" if up_ else "DOWN"
+        click.echo(f"  {comp:<24} {word}")
     if doc["error"]:
         click.echo(f"  error: {doc['error']}")
 
@@ -258,7 +273,7 @@ def serve(
     if racks_per_host is not None:
         settings = dataclasses.replace(settings, racks_per_host=racks_per_host)
     rc = asyncio.run(cluster.serve(settings))
-    raise click.exceptions.Exit(rc)
+    sys.exit(rc)  # not click's Exit, whose code ``standalone_mode=False`` drops
 
 
 @group.command("node-host", hidden=True)
@@ -281,3 +296,4 @@ def node_host(plan: Path, sock: Path, index: int) -> None:
 
 
 group.add_command(simnode.group)
+group.add_command(simcontrol.group)

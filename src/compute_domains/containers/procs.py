@@ -196,6 +196,12 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def stopped(pid: int) -> bool:
+    """True when the process is stopped by a signal (SIGSTOP: a paused control-plane drill)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] in ("T", "t")
+
+
 def pid_cmdline(pid: int) -> list[str]:
     """The command line of a process, empty when it is gone."""
     try:

@@ -180,8 +180,15 @@ class SimCluster:
                 for t in ended:
                     t.result()
                 return
+            # A bare control plane: its socket serves the control-plane drills alone.
+            server = control.ControlServer(self.paths.root / "control.sock", None, control_plane=cp)
+            serving = asyncio.create_task(server.run(), name="control-socket")
             self._record("ready")
-            await task
+            try:
+                await task
+            finally:
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
         except asyncio.CancelledError:
             await self._stop_reporter()
             self._record("stopping")
@@ -263,7 +270,7 @@ class SimCluster:
             else hosts.NodeHosts(agent_settings, per_host)
         )
         self._agent = node_agent
-        server = control.ControlServer(root / "control.sock", node_agent)
+        server = control.ControlServer(root / "control.sock", node_agent, control_plane=cp)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(server.run(), name="control-socket")

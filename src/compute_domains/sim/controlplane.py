@@ -6,16 +6,20 @@ kubeconfigs are generated into the sim's own folder (``pki.ControlPlanePki``); e
 runs with the command line ``components`` gives it and logs to its own file.
 ``ControlPlane.run()`` starts the components in dependency order, waits for each one's health
 endpoint, publishes the endpoints, and then watches them: a component that dies ends the run
-with its log tail (``restart`` is a fault drill that takes one down and up on purpose).
+with its log tail (``restart`` and ``pause`` are fault drills that take one down, or freeze it,
+on purpose: ``sim.drills``, ``cdctl sim control-plane``).
 Cancellation stops them in reverse order (SIGTERM, bounded wait, SIGKILL).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import signal
 import socket
 import ssl
 import time
@@ -25,7 +29,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from compute_domains.containers import procs
-from compute_domains.sim import components, errors, pki
+from compute_domains.sim import components, drills, errors, pki
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +102,7 @@ class ControlPlane:
         self._children: list[procs.Child] = []
         self._launch: dict[str, tuple[list[str], str, Path | None]] = {}
         self._restarting: set[str] = set()
+        self._paused: set[str] = set()
         self._changed = asyncio.Event()
         self.ready = asyncio.Event()
         self.endpoints: Endpoints | None = None
@@ -183,30 +188,86 @@ class ControlPlane:
         self._children.append(child)
         await self._wait_healthy(child, health, ca)
 
-    async def restart(self, name: str, *, down_s: float = 0.0) -> None:
+    def _child(self, name: str) -> procs.Child:
+        name = drills.component(name)
+        child = next((c for c in self._children if c.name == name), None)
+        if child is None or name not in self._launch:
+            raise errors.SimError(f"no component {name!r} runs in this control plane")
+        if name in self._restarting:
+            raise errors.SimError(f"{name} is being restarted by another drill")
+        if name in self._paused:
+            raise errors.SimError(f"{name} is paused by another drill")
+        return child
+
+    async def restart(
+        self, name: str, *, down_s: float = 0.0, kill: bool = False
+    ) -> drills.Restarted:
         """Stop one component, keep it down ``down_s`` seconds, start it again and wait healthy.
 
-        A fault drill (e.g. the API server restarting while a controller reconciles): the same
-        arguments and ports are reused, etcd keeps its data, and the run does not end because
-        the component exited on purpose.
+        A fault drill (``cdctl sim control-plane restart``; the API server restarting while a
+        controller reconciles): the same arguments, ports and certificates are reused, etcd
+        keeps its data, and the run does not end because the component exited on purpose.
+        ``kill`` ends it with SIGKILL (a crash: no graceful shutdown, connections reset)
+        instead of SIGTERM. ``endpoints.json`` gets the new pid.
         """
-        if name not in self._launch:
-            raise errors.SimError(f"no component {name!r} in this control plane")
-        argv, health, ca = self._launch[name]
-        old = next(c for c in self._children if c.name == name)
-        self._restarting.add(name)
+        old = self._child(name)
+        argv, health, ca = self._launch[old.name]
+        self._restarting.add(old.name)
         try:
-            await old.stop()
+            t0 = time.monotonic()
+            if kill:
+                old.kill()
+                await old.proc.wait()
+            else:
+                await old.stop()
             self._children.remove(old)
             if down_s:
                 await asyncio.sleep(down_s)
-            child = await procs.start(name, argv, log_path=self._logs / f"{name}.log")
+            child = await procs.start(old.name, argv, log_path=self._logs / f"{old.name}.log")
             self._children.append(child)
+            self._publish()
             await self._wait_healthy(child, health, ca)
-            logger.info("%s restarted (pid %d)", name, child.pid)
+            down = time.monotonic() - t0
+            logger.info("%s restarted (pid %d), down %.1fs", old.name, child.pid, down)
         finally:
-            self._restarting.discard(name)
+            self._restarting.discard(old.name)
             self._changed.set()
+        return drills.Restarted(
+            component=old.name,
+            down_s=down,
+            old_pid=old.pid,
+            pid=child.pid,
+            signal="SIGKILL" if kill else "SIGTERM",
+        )
+
+    async def pause(
+        self, name: str, seconds: float, *, resume: asyncio.Event | None = None
+    ) -> float:
+        """Freeze one component (SIGSTOP) for ``seconds``, or until ``resume`` is set, then
+        let it go on (SIGCONT, also when this is cancelled); returns how long it was stopped.
+
+        A fault drill (``cdctl sim control-plane pause etcd``): a stopped process keeps its
+        sockets open and answers nothing, as a store stuck on a slow disk or a starved host.
+        """
+        child = self._child(name)
+        seconds = drills.check_pause(seconds)
+        self._paused.add(child.name)
+        logger.info("%s paused (SIGSTOP, pid %d) for up to %.1fs", child.name, child.pid, seconds)
+        try:
+            held = await drills.hold_stopped(child.pid, seconds, resume)
+        finally:
+            self._paused.discard(child.name)
+        logger.info("%s continued (SIGCONT) after %.1fs", child.name, held)
+        return held
+
+    def _publish(self) -> None:
+        """Record the components' current pids in ``endpoints.json`` (``cdctl sim status``,
+        and the stale-folder cleanup, which kills recorded pids)."""
+        if self.endpoints is None:
+            return
+        pids = {c.name: c.pid for c in self._children}
+        self.endpoints = dataclasses.replace(self.endpoints, pids=pids)
+        (self._s.state_dir / "endpoints.json").write_text(self.endpoints.to_json())
 
     async def _wait_healthy(self, child: procs.Child, url: str, ca: Path | None) -> None:
         # Local health endpoints only; controller-manager and scheduler serve self-signed
@@ -264,6 +325,11 @@ class ControlPlane:
 
     async def _stop_all(self) -> None:
         for child in reversed(self._children):
+            if child.name in self._paused:
+                # A drill's pause ends with the sim: a stopped process would sit out the
+                # SIGTERM grace (its drill's own SIGCONT comes when that task is cancelled).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGCONT)
             rc = await child.stop()
             logger.info("%s stopped (exit %d)", child.name, rc)
         self._children.clear()
