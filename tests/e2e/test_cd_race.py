@@ -94,15 +94,19 @@ class _Watcher:
     async def run(self) -> None:
         while True:
             now = time.monotonic()
+            seen = set()
             async for p in self.admin.list(Pod, namespace="default"):
                 meta, spec = p.metadata, p.spec
                 job = (meta.labels or {}).get("job") if meta else None
                 if meta is None or spec is None or job not in self.jobs or not spec.nodeName:
                     continue
                 uid = str(meta.uid)
+                seen.add(uid)
                 self.bound.setdefault(uid, (now, job, spec.nodeName))
                 if meta.deletionTimestamp is not None:
                     self.deleted.setdefault(uid, now)
+            for uid in set(self.bound) - seen:  # gone between two looks
+                self.deleted.setdefault(uid, now)
             await asyncio.sleep(0.2)
 
     def contested(self) -> dict[str, set[str]]:
@@ -172,7 +176,7 @@ async def _race(admin: AsyncClient, jobs: list[str]) -> dict[str, Any]:
                     return False
             return True
 
-        took = await helpers.within(240, settled, "every pod Running and every CD Ready")
+        took = await helpers.within(180, settled, "every pod Running and every CD Ready")
     return {"uids": uids, "watcher": watcher, "took": took}
 
 
@@ -192,14 +196,20 @@ async def _check(admin: AsyncClient, jobs: list[str], seen: dict[str, Any]) -> N
     print(f"contested nodes {contested}; re-placed after {sorted(waits.values())} s; "
           f"all Running after {seen['took']:.1f} s")  # fmt: skip
     assert max(waits.values()) <= REPLACED_WITHIN, waits
-    on_pods = await _replaced_events(admin, "Pod")
+    on_pods = [
+        e for e in await _replaced_events(admin, "Pod") if e.involvedObject.uid in watcher.bound
+    ]
     assert {str(e.involvedObject.uid) for e in on_pods} == set(losers), on_pods
     by_name = {uid: name for name, uid in uids.items()}
     for event in on_pods:
         message = str(event.message)
         assert "is held by ComputeDomain default/" in message, message
         assert "re-placed so the scheduler can choose a free node" in message, message
-    on_cds = await _replaced_events(admin, names.COMPUTE_DOMAIN_KIND)
+    on_cds = [
+        e
+        for e in await _replaced_events(admin, names.COMPUTE_DOMAIN_KIND)
+        if e.involvedObject.uid in by_name
+    ]
     assert {by_name[str(e.involvedObject.uid)] for e in on_cds} == {
         j for _t, j, _n in losers.values()
     }

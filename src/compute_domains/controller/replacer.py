@@ -42,7 +42,18 @@ logger = logging.getLogger(__name__)
 REMEMBER = 4096
 """Pod UIDs remembered as handled (a bound on memory; the oldest are forgotten first)."""
 SLICE_WAIT_S = 0.5
-"""Delay before a node is looked at again while its slice does not advertise its holder yet."""
+"""Delay before a node is looked at again while a loser is not bound yet or the node's slice
+does not advertise its holder yet: both come within seconds, so a fixed short step, not the
+growing backoff of a failure (which would add seconds to every re-placement)."""
+WAIT_STEPS = 120
+"""Fixed steps (a minute) before such a wait counts as failing and backs off like one."""
+
+
+class _NotYet(errors.TemporaryError):
+    """The pass must look again shortly: a pod about to be bound, a slice about to show."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, delay=SLICE_WAIT_S)
 
 
 class Replacer:
@@ -61,6 +72,7 @@ class Replacer:
         self._recorder = recorder
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
         self._handled: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._steps: dict[str, int] = {}
         self.replaced = 0
         """Pods evicted in this term (tests and logs read it)."""
 
@@ -76,6 +88,14 @@ class Replacer:
             try:
                 await self.sync(node)
                 self.queue.forget(node)
+                self._steps.pop(node, None)
+            except _NotYet as err:
+                steps = self._steps[node] = self._steps.get(node, 0) + 1
+                if steps <= WAIT_STEPS:
+                    self.queue.add(node, SLICE_WAIT_S)
+                else:
+                    self.queue.retry(node, SLICE_WAIT_S)
+                logger.debug("held node %s: %s (step %d)", node, err, steps)
             except errors.ComputeDomainsError as err:
                 delay = self.queue.retry(
                     node, err.delay if isinstance(err, errors.TemporaryError) else None
@@ -97,25 +117,25 @@ class Replacer:
         cached = self._cache.nodes.get("", node)
         holder = heldnodes.holder(cached)
         allocated = self._cache.claims.by_index(caches.NODE_INDEX, node)
-        later: errors.TemporaryError | None = None
+        later: list[errors.TemporaryError] = []
         for conflict in heldnodes.conflicts(node, holder, allocated):
             if conflict.pod_uid in self._handled:
                 continue
             try:
                 await self._handle(conflict)
             except errors.TemporaryError as err:
-                later = err
-        if later is not None:
-            raise later
+                later.append(err)
+        # A real failure backs off; only waits for what comes within seconds step shortly.
+        failing = [e for e in later if not isinstance(e, _NotYet)]
+        if failing or later:
+            raise (failing or later)[0]
 
     async def _handle(self, conflict: heldnodes.Conflict) -> None:
         pod = await self._api.get(Pod, conflict.pod, namespace=conflict.namespace)
         decision = heldnodes.decide(conflict, pod)
         if decision.action is heldnodes.Action.SKIP:
             if pod is not None and pod.spec is not None and not pod.spec.nodeName:
-                raise errors.TemporaryError(
-                    f"pod {conflict.namespace}/{conflict.pod} not bound yet", delay=SLICE_WAIT_S
-                )
+                raise _NotYet(f"pod {conflict.namespace}/{conflict.pod} not bound yet")
             self._remember(conflict.pod_uid)
             return
         holder_name = self._cd_name(conflict.holder)
@@ -149,10 +169,7 @@ class Replacer:
         name = f"{conflict.node}-{names.DRIVER_NAME}"
         resource_slice: Any = await self._api.get(ResourceSlice, name)
         if resource_slice is None or not heldnodes.advertises(resource_slice, conflict.holder):
-            raise errors.TemporaryError(
-                f"ResourceSlice {name} does not advertise holder {conflict.holder} yet",
-                delay=SLICE_WAIT_S,
-            )
+            raise _NotYet(f"ResourceSlice {name} does not advertise holder {conflict.holder} yet")
 
     async def _report(self, conflict: heldnodes.Conflict, reason: str, message: str) -> None:
         await self._recorder.emit_pod(

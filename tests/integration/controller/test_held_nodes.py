@@ -99,17 +99,8 @@ async def _claim_of(
     allocated on ``node`` and reserved for the pod, as the scheduler leaves it."""
     assert pod.metadata is not None
     name = f"{pod.metadata.name}-cd"
-    await objects.workload_claim(client, ns, name, domain_uid=domain_uid, node=node, pod=pod)
-    ref = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": pod.metadata.name,
-        "uid": pod.metadata.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    return await client.patch(
-        ResourceClaim, name, {"metadata": {"ownerReferences": [ref]}}, namespace=ns
+    return await objects.workload_claim(
+        client, ns, name, domain_uid=domain_uid, node=node, pod=pod, owned=True
     )
 
 
