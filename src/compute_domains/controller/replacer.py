@@ -73,8 +73,6 @@ class Replacer:
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
         self._handled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._steps: dict[str, int] = {}
-        self.replaced = 0
-        """Pods evicted in this term (tests and logs read it)."""
 
     def enqueue(self, node: str) -> None:
         """Look at ``node`` soon."""
@@ -95,7 +93,8 @@ class Replacer:
                     self.queue.add(node, SLICE_WAIT_S)
                 else:
                     self.queue.retry(node, SLICE_WAIT_S)
-                logger.debug("held node %s: %s (step %d)", node, err, steps)
+                level = logging.INFO if steps == 1 else logging.DEBUG  # once per wait
+                logger.log(level, "held node %s: %s; looking again shortly", node, err)
             except errors.ComputeDomainsError as err:
                 delay = self.queue.retry(
                     node, err.delay if isinstance(err, errors.TemporaryError) else None
@@ -158,7 +157,6 @@ class Replacer:
         except kubeapi.Conflict:
             pass  # its UID changed: a replacement already stands there, which we never delete
         self._remember(conflict.pod_uid)
-        self.replaced += 1
         logger.warning("%s", message, extra={"node": conflict.node})
 
     async def _still_held(self, conflict: heldnodes.Conflict) -> None:
