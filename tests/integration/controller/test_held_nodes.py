@@ -10,7 +10,8 @@ nodes without a kubelet (so they stay Pending, and an evicted one stays Terminat
   with a ``PodReplaced`` Warning on the pod and on its CD naming the holder; the holders' own
   pods are left alone.
 - A pod without an owner cannot move: it is not deleted, and gets a
-  ``NodeHeldByAnotherComputeDomain`` Warning (pod and CD) naming the holder and why it waits.
+  ``NodeHeldByAnotherComputeDomain`` Warning (pod and CD) naming the holder and why it waits;
+  its CD's Ready condition names the holder and the waiting pod.
 - No eviction before the node's slice advertises its holder (else the scheduler could put the
   new pod's claim on the same node again): the pod is evicted only once the slice says so.
 """
@@ -32,6 +33,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from compute_domains.api import names
+from compute_domains.api.computedomain import ComputeDomainResource
 from tests.integration.controller import objects
 from tests.integration.controller.conftest import StartController
 from tests.integration.helpers import wait_for
@@ -193,6 +195,19 @@ async def test_ownerless_pod_waits_with_a_warning(
         assert on_cd and f"pod {user_ns}/lone" in str(on_cd[0].message)
         # WAIT never evicts, and the Event is written after the decision: this is final.
         assert not _evicted(await client.get(Pod, "lone", namespace=user_ns))
+
+        # cd-b's status names the holder and the waiting pod, not its own daemons.
+        def names_the_holder(cd: Any) -> bool:
+            ready = [
+                c for c in (cd.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"
+            ]
+            message = ready[0]["message"] if ready else ""
+            return (
+                f"node {n1}: held by ComputeDomain {user_ns}/cd-a" in message
+                and f"{user_ns}/lone waiting there" in message
+            )
+
+        await wait_for(client, ComputeDomainResource, "cd-b", names_the_holder, namespace=user_ns)
 
 
 async def test_no_eviction_before_the_slice_advertises_the_holder(
