@@ -227,9 +227,12 @@ async def _cleanup(admin: AsyncClient, jobs: list[str]) -> None:
         await admin.delete(computedomain.ComputeDomainResource, job, namespace="default")
 
     async def free() -> bool:
+        for job in jobs:
+            if not await helpers.gone(admin, computedomain.ComputeDomainResource, job):
+                return False
         return set((await _labels(admin)).values()) == {""}
 
-    await helpers.within(120, free, "every node free again")
+    await helpers.within(120, free, "every CD gone and every node free again")
 
 
 async def test_two_cds_applied_together(admin: AsyncClient, drill: state.SimPaths) -> None:
@@ -242,7 +245,7 @@ async def test_two_cds_applied_together(admin: AsyncClient, drill: state.SimPath
 
 async def test_three_cds_applied_together(admin: AsyncClient, drill: state.SimPaths) -> None:
     """A, B and C race for n00, n01 and n02 (a three-way cycle is possible): all end Running."""
-    jobs = ["race-a", "race-b", "race-c"]
+    jobs = ["race3-a", "race3-b", "race3-c"]
     seen = await _race(admin, jobs)
     await _check(admin, jobs, seen)
     await _cleanup(admin, jobs)
