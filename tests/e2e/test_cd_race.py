@@ -248,4 +248,26 @@ async def test_three_cds_applied_together(admin: AsyncClient, drill: state.SimPa
     jobs = ["race3-a", "race3-b", "race3-c"]
     seen = await _race(admin, jobs)
     await _check(admin, jobs, seen)
-    await _cleanup(admin, jobs)
+    # One more job: it runs on a node still free, or, when the three hold all four (a re-placed
+    # pod may have taken a node of its own), it is Pending with the scheduler's reason.
+    await helpers.create_cd(admin, "race3-late")
+    await admin.create(_deployment("race3-late", "race3-late-rct", 1))
+    outcome = ""
+
+    async def placed_or_refused() -> bool:
+        nonlocal outcome
+        for p in await _pods(admin, "race3-late"):
+            if helpers.ready(p):
+                outcome = "running"
+            conds = (p.status.conditions or []) if p.status else []
+            refused = [c for c in conds if c.type == "PodScheduled" and c.status == "False"]
+            if refused and "nodes are available" in str(refused[0].message):
+                outcome = f"pending: {refused[0].message}"
+        return bool(outcome)
+
+    await helpers.within(120, placed_or_refused, "the late job Running or refused by the scheduler")
+    held = {v for v in (await _labels(admin)).values() if v}
+    print(f"late job: {outcome}; nodes held by {len(held)} CDs")
+    if outcome.startswith("pending"):
+        assert "" not in (await _labels(admin)).values(), f"{outcome} while a node is free"
+    await _cleanup(admin, [*jobs, "race3-late"])
