@@ -14,7 +14,8 @@ each wins one (each waited for the other: a deadlock).
 Shown: every pod ends Running with its channel, on a node its own CD holds; every CD Ready;
 each loser was re-placed (``PodReplaced`` Warning on it and its CD, naming the holder) within
 ``DELAY`` plus a few seconds of being bound; and the rounds did contest a node (else the test
-proved nothing).
+proved nothing). After the three-CD race, one more job runs on a free node, or is Pending with
+the scheduler's reason only while every node is held.
 """
 
 from __future__ import annotations
