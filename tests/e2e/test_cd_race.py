@@ -15,7 +15,9 @@ Shown: every pod ends Running with its channel, on a node its own CD holds; ever
 each loser was re-placed (``PodReplaced`` Warning on it and its CD, naming the holder) within
 ``DELAY`` plus a few seconds of being bound; and the rounds did contest a node (else the test
 proved nothing). After the three-CD race, one more job runs on a free node, or is Pending with
-the scheduler's reason only while every node is held.
+the scheduler's reason only while every node is held. Two pods without a controller racing
+for one node: the loser cannot move, so it waits, with a ``NodeHeldByAnotherComputeDomain``
+Warning and its CD's status naming the holder, and starts once the holder's pod is gone.
 """
 
 from __future__ import annotations
@@ -272,3 +274,86 @@ async def test_three_cds_applied_together(admin: AsyncClient, drill: state.SimPa
     if outcome.startswith("pending"):
         assert "" not in (await _labels(admin)).values(), f"{outcome} while a node is free"
     await _cleanup(admin, [*jobs, "race3-late"])
+
+
+def _bare_pod(name: str, template: str) -> Pod:
+    """A pod without a controller (2 GPUs, a channel claim), preferring n00 like the jobs."""
+    spec = _deployment(name, template, 1).to_dict()["spec"]["template"]["spec"]
+    return cast(
+        Pod, Pod.from_dict({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    )
+
+
+async def test_ownerless_pods_race_and_the_loser_waits_saying_why(
+    admin: AsyncClient, drill: state.SimPaths
+) -> None:
+    """Two bare pods of two CDs race for n00: the loser cannot be moved, so it waits, with a
+    Warning naming the holder on the pod and its CD and in its CD's status; it starts once the
+    holder's pod is gone."""
+    uids = {cd: await helpers.create_cd(admin, cd) for cd in ("lone-a", "lone-b")}
+    for cd in uids:
+        await admin.create(_bare_pod(cd, f"{cd}-rct"))
+
+    async def both_bound() -> dict[str, str]:
+        out = {}
+        for cd in uids:
+            p = await admin.get(Pod, cd, namespace="default")
+            if p.spec and p.spec.nodeName:
+                out[cd] = p.spec.nodeName
+        return out if len(out) == 2 else {}
+
+    bound: dict[str, str] = {}
+
+    async def bound_now() -> bool:
+        nonlocal bound
+        bound = await both_bound()
+        return bool(bound)
+
+    await helpers.within(60, bound_now, "both bare pods bound")
+    assert bound["lone-a"] == bound["lone-b"], f"the race was not forced: {bound}"
+    node = bound["lone-a"]
+    holder: dict[str, str] = {}
+
+    async def held() -> bool:
+        value = (await _labels(admin))[node]
+        holder.update({cd: uid for cd, uid in uids.items() if uid == value})
+        return bool(holder)
+
+    await helpers.within(60, held, f"{node} held by one of the two")
+    (winner,) = holder
+    (loser,) = set(uids) - {winner}
+    found: list[Event] = []
+
+    async def warned() -> bool:
+        found[:] = [
+            e
+            async for e in admin.list(Event, namespace="default")
+            if e.reason == "NodeHeldByAnotherComputeDomain" and e.involvedObject.name == loser
+        ]
+        return bool(found)
+
+    await helpers.within(60, warned, f"a NodeHeldByAnotherComputeDomain Event on {loser}")
+    message = str(found[0].message)
+    assert f"node {node} is held by ComputeDomain default/{winner}" in message, message
+    assert "no controller to recreate it" in message, message
+    await helpers.within(100, lambda: helpers.pod_ready(admin, winner), f"{winner} Running")
+    p = await admin.get(Pod, loser, namespace="default")
+    assert not helpers.ready(p) and p.metadata is not None and not p.metadata.deletionTimestamp
+
+    async def status_names_it() -> bool:
+        ready = [
+            c
+            for c in (await helpers.cd_status(admin, loser)).get("conditions") or []
+            if c["type"] == "Ready"
+        ]
+        text = ready[0]["message"] if ready else ""
+        return f"held by ComputeDomain default/{winner}" in text and f"default/{loser}" in text
+
+    await helpers.within(30, status_names_it, f"{loser}'s status names the holder and the pod")
+    # The holder leaves: the waiting pod starts there.
+    await admin.delete(Pod, winner, namespace="default")
+    await helpers.within(120, lambda: helpers.pod_ready(admin, loser), f"{loser} Running")
+    await admin.delete(Pod, loser, namespace="default")
+    for cd in uids:
+        await helpers.within(60, lambda cd=cd: helpers.gone(admin, Pod, cd), f"{cd} gone")
+        await admin.delete(computedomain.ComputeDomainResource, cd, namespace="default")
