@@ -143,6 +143,14 @@ def group() -> None:
     help="Channel devices published per node (pods of one ComputeDomain per node).",
 )
 @click.option(
+    "--holder-publish-delay",
+    envvar="HOLDER_PUBLISH_DELAY",
+    type=click.FloatRange(0, 30),
+    default=0.0,
+    show_default=True,
+    help="Fault drill only: seconds before a holder change reaches the ResourceSlice.",
+)
+@click.option(
     "--quarantine-corrupt-checkpoint/--no-quarantine-corrupt-checkpoint",
     envvar="QUARANTINE_CORRUPT_CHECKPOINT",
     default=False,
@@ -216,6 +224,7 @@ def plugin_settings(opts: Mapping[str, Any]) -> config.PluginSettings:
         ),
         kube=serving.component_kube(opts, "compute-domain-plugin"),
         channel_slots=opts["channel_slots"],
+        holder_publish_delay_s=opts["holder_publish_delay"],
         strict_fabric=opts["strict_fabric"],
         health_port=opts["healthcheck_port"],
         quarantine_corrupt_checkpoint=opts["quarantine_corrupt_checkpoint"],

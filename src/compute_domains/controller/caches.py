@@ -10,7 +10,7 @@ Watched (spec §5, narrowed to what we use):
   the warm-spare label ``compute-domains/warm-for`` (``warm``);
 - ResourceClaims, all namespaces, indexed by the CD UID of their channel config
   (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
-  that a CD's deletion waits for;
+  that a CD's deletion waits for; and by the node they are allocated on (``node``);
 - unscheduled Pods (``spec.nodeName`` empty), all namespaces, indexed by the claims they name
   (``pending.claim_keys``): the pods of a job that wait for the scheduler (``pending``).
 
@@ -20,7 +20,9 @@ short coalescing delay, so a burst of them becomes one status write per CD. A No
 when its readiness or its CD label changed, or it was deleted; a change of a Node's labels (or
 a Node added or deleted) also goes, at once, to every CD with the warm-nodes annotation and to
 the CDs its warm label named. Daemon pod and clique changes
-also go to the index assigner (``assigner``), which keeps its own queue.
+also go to the index assigner (``assigner``), which keeps its own queue. A workload claim's
+change goes, by node name, to the held-node replacer (``replacer``) for the nodes it was and is
+allocated on, and so does a Node whose CD or warm label changed.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 Enqueue = Callable[[str, float], None]
 Assign = Callable[[str], None]
+Replace = Callable[[str], None]
 CD_INDEX = "cd"
 WARM_INDEX = "warm"
 UID_INDEX = "uid"
@@ -79,9 +82,11 @@ class Caches:
         settings: config.ControllerSettings,
         enqueue: Enqueue,
         assign: Assign | None = None,
+        replace: Replace | None = None,
     ) -> None:
         self._enqueue = enqueue
         self._assign = assign
+        self._replace = replace
         self._coalesce = settings.status_coalesce_s
         has_cd = {names.COMPUTE_DOMAIN_LABEL: operators.exists()}
         by_cd = {CD_INDEX: informer.label_indexer(names.COMPUTE_DOMAIN_LABEL)}
@@ -146,7 +151,10 @@ class Caches:
             api,
             ResourceClaim,
             name="resourceclaims",
-            indexers={CD_INDEX: claims.domain_uids},
+            indexers={
+                CD_INDEX: claims.domain_uids,
+                NODE_INDEX: informer.field_indexer(claims.allocated_node),
+            },
             on_change=self._claim_changed,
             **common,
         )
@@ -308,6 +316,19 @@ class Caches:
                 return  # e.g. only the plugin's device status changed
         for domain_uid in domain_uids:
             self._enqueue(domain_uid, self._coalesce)
+        if self._replace is not None and domain_uids:
+            for claim in (old, new):
+                if claim is not None and (node := claims.allocated_node(claim)):
+                    self._replace(node)
+
+    def held_nodes(self) -> list[str]:
+        """Names of the cached nodes with a CD or warm label (the replacer's sweep)."""
+        return sorted(
+            str(n.metadata.name)
+            for n in self.nodes.objects()
+            if n.metadata is not None
+            and {names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL} & set(n.metadata.labels or {})
+        )
 
     def _unscheduled_changed(self, old: Any, new: Any) -> None:
         """A pod waiting for the scheduler changed (its message, or it was placed): the CDs
@@ -322,6 +343,14 @@ class Caches:
 
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
         self._warm_routing(old, new)
+        if self._replace is not None and new is not None and new.metadata is not None:
+            before = (old.metadata.labels if old is not None and old.metadata else None) or {}
+            after = new.metadata.labels or {}
+            if any(
+                before.get(k) != after.get(k)
+                for k in (names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL)
+            ):
+                self._replace(str(new.metadata.name))
         labels = {_label(old), _label(new)} - {None}
         if old is not None and new is not None and _label(old) == _label(new):
             if node_is_ready(old) == node_is_ready(new):
@@ -330,6 +359,9 @@ class Caches:
         name = (new or old).metadata.name  # type: ignore[union-attr]
         for pod in self.pods.by_index(NODE_INDEX, name or ""):
             labels.add(_label(pod))
+        if _label(old) != _label(new):  # the CDs whose workload waits there name the holder
+            for claim in self.claims.by_index(NODE_INDEX, name or ""):
+                labels.update(claims.domain_uids(claim))
         for domain_uid in labels - {None}:
             self._enqueue(str(domain_uid), self._coalesce)
 

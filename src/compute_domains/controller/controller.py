@@ -4,7 +4,8 @@ Shape of a run (all under one TaskGroup, every task named and guarded):
 - ``metrics-http`` serves ``/metrics``, ``/healthz``, ``/readyz`` (unless the port is 0);
 - ``leader`` campaigns for the Lease (or, without leader election, leads at once) and while
   leading runs one *term*: fresh informers, a fresh work queue, ``workers`` reconcile workers,
-  the clique index assigner (``assigner``, its own queue) and the orphan sweep. A lost term is
+  the clique index assigner (``assigner``, its own queue), the held-node replacer
+  (``replacer``, its own queue) and the orphan sweep. A lost term is
   cancelled as a whole and the next one starts from scratch, so no state leaks between terms.
 
 Workers start only when every cache is filled, so an absent object in the cache means absent.
@@ -37,6 +38,7 @@ from compute_domains.controller import (
     leaderelection,
     metrics,
     reconcile,
+    replacer,
 )
 from compute_domains.infra import errors, kube, tasks, workqueue
 from compute_domains.infra import metrics as infra_metrics
@@ -127,9 +129,18 @@ class _Term:
         self._leading = leading
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
         # The caches route daemon pod and clique changes to the assigner (only once they run).
-        self.cache = caches.Caches(api, settings, self._enqueue, lambda uid: self._assign(uid))
+        self.cache = caches.Caches(
+            api,
+            settings,
+            self._enqueue,
+            lambda uid: self._assign(uid),
+            lambda node: self._replace(node),
+        )
         self.assigner = assigner.IndexAssigner(api=api, cache=self.cache, settings=settings)
         recorder = events.EventRecorder(api, instance=identity)
+        self.replacer = replacer.Replacer(
+            api=api, cache=self.cache, settings=settings, recorder=recorder
+        )
         self.reconciler = reconcile.Reconciler(
             api=api,
             cache=self.cache,
@@ -145,6 +156,9 @@ class _Term:
     def _assign(self, domain_uid: str) -> None:
         self.assigner.enqueue(domain_uid)
 
+    def _replace(self, node: str) -> None:
+        self.replacer.enqueue(node)
+
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
@@ -159,6 +173,7 @@ class _Term:
                 for i in range(self._settings.workers):
                     tasks.spawn(tg, f"worker-{i}", self._work(), log=logger)
                 tasks.spawn(tg, "index-assigner", self.assigner.run(), log=logger)
+                tasks.spawn(tg, "held-node-replacer", self.replacer.run(), log=logger)
                 tasks.spawn(tg, "sweep", self._sweep(), log=logger)
                 self._leading.set()
         finally:
@@ -180,6 +195,8 @@ class _Term:
                 self.queue.add(domain_uid)
             for domain_uid in sorted(cds):
                 self.assigner.enqueue(domain_uid)
+            for node in self.cache.held_nodes():
+                self.replacer.enqueue(node)
             await asyncio.sleep(self._settings.sweep_interval_s)
 
     def _who(self, domain_uid: str) -> dict[str, str]:

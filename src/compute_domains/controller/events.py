@@ -34,6 +34,11 @@ TEMPLATE_CONFLICT: Final = "TemplateNameConflict"
 INVALID_SPEC: Final = "InvalidSpec"
 WAITING_FOR_WORKLOAD: Final = "WaitingForWorkload"
 """A deleted ComputeDomain waits for the pods that still hold its workload claims."""
+POD_REPLACED: Final = "PodReplaced"
+"""A pod whose channel claim landed on a node another CD holds was deleted, so that its
+controller recreates it where the scheduler finds room (``replacer``); on the pod and its CD."""
+NODE_HELD: Final = "NodeHeldByAnotherComputeDomain"
+"""A pod waits on a node another CD holds and cannot be re-placed (no controller, ...)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,3 +71,10 @@ class EventRecorder:
     async def emit(self, target: Target, kind: str, reason: str, message: str) -> None:
         """Record one occurrence; never raises (except on cancellation)."""
         await self._recorder.emit(target.reference(), kind, reason, message)
+
+    async def emit_pod(
+        self, *, namespace: str, name: str, uid: str, kind: str, reason: str, message: str
+    ) -> None:
+        """Record one occurrence on a pod (``kubectl describe pod`` shows it)."""
+        ref = ObjectReference(apiVersion="v1", kind="Pod", namespace=namespace, name=name, uid=uid)
+        await self._recorder.emit(ref, kind, reason, message)

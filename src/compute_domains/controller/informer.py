@@ -21,6 +21,7 @@ Indexer = cache.Indexer
 ChangeHandler = cache.ChangeHandler
 object_key = cache.object_key
 label_indexer = cache.label_indexer
+field_indexer = cache.field_indexer
 
 
 class Informer(cache.Cache[R]):

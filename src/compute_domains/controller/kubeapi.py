@@ -8,7 +8,8 @@ top of that classifier, chosen here: it keeps the default table, so 403 (missing
 may fix the role while the controller waits), and 400/422/404/other 4xx fail the reconcile
 permanently. Callers that expect absence get None/False for a 404 instead.
 
-Also here: the finalizer helpers, shared by reconcile and teardown.
+Also here: the finalizer helpers, shared by reconcile and teardown, and the eviction of a pod
+by UID (``replacer``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Final, TypeVar
 
 from lightkube import AsyncClient
 from lightkube.core.resource import Resource
+from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta, Preconditions
+from lightkube.resources.core_v1 import Pod, PodEviction
 from lightkube.types import CascadeType, PatchType
 
 from compute_domains.controller import metrics
@@ -129,6 +132,22 @@ class Api:
         call = self.client.delete(kind, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
         try:
             await self._call("delete", res, f"{namespace}/{name}", call)
+        except NotFound:
+            return False
+        return True
+
+    async def evict(self, name: str, *, namespace: str, uid: str) -> bool:
+        """Delete pod ``name`` through the Eviction API (PodDisruptionBudgets apply) if it is
+        still the pod with ``uid`` (a precondition: its replacement is never deleted); False
+        when it was already gone. A changed UID raises ``Conflict``, a budget (429) ``Unavailable``
+        (both temporary: kube.KubeError)."""
+        body = PodEviction(
+            metadata=ObjectMeta(name=name, namespace=namespace),
+            deleteOptions=DeleteOptions(preconditions=Preconditions(uid=uid)),
+        )
+        call = self.client.create(body, name, namespace=namespace)
+        try:
+            await self._call("create", Pod, f"{namespace}/{name} eviction", call)
         except NotFound:
             return False
         return True

@@ -163,6 +163,7 @@ def derive(
     extra: Sequence[conditions.Condition] = (),
     waiting: Sequence[pending.PendingPod] = (),
     holders: Sequence[str] = (),
+    held_by: Mapping[str, str] | None = None,
 ) -> Derived:
     """The status of one CD.
 
@@ -170,7 +171,9 @@ def derive(
     ``nvidia.com/gpu.clique`` label; ``waited_for`` the pods a deletion waits for (None: the CD
     is not being deleted); ``extra`` conditions (``WarmNodes``) are appended; ``waiting`` the
     pods of the job whose claims are not allocated, ``holders`` the other CDs that hold nodes
-    (``pending``). Conditions come without ``lastTransitionTime`` (see ``conditions.merged``).
+    (``pending``); ``held_by`` maps a workload node that another CD holds to the words for it
+    (``heldnodes.held_text``). Conditions come without ``lastTransitionTime`` (see
+    ``conditions.merged``).
     """
     cliques, pods = list(cliques), list(pods)
     by_node: dict[str, list[DaemonPod]] = {}
@@ -196,6 +199,7 @@ def derive(
         full={node: clique for node, clique in full},
         max_nodes=max_nodes,
         previous=previous,
+        held_by=held_by or {},
     )
     why = {e.name: _why(e, context) for e in entries.values() if e.status is Readiness.NOT_READY}
     for node, reporters in unreachable.items():
@@ -261,6 +265,7 @@ class _Context:
     full: Mapping[str, str]
     max_nodes: int
     previous: ComputeDomainStatus | None
+    held_by: Mapping[str, str]
 
 
 def member(node: str, previous: ComputeDomainStatus | None) -> bool:
@@ -287,6 +292,8 @@ def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
         return verdict.Why(cause=lost, text="the node is gone")
     if not ctx.node_ready[node]:
         return verdict.Why(cause=lost, text="the node is NotReady")
+    if node in ctx.held_by:  # issue 29: its pods wait on a node another CD holds
+        return verdict.Why(cause=verdict.Cause.FORMING, text=ctx.held_by[node])
     if node in ctx.full:
         return verdict.Why(
             cause=verdict.Cause.FULL,

@@ -43,6 +43,7 @@ from compute_domains.controller import (
     caches,
     config,
     events,
+    heldnodes,
     kubeapi,
     metrics,
     status,
@@ -116,13 +117,18 @@ class StatusSync:
         nodes = {n.name for c in cliques for n in c.to_nodes()} | {p.node_name for p in pods}
         nodes |= {c.node for c in workload if c.node}
         nodes |= {n.name for n in (previous.nodes if previous is not None else ())}
-        node_ready, node_cliques = {}, {}
+        node_ready, node_cliques, held_by = {}, {}, {}
         for name in nodes - {""}:
             node = self._cache.nodes.get("", name)
             if node is not None:
                 node_ready[name] = status.node_is_ready(node)
                 labels = (node.metadata.labels if node.metadata else None) or {}
                 node_cliques[name] = labels.get(names.GPU_CLIQUE_LABEL, "")
+                holder = heldnodes.holder(node)
+                if holder and holder != cd.uid:
+                    held_by[name] = heldnodes.held_text(
+                        self._cd_name(holder), [c for c in workload if c.node == name]
+                    )
         max_nodes = self._settings.daemon.max_nodes_per_imex_domain
         waiting = self._cache.pending_of(cd.uid)
         derived = status.derive(
@@ -140,6 +146,7 @@ class StatusSync:
             extra=() if extra is None else (extra,),
             waiting=waiting,
             holders=self._cache.holders_besides(cd.uid) if waiting else (),
+            held_by=held_by,
         )
         failures: list[errors.ComputeDomainsError] = []
         try:
@@ -155,6 +162,12 @@ class StatusSync:
         if failures:
             raise failures[0]
         return derived.status
+
+    def _cd_name(self, domain_uid: str) -> str:
+        raw = self._cache.cd(domain_uid)
+        if raw is None:
+            return domain_uid
+        return f"{raw.metadata.namespace}/{raw.metadata.name} ({domain_uid})"
 
     def _stored(self, cd: ComputeDomain) -> ComputeDomainStatus | None:
         """The status as stored now (the cache, which holds our own last write)."""

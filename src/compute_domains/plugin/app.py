@@ -136,7 +136,7 @@ class Plugin:
         def on_holder_change(holder: str) -> None:
             logger.info("node held by: %s", holder or "none (free)", extra={"node": s.node_name})
             if publisher is not None:
-                publisher.poke()
+                publisher.poke(delay=s.holder_publish_delay_s)
 
         device_state = state.DeviceState(
             node=s.node_name,

@@ -140,6 +140,11 @@ class PluginSettings:
     channel_slots: int = 8
     """Channel devices published per node (``channel-0..K-1``): how many workload claims (pods)
     of one ComputeDomain can share this node."""
+    holder_publish_delay_s: float = 0.0
+    """Seconds between a change of the node's holder and the republish of the ResourceSlice that
+    advertises it. 0 (production): at once. A fault drill's knob (issue 29): the e2e race test
+    sets it so that two ComputeDomains' claims are both allocated on a node before its holder
+    shows, the interleaving a busy scheduler produces by chance."""
     strict_fabric: bool = True
     """Refuse to start while a GPU's NVLink fabric is registering or in error (upstream's
     ``CrashOnNVLinkFabricErrors``); False treats such GPUs as not fabric-attached."""
@@ -156,6 +161,10 @@ class PluginSettings:
         if not 1 <= self.channel_slots <= MAX_CHANNEL_SLOTS:
             raise errors.ConfigError(
                 f"channel slots must be in 1..{MAX_CHANNEL_SLOTS}, got {self.channel_slots}"
+            )
+        if not 0 <= self.holder_publish_delay_s <= 30:
+            raise errors.ConfigError(
+                f"holder publish delay must be in 0..30 s, got {self.holder_publish_delay_s}"
             )
         retry = self.retry
         if retry.readiness_timeout_s >= retry.budget_s or retry.budget_s >= 45.0:

@@ -19,8 +19,9 @@ selects ``!has(attrs.domain) || attrs.domain == "<X's UID>"``, so the scheduler 
 free nodes or on X's own nodes (up to K pods each), and never on a node held by another CD.
 The scheduler only sees a new holder once the slice is republished, so two CDs racing for one
 free node can both be allocated there; the loser's prepare then fails with a clear, retryable
-"held by another ComputeDomain" error until the holder leaves. ``daemon-0`` carries no holder
-attribute: daemon pods are placed by the node label.
+"held by another ComputeDomain" error, and the controller re-places the loser's pod when a
+controller owns it, or reports why it waits (``controller/heldnodes.py``, docs/status.md).
+``daemon-0`` carries no holder attribute: daemon pods are placed by the node label.
 """
 
 from __future__ import annotations

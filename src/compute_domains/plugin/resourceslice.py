@@ -49,9 +49,13 @@ class SlicePublisher:
         """Set once the wanted content was written (or found) at least once."""
         self._fields: dict[str, Any] = {"spec.nodeName": node, "spec.driver": names.DRIVER_NAME}
 
-    def poke(self) -> None:
-        """Recompute and republish soon (the holder changed)."""
-        self._dirty.set()
+    def poke(self, delay: float = 0.0) -> None:
+        """Recompute and republish soon (the holder changed); after ``delay`` seconds if given
+        (``PluginSettings.holder_publish_delay_s``, a fault drill's knob)."""
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._dirty.set)
+        else:
+            self._dirty.set()
 
     async def run(self) -> None:
         """Publish, then follow the slices until cancelled."""

@@ -289,17 +289,24 @@ async def workload_claim(
     domain_uid: str,
     node: str,
     pod: Pod | None = None,
+    owned: bool = False,
 ) -> ResourceClaim:
     """A workload (channel) claim of CD ``domain_uid``, allocated to ``node`` as the scheduler
-    would, and reserved for ``pod`` when given; ``node`` "": left unallocated."""
+    would, and reserved for ``pod`` when given; ``node`` "": left unallocated; ``owned``: made
+    for ``pod`` (the pod is its controller owner, as for a claim from the pod's template)."""
     config = {
         "apiVersion": names.API_VERSION,
         "kind": names.CHANNEL_CONFIG_KIND,
         "domainID": domain_uid,
         "allocationMode": "Single",
     }
+    meta: dict[str, Any] = {"name": name, "namespace": ns}
+    if owned:
+        assert pod is not None and pod.metadata is not None
+        ref = {"apiVersion": "v1", "kind": "Pod", "controller": True, "blockOwnerDeletion": True}
+        meta["ownerReferences"] = [ref | {"name": pod.metadata.name, "uid": pod.metadata.uid}]
     body = {
-        "metadata": {"name": name, "namespace": ns},
+        "metadata": meta,
         "spec": {
             "devices": {
                 "requests": [
