@@ -46,6 +46,7 @@ from compute_domains.daemon import (
     peers,
     probe,
     readiness,
+    session,
     steps,
     supervisor,
 )
@@ -186,8 +187,21 @@ class Daemon:
                 f"restart #{exit_.restarts} in {exit_.restart_delay:.1f}s",
             )
 
+        def post_in_use(message: str) -> None:
+            for on_domain in (False, True):
+                recorder.post(
+                    events.WARNING, events.IMEX_SESSION_IN_USE, message, on_domain=on_domain
+                )
+
+        in_use = session.SessionWatch(ident.node_name, post_in_use)
+
+        def on_output(line: str) -> None:
+            self.health.imex_output()
+            in_use.on_line(line)
+
         def on_restart(exit_: supervisor.ChildExit) -> None:
             self.health.imex_exited()
+            in_use.on_exit()  # before the restart Event: the cause first
             post_restart(exit_)
 
         def on_started() -> None:
@@ -201,7 +215,7 @@ class Daemon:
             settings=s.supervisor,
             rng=self._rng,
             on_restart=on_restart,
-            on_output=self.health.imex_output,
+            on_output=on_output,
             programs=self._programs,
         )
         updater = peers.PeerUpdater(s.peers, imex, max_nodes=s.max_nodes, on_started=on_started)

@@ -109,9 +109,10 @@ async def pump_until_exit(
     name: str,
     log: Log,
     drain_timeout: float,
-    on_line: Callable[[], None] | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> int:
-    """Log the child's output until it exits (``on_line`` after each line); its exit status."""
+    """Log the child's output until it exits (``on_line`` with each line, after logging it);
+    its exit status."""
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
         asyncio.create_task(_pump(proc.stdout, log, on_line), name=f"{name}-stdout"),
@@ -130,7 +131,9 @@ async def pump_until_exit(
     return returncode
 
 
-async def _pump(stream: asyncio.StreamReader, log: Log, on_line: Callable[[], None] | None) -> None:
+async def _pump(
+    stream: asyncio.StreamReader, log: Log, on_line: Callable[[str], None] | None
+) -> None:
     while True:
         try:
             raw = await stream.readline()
@@ -143,4 +146,4 @@ async def _pump(stream: asyncio.StreamReader, log: Log, on_line: Callable[[], No
         line = raw.decode(errors="replace").rstrip("\r\n")
         log.log(imex_line_level(line), "%s", line)
         if on_line is not None:
-            on_line()
+            on_line(line)

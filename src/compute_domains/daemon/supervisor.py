@@ -16,7 +16,8 @@ Contract (STYLE §2.4):
 * With ``parent_death_signal`` set, no child outlives us even when we are killed (``childproc``).
 * The child is started by a ``launcher.Launcher`` (a process by default; the simulator's
   virtual nodes pass an in-process one): supervision is the same either way.
-* ``on_output`` is called after each line the child prints (the own IMEX check's cue).
+* ``on_output`` is called with each line the child prints, after it is logged (the own IMEX
+  check's cue; the daemon also reads IMEX's refusal to start from it, ``daemon.session``).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Supervisor:
         cwd: Path | None = None,
         rng: random.Random | None = None,
         on_restart: Callable[[ChildExit], None] | None = None,
-        on_output: Callable[[], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
         log: logging.Logger | None = None,
         programs: launcher.Launcher | None = None,
     ) -> None:
