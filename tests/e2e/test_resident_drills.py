@@ -11,8 +11,10 @@ A host ``nvidia-imex.service`` holding the node's IMEX session (upstream #524): 
 IMEX on one node refuses to start with ``NV_ERR_IN_USE`` while a ``session-in-use`` flag file
 exists (its config, the per-CD template the agent renders, names the flag folder). The CD gets
 a Warning ``ImexSessionInUse`` Event naming the node and the fix, from the agent (which may
-create Events in the CD's namespace), and stays NotReady; once the flag goes (the service is
-masked), the agent's next retry starts IMEX and the CD turns Ready.
+create Events in the CD's namespace), and stays NotReady with a message naming the node and
+the held session (the agent pod's ``compute-domains/imex-blocked`` annotation); once the flag
+goes (the service is masked), the agent's next retry starts IMEX, the CD turns Ready and the
+annotation goes.
 """
 
 from __future__ import annotations
@@ -192,8 +194,16 @@ async def test_a_host_imex_holding_the_session_is_reported_on_the_cd(
     assert f"node {VICTIM}" in (event.message or "")
     assert "host nvidia-imex.service" in (event.message or "")
     assert "systemctl disable --now nvidia-imex.service" in (event.message or "")
-    st = await helpers.cd_status(admin, name)
-    assert st.get("status") == "NotReady", st
+
+    async def in_status() -> str:
+        # The CD's status names the node and the cause (from the agent pod's annotation).
+        st = await helpers.cd_status(admin, name)
+        message = str(_ready_condition(st).get("message", ""))
+        held = f"node {VICTIM}: nvidia-imex cannot start" in message and "held" in message
+        return message if st.get("status") == "NotReady" and held else ""
+
+    message = await _eventually_slow(in_status, 60, "the CD status naming the held session")
+    assert "host nvidia-imex.service; disable and mask it" in message, message
 
     (folder / "faults/session-in-use").unlink()  # the operator masked the host service
 
@@ -202,5 +212,7 @@ async def test_a_host_imex_holding_the_session_is_reported_on_the_cd(
         return st.get("status") == "Ready" and await helpers.pod_ready(admin, "inuse")
 
     await _eventually_slow(ready, 120, "the CD Ready once the session is free")
+    (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
+    assert names.IMEX_BLOCKED_ANNOTATION not in (agent.metadata.annotations or {})  # type: ignore[union-attr]
     await admin.delete(Pod, "inuse", namespace="default")
     await admin.delete(computedomain.ComputeDomainResource, name, namespace="default")

@@ -110,6 +110,7 @@ class Daemon:
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
         self._pod: readiness.PodReadiness | None = None
+        self._session: session.SessionWatch | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -194,6 +195,7 @@ class Daemon:
                 )
 
         in_use = session.SessionWatch(ident.node_name, post_in_use)
+        self._session = in_use
 
         def on_output(line: str) -> None:
             self.health.imex_output()
@@ -255,6 +257,7 @@ class Daemon:
             "own-imex-check": self.health.run(),
             "pod-readiness": pod.run(),
             "events": recorder.run(),
+            "session-note": in_use.run(self._client, ident, retry=s.retry, rng=self._rng),
         }
         async with asyncio.TaskGroup() as tg:
             for name, coro in work.items():
@@ -263,6 +266,8 @@ class Daemon:
     def _own_check_changed(self, ok: bool) -> None:
         if ok:
             self.steps.mark(steps.IMEX_READY)
+            if self._session is not None:
+                self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
 

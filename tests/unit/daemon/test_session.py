@@ -32,3 +32,14 @@ def test_other_exits_are_not_reported() -> None:
     watch.on_line("[ERROR] something else failed")
     watch.on_exit()  # the next child did not say it: no report
     assert len(posted) == 1
+
+
+def test_the_pod_note_is_set_on_a_report_and_cleared_when_imex_passes_its_check() -> None:
+    watch = session.SessionWatch("n", lambda _: None)
+    assert watch.note == ""
+    watch.on_line(IN_USE)
+    watch.on_exit()
+    assert watch.note == session.IN_USE_NOTE
+    assert "host nvidia-imex.service" in watch.note and "NV_ERR_IN_USE" in watch.note
+    watch.imex_ok()
+    assert watch.note == ""
