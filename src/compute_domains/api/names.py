@@ -112,6 +112,11 @@ absent while it has lost none. An annotation, not a field of the entry: the cliq
 NVIDIA's, and an unknown field of an entry would be pruned by the API server."""
 
 
+IMEX_BLOCKED_ANNOTATION: Final = "compute-domains/imex-blocked"
+"""On a daemon (or resident agent) pod while its ``nvidia-imex`` cannot start for a reason a
+person must act on (a host ``nvidia-imex.service`` holding the node's IMEX session): what is
+wrong, in words; the CD status names it for the node. Removed once IMEX passes its own check."""
+
 WARM_NODES_ANNOTATION: Final = "compute-domains/warm-nodes"
 """On a ComputeDomain (ours only; NVIDIA's driver ignores it): a label selector of the nodes that
 get the CD's daemon before any workload claim is prepared there (warm spares, issue 16). Its own

@@ -51,6 +51,9 @@ class DaemonPod:
     """The pod's ``cliqueID`` label: None until the daemon set it, "" on non-fabric nodes."""
     restarts: int = 0
     """The highest ``restartCount`` of its containers (a reboot counts as a restart)."""
+    blocked: str = ""
+    """Why its IMEX cannot start, from its ``compute-domains/imex-blocked`` annotation (the
+    daemon sets it, e.g. a host nvidia-imex.service holding the session); "" for nothing."""
 
     @classmethod
     def from_pod(cls, pod: Any) -> DaemonPod:
@@ -70,6 +73,7 @@ class DaemonPod:
             ready=ready,
             clique_id=(meta.labels or {}).get(names.CLIQUE_ID_LABEL),
             restarts=max((c.restartCount or 0 for c in containers), default=0),
+            blocked=(meta.annotations or {}).get(names.IMEX_BLOCKED_ANNOTATION, ""),
         )
 
 
@@ -305,6 +309,8 @@ def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
         text = "its IMEX daemon pod is gone" if cause is lost else "waiting for its IMEX daemon pod"
         return verdict.Why(cause=cause, text=text)
     pod = next((p for p in pods if p.ip == entry.ip_address), pods[0])
+    if pod.blocked and not pod.ready:  # the daemon says why its IMEX cannot start
+        return verdict.Why(cause=cause, text=pod.blocked)
     if pod.restarts and not pod.ready:
         return verdict.Why(
             cause=lost, text=f"its IMEX daemon is restarting (restart {pod.restarts})"

@@ -49,6 +49,7 @@ from compute_domains.daemon import (
     peerwatch,
     probe,
     readiness,
+    session,
     steps,
     supervisor,
 )
@@ -112,6 +113,7 @@ class Daemon:
         self.membership: membership.Membership | None = None
         """The clique membership, once built."""
         self._pod: readiness.PodReadiness | None = None
+        self._session: session.SessionWatch | None = None
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -189,8 +191,18 @@ class Daemon:
                 f"restart #{exit_.restarts} in {exit_.restart_delay:.1f}s",
             )
 
+        def post_in_use(message: str) -> None:
+            for on_domain in (False, True):
+                recorder.post(
+                    events.WARNING, events.IMEX_SESSION_IN_USE, message, on_domain=on_domain
+                )
+
+        in_use = session.SessionWatch(ident.node_name, post_in_use)
+        self._session = in_use
+
         def on_restart(exit_: supervisor.ChildExit) -> None:
             self.health.imex_exited()
+            in_use.on_exit()  # before the restart Event: the cause first
             post_restart(exit_)
 
         def on_started() -> None:
@@ -208,7 +220,8 @@ class Daemon:
 
         def on_output(line: str) -> None:
             self.health.imex_output()
-            watch.cue(line)
+            in_use.on_line(line)  # IMEX's refusal to start (NV_ERR_IN_USE)
+            watch.cue(line)  # IMEX's disconnect lines cue the peer watch
 
         argv = [*s.imex_command, "-c", str(s.imex.config_path)]
         imex = supervisor.Supervisor(
@@ -262,6 +275,7 @@ class Daemon:
             "peer-watch": watch.run(),
             "pod-readiness": pod.run(),
             "events": recorder.run(),
+            "session-note": in_use.run(self._client, ident, retry=s.retry, rng=self._rng),
         }
         async with asyncio.TaskGroup() as tg:
             for name, coro in work.items():
@@ -270,6 +284,8 @@ class Daemon:
     def _own_check_changed(self, ok: bool) -> None:
         if ok:
             self.steps.mark(steps.IMEX_READY)
+            if self._session is not None:
+                self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
 

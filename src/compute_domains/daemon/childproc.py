@@ -111,7 +111,8 @@ async def pump_until_exit(
     drain_timeout: float,
     on_line: Callable[[str], None] | None = None,
 ) -> int:
-    """Log the child's output until it exits (``on_line`` with each line); its exit status."""
+    """Log the child's output until it exits (``on_line`` with each line, after logging it);
+    its exit status."""
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
         asyncio.create_task(_pump(proc.stdout, log, on_line), name=f"{name}-stdout"),

@@ -1,4 +1,5 @@
-"""Kubernetes Events on the daemon's own pod: what an operator must see (clique full, restarts).
+"""Kubernetes Events on the daemon's own pod (clique full, restarts) and, for what the CD's owner
+must see (IMEX session in use), on its ComputeDomain.
 
 ``post()`` is synchronous and never blocks (a supervisor hook or a sync path calls it); the
 ``run()`` task hands each Event to ``infra.kube.events.Recorder``, which aggregates a repeat of
@@ -17,6 +18,7 @@ from typing import Final
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import ObjectReference
 
+from compute_domains.api import names
 from compute_domains.daemon.config import Identity
 from compute_domains.infra.kube import events as kube_events
 
@@ -31,6 +33,8 @@ CLIQUE_FULL: Final = "CliqueFull"
 """Our node cannot join: every slot of the clique is taken."""
 IMEX_RESTARTED: Final = "ImexRestarted"
 """nvidia-imex exited unexpectedly and is restarted after a backoff."""
+IMEX_SESSION_IN_USE: Final = "ImexSessionInUse"
+"""nvidia-imex cannot start: another nvidia-imex (a host service) holds the node's session."""
 
 _QUEUE_LIMIT = 64
 
@@ -40,7 +44,7 @@ class PodEvents:
 
     def __init__(self, client: AsyncClient, ident: Identity, *, remember: int = 64) -> None:
         self._ident = ident
-        self._queue: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue(_QUEUE_LIMIT)
+        self._queue: asyncio.Queue[tuple[bool, str, str, str]] = asyncio.Queue(_QUEUE_LIMIT)
         self._recorder = kube_events.Recorder(
             client,
             component=COMPONENT,
@@ -49,10 +53,13 @@ class PodEvents:
             remember=remember,
         )
 
-    def post(self, kind: str, reason: str, message: str) -> None:
-        """Queue one Event (dropped with a warning when the queue is full)."""
+    def post(self, kind: str, reason: str, message: str, *, on_domain: bool = False) -> None:
+        """Queue one Event on our pod, or with ``on_domain`` on our ComputeDomain (dropped
+        with a warning when the queue is full; ``on_domain`` without a known CD name: on the
+        pod instead)."""
+        on_domain = on_domain and bool(self._ident.domain_name and self._ident.domain_namespace)
         try:
-            self._queue.put_nowait((kind, reason, message))
+            self._queue.put_nowait((on_domain, kind, reason, message))
         except asyncio.QueueFull:
             logger.warning("event queue full; dropping %s %s: %s", kind, reason, message)
 
@@ -66,6 +73,13 @@ class PodEvents:
             namespace=ident.pod_namespace,
             uid=ident.pod_uid,
         )
+        domain = ObjectReference(
+            apiVersion=names.API_VERSION,
+            kind=names.COMPUTE_DOMAIN_KIND,
+            name=ident.domain_name,
+            namespace=ident.domain_namespace,
+            uid=ident.domain_uid or None,
+        )
         while True:
-            kind, reason, message = await self._queue.get()
-            await self._recorder.emit(pod, kind, reason, message)
+            on_domain, kind, reason, message = await self._queue.get()
+            await self._recorder.emit(domain if on_domain else pod, kind, reason, message)

@@ -16,8 +16,9 @@ Contract (STYLE §2.4):
 * With ``parent_death_signal`` set, no child outlives us even when we are killed (``childproc``).
 * The child is started by a ``launcher.Launcher`` (a process by default; the simulator's
   virtual nodes pass an in-process one): supervision is the same either way.
-* ``on_output`` is called with each line the child prints (the own IMEX check's cue, and the
-  peer watch's).
+* ``on_output`` is called with each line the child prints, after it is logged (the own IMEX
+  check's cue, the peer watch's; the daemon also reads IMEX's refusal to start from it,
+  ``daemon.session``).
 """
 
 from __future__ import annotations

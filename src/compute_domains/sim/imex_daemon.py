@@ -93,6 +93,7 @@ class ImexDaemon:
                 node_config_file=self._paths(config.node_config_file),
                 log_file_name=config.log_file_name and str(self._paths(Path(config.log_file_name))),
                 cmd_unix_path=config.cmd_unix_path and str(self._paths(Path(config.cmd_unix_path))),
+                fault_dir=config.fault_dir and self._paths(config.fault_dir),
             )
         log = imex_log.open_log(
             config.log_file_name,

@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource, Readiness
-from compute_domains.daemon import imexconfig
+from compute_domains.daemon import events, imexconfig
 from compute_domains.sim import state
 from tests.integration.daemon import pods
 from tests.integration.daemon.conftest import StartController
@@ -235,8 +235,10 @@ async def test_an_imex_that_keeps_failing_is_restarted_with_backoff(
     pod_owner: Any,
     start_controller: StartController,
 ) -> None:
-    """The simulated IMEX refuses to start (NV_ERR_IN_USE) while a fault flag exists; a sidecar
-    removes the flag after a while, and the next restart comes up."""
+    """The simulated IMEX refuses to start (NV_ERR_IN_USE, as with a host nvidia-imex.service
+    holding the session) while a fault flag exists; each refusal is reported as
+    ImexSessionInUse on the pod and on the CD; a sidecar removes the flag after a while, and
+    the next restart comes up."""
     ns = driver_ns
     await start_controller(1)
     clique_id = await pods.node_clique(admin, NODES[2])
@@ -284,6 +286,25 @@ async def test_an_imex_that_keeps_failing_is_restarted_with_backoff(
     assert delays[-1][1] > 2 * delays[0][1]
     log = await pods.log_of(admin, "daemon-crashy", ns, "compute-domain-daemon")
     assert "NV_ERR_IN_USE" in log
+    # Not a silent retry: the pod and the CD each get a Warning naming the node and the fix
+    # (upstream #524), one Event whose count grows with the retries.
+    cd_name = compute_domain.metadata.name
+    for involved in ("daemon-crashy", cd_name):
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            found = await pods.events_for(admin, ns, involved, events.IMEX_SESSION_IN_USE)
+            if found and (found[0].count or 1) >= 2:
+                break
+            assert asyncio.get_running_loop().time() < deadline, (involved, found)
+            await asyncio.sleep(0.5)
+        (event,) = found
+        assert event.type == "Warning" and event.involvedObject.uid in (
+            ready.metadata.uid,  # type: ignore[union-attr]
+            compute_domain.metadata.uid,
+        )
+        assert f"node {NODES[2]}" in (event.message or "")
+        assert "host nvidia-imex.service" in (event.message or "")
+        assert "systemctl mask nvidia-imex.service" in (event.message or "")
     clique = await pods.wait_clique(
         admin, ns, _clique_name(compute_domain, clique_id), pods.all_ready({NODES[2]})
     )

@@ -313,6 +313,23 @@ def test_a_restarting_daemon_makes_its_node_not_ready() -> None:
     )
 
 
+def test_a_daemon_whose_imex_cannot_start_says_why_for_its_node() -> None:
+    blocked = status.DaemonPod(
+        name="p-a", node_name="a", ip="1", ready=False, clique_id=C1, blocked="the session is held"
+    )
+    st = _derive(
+        cliques=[_clique(C1, ("a", "1", "NotReady"))],
+        pods=[blocked],
+        node_ready={"a": True},
+        workload=_held("a"),
+    ).status
+    assert _ready_condition(st) == (
+        "False",
+        "Forming",
+        "0 of 1 nodes Ready; waiting for node a: the session is held",
+    )
+
+
 def test_a_full_clique_names_the_node_that_cannot_join() -> None:
     st = _derive(
         cliques=[_clique(C1, ("a", "1", R))],
@@ -445,7 +462,11 @@ def test_daemon_pod_summary_from_a_pod() -> None:
 
     pod = Pod.from_dict(
         {
-            "metadata": {"name": "d", "labels": {"resource.nvidia.com/computeDomain.cliqueID": ""}},
+            "metadata": {
+                "name": "d",
+                "labels": {"resource.nvidia.com/computeDomain.cliqueID": ""},
+                "annotations": {"compute-domains/imex-blocked": "held"},
+            },
             "spec": {"nodeName": "n", "containers": [{"name": "c"}]},
             "status": {
                 "phase": "Running",
@@ -455,7 +476,7 @@ def test_daemon_pod_summary_from_a_pod() -> None:
         }
     )
     assert status.DaemonPod.from_pod(pod) == status.DaemonPod(
-        name="d", node_name="n", ip="10.0.0.1", ready=True, clique_id=""
+        name="d", node_name="n", ip="10.0.0.1", ready=True, clique_id="", blocked="held"
     )
 
 

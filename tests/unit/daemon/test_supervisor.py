@@ -102,10 +102,8 @@ def _py(script: str) -> list[str]:
 async def test_child_output_is_logged_line_by_line_with_the_child_key(
     log: logging.Logger, lines: Lines
 ) -> None:
-    outputs: list[int] = []
-    sup = supervisor.Supervisor(
-        _py(ECHO), settings=_settings(), log=log, on_output=lambda line: outputs.append(1)
-    )
+    outputs: list[str] = []
+    sup = supervisor.Supervisor(_py(ECHO), settings=_settings(), log=log, on_output=outputs.append)
     async with supervising(sup):
         assert await sup.start()
         assert not await sup.start()  # already running
@@ -113,7 +111,9 @@ async def test_child_output_is_logged_line_by_line_with_the_child_key(
         failed = await lines.wait_for("something failed")
         assert ready.levelno == logging.INFO and ready.child == "imex"
         assert failed.levelno == logging.ERROR and failed.child == "imex"
-        assert len(outputs) == 2  # the own IMEX check's cue: one call per line, either stream
+        # The own IMEX check's cue and the session check's input: each line, either stream.
+        assert sorted(o.split()[0] for o in outputs) == ["[Jan", "ready"], outputs
+        assert any(o.endswith("something failed") for o in outputs), outputs
         assert await sup.stop() == -signal.SIGTERM
         assert not sup.running and sup.restarts == 0
 

@@ -1,0 +1,132 @@
+"""Resident-agent drills on process-mode nodes, where the agent is a process that can be killed.
+
+``test_resident_drills``' agent-pod deletion runs here too (first), on process nodes.
+
+kill -9 of a node's agent mid-formation (issue 26 point 4): as soon as the agent on one node has
+taken up the CD (its pod carries the CD label), its process gets SIGKILL. Its ``nvidia-imex``
+child dies with it (parent-death signal), the kubelet restarts the container, and the new
+agent picks the CD up again from the Node's label. The CD must still converge: Ready with both
+nodes, indices 0 and 1, one agent pod per node serving it, and exactly one ``nvidia-imex`` per
+node (two in all; the killed agent's is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import Deployment
+
+from compute_domains.api import computedomain, names
+from compute_domains.containers import procs
+from compute_domains.sim import state, topology
+from tests.e2e import helpers
+from tests.e2e.test_resident_agents import _agents, resident  # noqa: F401  (the fixture)
+from tests.e2e.test_resident_drills import (  # noqa: F401  (the drill, on process nodes too)
+    VICTIM,
+    _all_ready,
+    _eventually,
+    test_deleting_a_nodes_agent_pod_goes_notready_then_ready_on_the_same_indices,
+)
+
+pytestmark = pytest.mark.timeout(1200)
+SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
+NODES_MODE = "process"
+CD = "kill-cd"
+NODES = ("gb200-r0-n00", VICTIM)
+
+
+def _env(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (part.decode(errors="replace").partition("=") for part in raw.split(b"\0") if part)
+    return {k: v for k, _, v in pairs}
+
+
+def _processes(paths: state.SimPaths, mark: str) -> list[tuple[int, dict[str, str]]]:
+    recorded = state.read_state(paths)
+    assert recorded is not None
+    found = []
+    for pid in helpers._descendants(recorded.supervisor_pid):
+        line = " ".join(procs.pid_cmdline(pid))
+        if mark in line:
+            found.append((pid, _env(pid)))
+    return found
+
+
+def _agent_pids(paths: state.SimPaths, node: str) -> list[int]:
+    return [p for p, env in _processes(paths, "agent run") if env.get("NODE_NAME") == node]
+
+
+def _imex_by_node() -> dict[str, list[int]]:
+    """Every simulated nvidia-imex on this machine, by its NODE_NAME (inherited from its agent):
+    all of /proc, not only the sim's descendants, so an orphaned one counts too."""
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and "imex_main imex" in " ".join(
+            procs.pid_cmdline(int(entry.name))
+        ):
+            node = _env(int(entry.name)).get("NODE_NAME", "")
+            found.setdefault(node, []).append(int(entry.name))
+    return {node: pids for node, pids in found.items() if node in NODES}
+
+
+async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_per_node(
+    admin: AsyncClient,
+    resident: state.SimPaths,  # noqa: F811  (the fixture imported above)
+) -> None:
+    async def agents_ready() -> bool:
+        pods = await _agents(admin)
+        return len(pods) == 2 and all(helpers.ready(p) for p in pods)
+
+    await _eventually(agents_ready, 180, "an agent pod Ready on each node")
+    (victim_pid,) = _agent_pids(resident, VICTIM)
+    uid = await helpers.create_cd(admin, CD, num_nodes=2)
+    await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2))
+
+    # Mid-formation: the moment the victim's agent has taken the CD up (labelled its pod).
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 180
+    while not [
+        p for p in await helpers.daemon_pods(admin, uid) if p.spec and p.spec.nodeName == VICTIM
+    ]:
+        assert loop.time() < deadline, "the victim's agent never took the CD up"
+        await asyncio.sleep(0.1)
+    was_ready = await _all_ready(admin, CD) is not None
+    os.kill(victim_pid, signal.SIGKILL)
+    t0 = loop.time()
+
+    async def converged() -> dict[str, int] | None:
+        now = await _all_ready(admin, CD)
+        pids = _agent_pids(resident, VICTIM)
+        return now if now is not None and pids and victim_pid not in pids else None
+
+    indices = await _eventually(converged, 120, "the CD Ready again after the agent's kill -9")
+    print(
+        f"\nagent on {VICTIM} killed (-9) mid-formation (CD Ready before: {was_ready}): "
+        f"Ready after {loop.time() - t0:.1f}s"
+    )
+    assert sorted(indices.values()) == [0, 1], indices
+    (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
+    assert agent.status is not None and agent.status.containerStatuses
+    assert agent.status.containerStatuses[0].restartCount >= 1  # the same pod, restarted
+    serving = await helpers.daemon_pods(admin, uid)
+    assert sorted(str(p.spec.nodeName) for p in serving if p.spec) == ["gb200-r0-n00", VICTIM]
+    assert all(names.CLIQUE_ID_LABEL in (p.metadata.labels or {}) for p in serving if p.metadata)
+    # One nvidia-imex per node: the killed agent's child did not survive beside the new one's.
+    imex = _imex_by_node()
+    assert sorted(imex) == list(NODES) and all(len(p) == 1 for p in imex.values()), imex
+
+    await admin.delete(Deployment, CD, namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
+
+    async def released() -> bool:
+        return not await helpers.daemon_pods(admin, uid) and not _imex_by_node()
+
+    await _eventually(released, 120, "no agent serving the CD and no nvidia-imex left")
