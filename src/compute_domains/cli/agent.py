@@ -26,7 +26,7 @@ from compute_domains.cli import daemon as daemon_cli
 from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import launcher
 from compute_domains.daemon.config import DaemonSettings
-from compute_domains.infra import errors, kube, tasks
+from compute_domains.infra import kube, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +127,7 @@ async def run_agent(
     try:
         await agent.run()
     except ExceptionGroup as group_:
-        leaves = tasks.leaves(group_)
-        summary = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
-        raise errors.ComputeDomainsError(f"agent failed: {summary}") from leaves[0]
+        error = tasks.one_error("agent", group_)
+        raise error from error.__cause__
     finally:
         await client.close()

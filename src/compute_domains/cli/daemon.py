@@ -30,7 +30,7 @@ from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import app, imexconfig, launcher, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
-from compute_domains.infra import errors, kube, logs, tasks
+from compute_domains.infra import kube, logs, tasks
 
 AGENT_IMEX_CONFIG = "imexd.agent.cfg"
 """Name of a resident agent's own IMEX config in a CD's per-CD folder."""
@@ -225,9 +225,7 @@ async def run_daemon(
     try:
         await daemon.run()
     except ExceptionGroup as group_:
-        # Each task's failure was logged with its traceback; print one clear line per cause.
-        leaves = tasks.leaves(group_)
-        summary = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
-        raise errors.ComputeDomainsError(f"daemon failed: {summary}") from leaves[0]
+        error = tasks.one_error("daemon", group_)
+        raise error from error.__cause__
     finally:
         await client.close()

@@ -64,3 +64,13 @@ def leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
     for exc in group.exceptions:
         out.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
+
+
+def one_error(what: str, group: BaseExceptionGroup[Any]) -> errors.ComputeDomainsError:
+    """One error naming every cause in ``group`` (``<what> failed: Type: msg; ...``), chained
+    to the first; each task's failure was already logged with its traceback."""
+    causes = leaves(group)
+    summary = "; ".join(f"{type(e).__name__}: {e}" for e in causes)
+    error = errors.ComputeDomainsError(f"{what} failed: {summary}")
+    error.__cause__ = causes[0]
+    return error
