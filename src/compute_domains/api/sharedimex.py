@@ -1,0 +1,143 @@
+"""The per-clique isolation scope: one shared IMEX domain per clique, one channel per CD (pure).
+
+Contract between the components (docs/isolation.md, docs/decisions/0015):
+
+- **A CD's scope** is fixed when the controller first sees the CD: the annotation
+  ``compute-domains/imex-scope`` (``perDomain`` or ``perClique``) set by the user is kept; a CD
+  without it gets the cluster's default written onto it. A CD never changes scope while it
+  exists, so switching the cluster's default applies to new CDs only.
+- **The shared registry** of clique ``C`` is the ComputeDomainClique ``shared-imex.<C>`` in the
+  driver namespace, labelled ``compute-domains/imex-scope=perClique`` and with the clique ID
+  label, and *without* the CD label (no CD's teardown touches it). Its ``daemons`` list holds one
+  entry per node whose resident agent runs the clique's shared ``nvidia-imex`` (the agent writes
+  its own entry: index by ``ComputeDomainClique.with_registered``, so a node keeps its index for
+  good, and its readiness). Its annotations ``compute-domains/channel.<cdUID>`` hold the channel
+  number of each per-clique CD that has ever prepared a claim on the clique; a number is unique
+  within the registry (``allocate``), in ``[FIRST_CHANNEL, CHANNEL_LIMIT)``, kept while the CD
+  exists and released by the controller's teardown of the CD.
+- **A node serving CD X in the per-clique scope** carries the annotation
+  ``compute-domains/channel.<X>=<n>`` (the plugin writes it when it prepares X's first claim on
+  the node and removes it with X's last), and the label ``compute-domains/shared-imex=on`` while
+  its agent is to run (or runs) the shared IMEX; the plugin sets the label, the agent follows it.
+- **The scheduler sees a node's scope** through the channel slots' ``domain`` attribute
+  (``names.CHANNEL_HOLDER_ATTRIBUTE``): ``SHARED_HOLDER`` on a node in the per-clique scope, a
+  CD's UID on a node a per-domain CD holds, none on a free node. A per-clique CD's template
+  selects free or ``SHARED_HOLDER`` nodes (``channel_selector``), a per-domain CD's free or its
+  own, so neither ever lands on a node of the other scope.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final
+
+from compute_domains.api import names
+
+SCOPE_ANNOTATION: Final = "compute-domains/imex-scope"
+"""On a ComputeDomain: its isolation scope (a ``Scope`` value)."""
+SCOPE_LABEL: Final = SCOPE_ANNOTATION
+"""On a shared registry: ``perClique``."""
+SHARED_IMEX_LABEL: Final = "compute-domains/shared-imex"
+"""On a Node: ``on`` while its agent is to run the clique's shared IMEX."""
+SHARED_IMEX_ON: Final = "on"
+CHANNEL_ANNOTATION_PREFIX: Final = "compute-domains/channel."
+"""``<prefix><cdUID>``: on a registry, the CD's channel in that clique; on a Node, the channel the
+node serves the CD with."""
+SHARED_HOLDER: Final = "shared-imex"
+"""The ``domain`` attribute value of a node in the per-clique scope (never a CD UID)."""
+FIRST_CHANNEL: Final = 1
+"""Lowest channel handed to a CD: channel 0 is every host-managed IMEX's default channel, and a
+pod given channel 0 by another driver must not import a per-clique CD's memory."""
+CHANNEL_LIMIT: Final = 2048
+"""Channel numbers are ``< CHANNEL_LIMIT`` (the driver's ``channel0`` … ``channel2047``)."""
+_REGISTRY_PREFIX: Final = "shared-imex."
+
+
+class Scope(enum.StrEnum):
+    """Isolation scope of a ComputeDomain (the ``compute-domains/imex-scope`` annotation)."""
+
+    PER_DOMAIN = "perDomain"
+    PER_CLIQUE = "perClique"
+
+
+class ChannelsExhaustedError(Exception):
+    """Every channel number of the clique's shared IMEX domain is taken."""
+
+
+def scope_of(annotations: Mapping[str, str] | None, default: Scope = Scope.PER_DOMAIN) -> Scope:
+    """The scope a CD's annotations name; ``default`` when absent.
+
+    Raises:
+        ValueError: the annotation names no scope (its message says which values exist).
+    """
+    raw = (annotations or {}).get(SCOPE_ANNOTATION)
+    if raw is None:
+        return default
+    try:
+        return Scope(raw)
+    except ValueError:
+        known = ", ".join(s.value for s in Scope)
+        raise ValueError(f"annotation {SCOPE_ANNOTATION}={raw!r} is not one of {known}") from None
+
+
+def registry_name(clique_id: str) -> str:
+    """Name of the shared registry of clique ``clique_id``: ``shared-imex.<cliqueID>``."""
+    return f"{_REGISTRY_PREFIX}{clique_id}"
+
+
+def is_registry_name(name: str) -> bool:
+    """Whether ``name`` is a shared registry's (not a CD's ``<cdUID>.<cliqueID>``)."""
+    return name.startswith(_REGISTRY_PREFIX)
+
+
+def channel_key(domain_uid: str) -> str:
+    """The annotation key of CD ``domain_uid``'s channel."""
+    return f"{CHANNEL_ANNOTATION_PREFIX}{domain_uid}"
+
+
+def channels(annotations: Mapping[str, str] | None) -> dict[str, int]:
+    """CD UID → channel, from a registry's or a Node's annotations (malformed values skipped)."""
+    out: dict[str, int] = {}
+    for key, value in (annotations or {}).items():
+        if not key.startswith(CHANNEL_ANNOTATION_PREFIX):
+            continue
+        try:
+            channel = int(value)
+        except ValueError:
+            continue
+        if FIRST_CHANNEL <= channel < CHANNEL_LIMIT:
+            out[key.removeprefix(CHANNEL_ANNOTATION_PREFIX)] = channel
+    return out
+
+
+def allocate(annotations: Mapping[str, str] | None, domain_uid: str) -> tuple[int, bool]:
+    """CD ``domain_uid``'s channel in a registry: ``(channel, new)``.
+
+    The CD's existing number when it has one (``new`` False); else the lowest number no other CD
+    holds (``new`` True: the caller writes ``channel_key(domain_uid)`` with a precondition).
+
+    Raises:
+        ChannelsExhaustedError: every number in ``[FIRST_CHANNEL, CHANNEL_LIMIT)`` is taken.
+    """
+    held = channels(annotations)
+    if domain_uid in held:
+        return held[domain_uid], False
+    taken = set(held.values())
+    for channel in range(FIRST_CHANNEL, CHANNEL_LIMIT):
+        if channel not in taken:
+            return channel, True
+    raise ChannelsExhaustedError(
+        f"all {CHANNEL_LIMIT - FIRST_CHANNEL} IMEX channels of the clique are held by other "
+        "ComputeDomains"
+    )
+
+
+def channel_selector() -> str:
+    """CEL of a per-clique CD's workload claim: a channel slot of a free node or of a node in
+    the per-clique scope (never one a per-domain CD holds)."""
+    attr = f'device.attributes["{names.DRIVER_NAME}"]'
+    return (
+        f"!has({attr}.{names.CHANNEL_HOLDER_ATTRIBUTE}) || "
+        f'{attr}.{names.CHANNEL_HOLDER_ATTRIBUTE} == "{SHARED_HOLDER}"'
+    )
