@@ -136,6 +136,12 @@ def node_cmd(ctx: click.Context, output: str, json_file: Path | None, driver_roo
     show_default=True,
     help="Channel M of the other-channel importer.",
 )
+@click.option(
+    "--per-clique",
+    is_flag=True,
+    help="Take N and M from the per-clique scope's allocator: the channels two ComputeDomains "
+    "on one clique get (overrides --channel and --other-channel).",
+)
 @click.option("--all-gpus", is_flag=True, help="Give every container all GPUs, not only its own.")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds.")
 @click.pass_context
@@ -146,10 +152,15 @@ def channels_cmd(
     work_dir: Path | None,
     same: int,
     other: int,
+    per_clique: bool,
     all_gpus: bool,
     timeout: float,
 ) -> None:
     """Show that a channel from the plugin's CDI output grants fabric memory (needs root)."""
+    scope = "perDomain (Single mode: channel 0) unless --channel/--other-channel say otherwise"
+    if per_clique:
+        same, other = channels.per_clique_pair()
+        scope = "perClique: channels api.sharedimex.allocate gives two CDs on one clique"
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
     env |= {"PYTHONPATH": _python_path(), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
     env |= nccl.NVLS_OFF
@@ -162,6 +173,7 @@ def channels_cmd(
             extra_system_dirs=(str(_package_root()),),
             same_channel=same,
             other_channel=other,
+            scope=scope,
             timeout_s=timeout,
             all_gpus=all_gpus,
         )

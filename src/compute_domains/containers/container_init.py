@@ -102,6 +102,12 @@ def _system(spec: dict[str, Any], root: Path) -> None:
         if layers is not None and host in _IMAGE_DIRS:
             own = os.path.join(image, host.lstrip("/")) if image else ""
             _overlay([own, host] if own and os.path.isdir(own) else [host], target, layers)
+            # An overlay shows only the lower folder's own filesystem, not what is mounted
+            # below it: a GPU host's driver libraries often live on a mount of their own
+            # (e.g. /usr/local/nvidia), which the container must see as a bind would show it.
+            for sub in submounts(host, _mount_points()):
+                if os.path.isdir(sub):
+                    _bind(sub, _inside(root, sub), readonly=True)
         else:
             _bind(host, target, readonly=True)
         shown.add(host.lstrip("/").split("/", 1)[0])
@@ -110,6 +116,27 @@ def _system(spec: dict[str, Any], root: Path) -> None:
         for entry in sorted(Path(image).iterdir()):
             if entry.is_dir() and entry.name not in shown and entry.name not in _NOT_IMAGE:
                 _overlay([str(entry)], root / entry.name, layers)
+
+
+def _mount_points() -> list[str]:
+    """Mount points of this mount namespace, from ``/proc/self/mountinfo`` (field 5)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as info:
+            lines = info.read().splitlines()
+    except OSError:
+        return []
+    return [line.split()[4].replace("\\040", " ") for line in lines if len(line.split()) > 4]
+
+
+def submounts(top: str, points: list[str]) -> list[str]:
+    """The outermost mount points strictly below ``top``, in order (nested ones come with
+    their parent's recursive bind)."""
+    below = sorted({p for p in points if p.startswith(top.rstrip("/") + "/")})
+    outer: list[str] = []
+    for point in below:
+        if not any(point.startswith(o + "/") for o in outer):
+            outer.append(point)
+    return outer
 
 
 def _inside(root: Path, path: str) -> Path:

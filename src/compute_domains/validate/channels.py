@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compute_domains.api import sharedimex
 from compute_domains.containers import runtime
 from compute_domains.infra import cdispec, errors
 from compute_domains.plugin import cdi, discovery
@@ -47,6 +48,8 @@ class ChannelSettings:
     """Channel N of the exporter and the same-channel importer (the plugin's Single mode: 0)."""
     other_channel: int = 1
     """Channel M of the other-channel importer."""
+    scope: str = ""
+    """Where N and M come from (a fact of the report)."""
     timeout_s: float = 120.0
     """Overall limit for the workloads."""
     all_gpus: bool = False
@@ -55,6 +58,16 @@ class ChannelSettings:
     """Host device folder (GPU node numbers are read there)."""
     gpus_dir: Path = host.DRIVER_GPUS
     """The driver's per-GPU information folders (device minors)."""
+
+
+def per_clique_pair() -> tuple[int, int]:
+    """The channels of two CDs on one clique in the per-clique scope: CD A's (the exporter's and
+    the same-channel importer's) and CD B's (the other-channel importer's), as the plugin's
+    allocation in the clique's shared registry hands them out (``api.sharedimex``)."""
+    first, _ = sharedimex.allocate({}, "validate-cd-a")
+    held = {sharedimex.channel_key("validate-cd-a"): str(first)}
+    second, _ = sharedimex.allocate(held, "validate-cd-b")
+    return first, second
 
 
 def validate(settings: ChannelSettings, *, nvml: Any | None = None) -> report.Report:
@@ -194,6 +207,7 @@ def build_report(
         ("driver version", node.driver_version),
         ("imex channel major", str(node.channel_major)),
         ("channels", f"N={settings.same_channel}, M={settings.other_channel}"),
+        ("channel source", settings.scope or "given"),
         ("exporter GPU", f"{work[0].gpu} ({gpus[work[0].gpu].pci_bus_id})"),
         (
             "importer GPU",
@@ -204,7 +218,11 @@ def build_report(
     )
     data = {
         "channel_major": node.channel_major,
-        "channels": {"same": settings.same_channel, "other": settings.other_channel},
+        "channels": {
+            "same": settings.same_channel,
+            "other": settings.other_channel,
+            "source": settings.scope,
+        },
         "claim_specs": {uid: cdispec.spec_document(c.spec) for uid, c in claims.items()},
         "workloads": [
             {

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from compute_domains.api import sharedimex
 from compute_domains.infra import cdispec, errors
-from compute_domains.validate import cuda_probe, scenarios, workloads
+from compute_domains.validate import channels, cuda_probe, scenarios, workloads
 from compute_domains.validate.report import Status
 from compute_domains.validate.scenarios import Expect
 
@@ -172,3 +173,11 @@ def test_nodes_without_numbers_take_the_host_nodes(tmp_path: Path) -> None:
 def test_host_gpus_need_the_control_node(tmp_path: Path) -> None:
     with pytest.raises(workloads.WorkloadError, match="nvidiactl"):
         workloads.host_gpus([], dev_root=tmp_path)
+
+
+def test_the_per_clique_pair_is_what_two_cds_on_one_clique_get() -> None:
+    """``--per-clique`` checks the numbers the scope's allocator hands out: two different
+    channels, neither of them 0 (every host-managed IMEX's shared channel)."""
+    same, other = channels.per_clique_pair()
+    assert (same, other) == (sharedimex.FIRST_CHANNEL, sharedimex.FIRST_CHANNEL + 1)
+    scenarios.plan([0, 1], same, other)  # a valid plan: the two channels differ
