@@ -1,8 +1,9 @@
 """The keys NVIDIA's v25.12.0 chart documents, with their default values (facts, not its file).
 
 Written out from ``deployments/helm/nvidia-dra-driver-gpu/values.yaml`` at tag v25.12.0: every
-documented key and its default, nothing else. The chart tests render our chart with these values
-(as a user switching charts would pass them) and check that our schema knows every key.
+documented key and its default, nothing else; ``UNDOCUMENTED`` adds the keys its templates read
+that its values file does not list. The chart tests render our chart with these values (as a
+user switching charts would pass them) and check that our schema knows every key.
 """
 
 from __future__ import annotations
@@ -136,6 +137,15 @@ def defaults() -> dict[str, Any]:
             "networkPolicy": {"enabled": False},
         },
     }
+
+
+UNDOCUMENTED = (
+    "namespace",
+    "nvidiaCtkPath",
+    "maskNvidiaDriverParams",
+    "webhook.serviceAccount.annotations",
+)
+"""Keys NVIDIA's v25.12.0 templates read that its values.yaml does not list (``.Values.<key>``)."""
 
 
 def nfd_affinity() -> dict[str, Any]:
