@@ -1,29 +1,36 @@
-"""ResidentAgent: follow our Node's CD label and run that CD's daemon in-process while it is set.
+"""ResidentAgent: follow our Node's labels and run, in-process, what they ask for: one
+per-domain CD's daemon, or the clique's shared IMEX.
 
-``ResidentAgent.run()`` serves, when it has a metrics port, ``/readyz`` (the served CD's daemon's
-own IMEX check; passing while no CD is served or the node has no clique ID) and ``/metrics`` (the
-served daemon's), and meanwhile:
+``ResidentAgent.run()`` serves, when it has a metrics port, ``/readyz`` (the own IMEX check of
+what runs: the served CD's daemon's or the shared IMEX's; passing while nothing runs or the
+node has no clique ID) and ``/metrics`` (theirs), and meanwhile:
 
-1. follows our Node by watch (``infra.kube.watch``: list, then watch from its version, re-list on
-   410, back off on errors; no polling) and keeps the latest :class:`Assignment` it asks for
-   (``labels.assignment_of``);
-2. serves one CD at a time, the latest wanted one, unless that CD ``X`` has its own per-CD
-   DaemonSet (made before the switch to resident agents: its pod serves ``X``, and a second
-   ``nvidia-imex`` must not start; the agent logs that and leaves ``X`` alone). To serve ``X``:
-   read its name and namespace (log lines), label our pod
-   ``resource.nvidia.com/computeDomain=X``, then run ``daemon.app.Daemon`` with the settings
-   the CLI's factory builds for ``X`` as a task: it writes ``X``'s IMEX files in the per-CD
-   folder, labels our pod with the clique ID (asking the controller for a clique slot), starts
-   ``nvidia-imex`` and registers, exactly as ``X``'s own daemon pod would. To stop: remove both
-   labels from our pod first (so the controller no longer counts us for ``X`` and will not
-   give the entry back), then cancel the daemon, which stops IMEX and removes our clique entry
-   (bounded by ``stop_timeout``; a daemon that does not stop in time ends the agent, so a
-   second IMEX never starts beside a stuck one).
+1. follows our Node by watch (``kubeops.node_wants``, no polling) and keeps the latest
+   :class:`config.Wants` it asks for: a per-domain CD (the CD label) and/or the clique's shared
+   IMEX (``compute-domains/shared-imex=on`` with a clique ID). Only a change of those wakes the
+   agent: annotations (a CD's channel on the node) and status writes never do;
+2. runs one thing at a time, as ``plan.choose`` says (what runs is kept while it is asked
+   for; the shared IMEX comes before a per-domain CD when both are asked of an idle agent).
+   A per-domain CD ``X`` is not served when it has its own per-CD DaemonSet (made before the
+   switch to resident agents: its pod serves ``X``, and a second ``nvidia-imex`` must not
+   start; the agent logs that and leaves ``X`` alone). To serve ``X``: read its name and
+   namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
+   ``daemon.app.Daemon`` with the settings the CLI's factory builds for ``X`` as a task: it
+   writes ``X``'s IMEX files in the per-CD folder, labels our pod with the clique ID (asking the
+   controller for a clique slot), starts ``nvidia-imex`` and registers, exactly as ``X``'s own
+   daemon pod would. To stop: remove both labels from our pod first (so the controller no
+   longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
+   stops IMEX and removes our clique entry. The shared IMEX is ``shared.SharedImex``, run with
+   the factory's settings for the pseudo-domain ``config.SHARED_FOLDER`` (files in
+   ``<domains_dir>/shared-imex/``); it registers itself in ``shared-imex.<clique>``; to stop,
+   it is cancelled: IMEX stops, its entry goes NotReady and keeps its index. Either stop is
+   bounded by ``stop_timeout``: one that does not end in time ends the agent, so a second IMEX
+   never starts beside a stuck one.
 
-Invariant: at most one daemon, so at most one ``nvidia-imex``, runs on the node; a change of CD
-stops the old daemon before the new one starts. A daemon that fails ends ``run()`` with its
-error (the container restarts, as a per-CD daemon pod's would); on cancellation (SIGTERM) the
-served CD is stopped as above, then ``run()`` ends.
+Invariant: at most one daemon or shared IMEX, so at most one ``nvidia-imex``, runs on the node;
+a change stops the old one before the new one starts. One that fails ends ``run()`` with its
+error (the container restarts, as a per-CD daemon pod's would); on cancellation (SIGTERM) what
+runs is stopped as above, then ``run()`` ends.
 """
 
 from __future__ import annotations
@@ -32,23 +39,27 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
-import httpx2 as httpx
-from lightkube import ALL_NS, AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
+from lightkube import AsyncClient
 
-from compute_domains.agent import labels
-from compute_domains.agent.config import AgentSettings, Assignment, DaemonFactory, Domain
-from compute_domains.api import names
-from compute_domains.api.computedomain import ComputeDomainResource
+from compute_domains.agent import kubeops, plan, shared
+from compute_domains.agent.config import (
+    AgentSettings,
+    Assignment,
+    DaemonFactory,
+    Domain,
+    Shared,
+    Wants,
+    shared_domain,
+)
+from compute_domains.api import names, sharedimex
 from compute_domains.daemon import app as daemon_app
-from compute_domains.daemon import kubeio, launcher
+from compute_domains.daemon import launcher
 from compute_domains.infra import errors, tasks
 from compute_domains.infra import metrics as infra_metrics
-from compute_domains.infra.kube import watch
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +70,8 @@ class ResidentAgent:
     Args:
         settings: the agent's settings.
         client: API client (the agent pod's ServiceAccount).
-        daemon_settings: builds the daemon settings for one CD (``cli.daemon``'s builder).
+        daemon_settings: builds the daemon settings for one CD, or for the pseudo-domain of
+            the shared IMEX (``cli.daemon``'s builder).
         programs: how ``nvidia-imex`` runs (child processes when None; the simulator's virtual
             nodes pass an in-process launcher).
         rng: randomness for backoff jitter.
@@ -79,21 +91,26 @@ class ResidentAgent:
         self._factory = daemon_settings
         self._programs = programs
         self._rng = rng or random.Random()
-        self._wanted: Assignment | None = None
+        self._wanted = Wants()
         self._changed = asyncio.Event()
         self._log = logging.LoggerAdapter(logger, {"node": settings.node_name})
         self.serving: Domain | None = None
         """The CD served now (for tests and diagnostics)."""
         self.daemon: daemon_app.Daemon | None = None
         """The served CD's daemon, while one runs."""
+        self.shared: shared.SharedImex | None = None
+        """The clique's shared IMEX, while it runs."""
+        self._running: plan.Running | None = None
         self._task: asyncio.Task[None] | None = None
         self._declined: Assignment | None = None
+        self._warned = ""
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
 
         Raises:
-            ExceptionGroup: a served CD's daemon failed, or the probe port cannot be bound.
+            ExceptionGroup: a served CD's daemon or the shared IMEX failed, or the probe port
+                cannot be bound.
         """
         s = self._settings
         self._log.info(
@@ -118,24 +135,11 @@ class ResidentAgent:
     # ---- what the node asks -------------------------------------------------------------
 
     async def _follow_node(self) -> None:
-        s = self._settings
         listed = False
-        async for item in watch.stream(
-            self._client,
-            Node,
-            name=f"Node {s.node_name}",
-            namespace=None,
-            fields={"metadata.name": s.node_name},
-            retry=s.retry,
-            rng=self._rng,
-        ):
-            if isinstance(item, watch.Listed):
-                node = item.objects[0] if item.objects else None
-            else:
-                node = None if item.type == "DELETED" else item.obj
-            wanted = labels.assignment_of(labels.node_labels(node))
+        async for wanted in kubeops.node_wants(self._client, self._settings, self._rng):
             if wanted != self._wanted or not listed:
-                # Node status writes are frequent; only a change of what it asks wakes us.
+                # Node status writes and annotations are frequent; only a change of what it
+                # asks wakes us (a CD's channel annotation never restarts the shared IMEX).
                 self._wanted = wanted
                 self._changed.set()
             listed = True
@@ -148,26 +152,39 @@ class ResidentAgent:
             while True:
                 await self._next_change()
                 wanted = self._wanted
-                if wanted != self._declined:
+                if wanted.domain != self._declined:
                     self._declined = None  # the node asks anew: look at the next ask afresh
-                current = self.serving.assignment if self.serving is not None else None
-                if wanted == current and not first:
+                choice = plan.choose(self._running, wanted, self._declined)
+                self._note(choice.warning, wanted)
+                if choice.keep:
                     continue
-                if self.serving is not None:
+                if self._running is not None:
                     await self._stop()
-                elif first and wanted is None:
+                elif first and not isinstance(choice.start, Assignment):
                     # A restarted container may find its pod still labelled from before.
                     await self._label(None)
                 first = False
-                if wanted is not None and wanted != self._declined:
-                    await self._start(wanted)
+                if isinstance(choice.start, Shared):
+                    await self._start_shared(choice.start)
+                elif choice.start is not None:
+                    await self._start(choice.start)
         finally:
-            if self.serving is not None:
+            if self._running is not None:
                 with contextlib.suppress(Exception):
                     await self._stop()
 
+    def _note(self, warning: str, wanted: Wants) -> None:
+        if wanted.shared_without_clique and not warning:
+            warning = (
+                f"label {sharedimex.SHARED_IMEX_LABEL}={sharedimex.SHARED_IMEX_ON} is set but "
+                f"the node has no {names.GPU_CLIQUE_LABEL} label: no shared IMEX to run"
+            )
+        if warning and warning != self._warned:
+            self._log.warning("%s", warning)
+        self._warned = warning
+
     async def _next_change(self) -> None:
-        """Until the node asks something new; raises the served daemon's failure meanwhile."""
+        """Until the node asks something new; raises what runs' failure meanwhile."""
         task = self._task
         if task is None:
             await self._changed.wait()
@@ -179,65 +196,84 @@ class ResidentAgent:
                 waiter.cancel()
             if task.done():
                 task.result()  # a failure ends the agent (see _guarded)
-                raise errors.ComputeDomainsError("the served CD's daemon ended by itself")
+                raise errors.ComputeDomainsError(f"{task.get_name()} ended by itself")
         self._changed.clear()
 
     async def _start(self, wanted: Assignment) -> None:
-        if await self._has_own_daemonset(wanted.domain_uid):
+        uid = wanted.domain_uid
+        if await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log):
             # Made while the controller created per-CD DaemonSets: that DaemonSet's pod runs
             # this CD's IMEX here, and a second nvidia-imex must never start beside it.
             self._declined = wanted
             self._log.warning(
                 "CD %s has its own DaemonSet %s (created in perComputeDomain mode): its pod "
                 "serves it; not serving it here",
-                wanted.domain_uid,
-                names.daemon_object_name(wanted.domain_uid),
+                uid,
+                names.daemon_object_name(uid),
             )
             return
         self._declined = None
-        name, namespace = await self._describe(wanted.domain_uid)
+        name, namespace = await kubeops.describe(self._client, uid, self._log)
         domain = Domain(
             assignment=wanted,
             name=name,
             namespace=namespace,
-            domain_dir=self._settings.domains_dir / wanted.domain_uid,
+            domain_dir=self._settings.domains_dir / uid,
         )
         settings = self._factory(domain)
         await asyncio.to_thread(_make_dir, domain.domain_dir)
-        await self._label(wanted.domain_uid)
+        await self._label(uid)
         daemon = daemon_app.Daemon(settings, self._client, rng=self._rng, programs=self._programs)
-        self.serving, self.daemon = domain, daemon
+        self.serving, self.daemon, self._running = domain, daemon, wanted
         self._log.info(
-            "serving CD %s/%s (uid %s, clique %r)",
-            namespace,
-            name,
-            wanted.domain_uid,
-            wanted.clique_id,
+            "serving CD %s/%s (uid %s, clique %r)", namespace, name, uid, wanted.clique_id
         )
-        self._task = asyncio.create_task(self._guarded(daemon), name=f"daemon-{wanted.domain_uid}")
+        self._task = asyncio.create_task(
+            self._guarded(daemon.run, "the daemon of the served CD"), name=f"daemon-{uid}"
+        )
 
-    async def _guarded(self, daemon: daemon_app.Daemon) -> None:
-        # A daemon that fails ends the agent with its error (the container restarts), as a
-        # failing per-CD daemon ends its pod's container.
+    async def _start_shared(self, wanted: Shared) -> None:
+        domain = shared_domain(self._settings, wanted)
+        settings = self._factory(domain)
+        await asyncio.to_thread(_make_dir, domain.domain_dir)
+        imex = shared.SharedImex(settings, self._client, programs=self._programs, rng=self._rng)
+        self.shared, self._running = imex, wanted
+        self._log.info("running the shared IMEX of clique %r", wanted.clique_id)
+        self._task = asyncio.create_task(
+            self._guarded(imex.run, "the clique's shared IMEX"), name="shared-imex"
+        )
+
+    async def _guarded(self, work: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
+        # What fails ends the agent with its error (the container restarts), as a failing
+        # per-CD daemon ends its pod's container.
         try:
-            await daemon.run()
+            await work()
         except asyncio.CancelledError:
             raise
         except BaseException as err:
-            self._log.error("the daemon of the served CD failed: %s", err)
-            raise errors.ComputeDomainsError(f"daemon failed: {err}") from err
+            self._log.error("%s failed: %s", what, err)
+            raise errors.ComputeDomainsError(f"{what} failed: {err}") from err
 
     async def _stop(self) -> None:
-        domain, task = self.serving, self._task
-        if domain is None:
+        running, task = self._running, self._task
+        if running is None:
             return
-        uid = domain.assignment.domain_uid
-        # Unlabel first: the controller then neither counts us for the CD nor gives our clique
-        # entry back while the daemon removes it. Bounded: a stop must end even without the API.
-        try:
-            await asyncio.wait_for(self._label(None), self._settings.stop_timeout)
-        except (TimeoutError, errors.ComputeDomainsError) as err:
-            self._log.warning("could not unlabel our pod for CD %s: %s", uid, err)
+        domain = self.serving
+        what = (
+            f"the shared IMEX of clique {running.clique_id!r}"
+            if isinstance(running, Shared)
+            else f"serving CD {domain.namespace}/{domain.name} (uid {running.domain_uid})"
+            if domain is not None
+            else f"serving CD {running.domain_uid}"
+        )
+        if isinstance(running, Assignment):
+            # Unlabel first: the controller then neither counts us for the CD nor gives our
+            # clique entry back while the daemon removes it. Bounded: a stop must end even
+            # without the API.
+            try:
+                await asyncio.wait_for(self._label(None), self._settings.stop_timeout)
+            except (TimeoutError, errors.ComputeDomainsError) as err:
+                self._log.warning("could not unlabel our pod for %s: %s", what, err)
         if task is not None and not task.done():
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=self._settings.stop_timeout)
@@ -245,64 +281,28 @@ class ResidentAgent:
                 # Its IMEX may still run: starting another would make two on the node. End the
                 # agent instead; its process exit takes the IMEX child with it.
                 raise errors.ComputeDomainsError(
-                    f"the daemon of CD {uid} did not stop within {self._settings.stop_timeout:.0f}s"
+                    f"{what} did not stop within {self._settings.stop_timeout:.0f}s"
                 )
-        self.serving, self.daemon, self._task = None, None, None
-        self._log.info("stopped serving CD %s/%s (uid %s)", domain.namespace, domain.name, uid)
-
-    async def _has_own_daemonset(self, domain_uid: str) -> bool:
-        name = names.daemon_object_name(domain_uid)
-        try:
-            await self._client.get(DaemonSet, name, namespace=self._settings.pod_namespace)
-        except (httpx.HTTPError, OSError) as err:
-            if kubeio.status_code(err) != 404:
-                self._log.warning("cannot read DaemonSet %s (%s); serving the CD", name, err)
-            return False
-        return True
-
-    async def _describe(self, domain_uid: str) -> tuple[str, str]:
-        """The CD's name and namespace ("", "" when it cannot be read; logs only)."""
-        try:
-            async for cd in self._client.list(ComputeDomainResource, namespace=ALL_NS):
-                meta = cd.metadata
-                if meta is not None and meta.uid == domain_uid:
-                    return meta.name or "", meta.namespace or ""
-        except (httpx.HTTPError, OSError) as err:
-            self._log.info("cannot read ComputeDomain %s: %s", domain_uid, err)
-        return "", ""
+        self.serving, self.daemon, self.shared = None, None, None
+        self._running, self._task = None, None
+        self._log.info("stopped %s", what)
 
     async def _label(self, serving: str | None) -> None:
-        """Patch our pod's labels for ``serving`` (None: unlabel); temporary failures retry."""
-        s = self._settings
-        attempt = 0
-        while True:
-            try:
-                await self._client.patch(
-                    Pod,
-                    s.pod_name,
-                    labels.pod_label_patch(serving),
-                    namespace=s.pod_namespace,
-                    patch_type=PatchType.MERGE,
-                )
-                return
-            except (httpx.HTTPError, OSError) as err:
-                classified = kubeio.classify(err, f"label pod {s.pod_namespace}/{s.pod_name}")
-                if isinstance(classified, errors.PermanentError):
-                    raise classified from err
-                delay = s.retry.delay(attempt, self._rng)
-                self._log.info("%s; retrying in %.2fs", classified, delay)
-                attempt += 1
-                await asyncio.sleep(delay)
+        await kubeops.label_pod(self._client, self._settings, serving, self._rng, self._log)
 
     # ---- probes -------------------------------------------------------------------------
 
     async def _ready(self) -> bool:
+        if self.shared is not None:
+            return await self.shared.health.answer()
         daemon, domain = self.daemon, self.serving
         if daemon is None or domain is None or not domain.assignment.clique_id:
             return True
         return await daemon.health.answer()
 
     def _render(self) -> bytes:
+        if self.shared is not None:
+            return self.shared.metrics.render()
         return self.daemon.metrics.render() if self.daemon is not None else b""
 
 

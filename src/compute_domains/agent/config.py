@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from compute_domains.api import sharedimex
 from compute_domains.daemon.config import DaemonSettings
 from compute_domains.infra import backoff, errors, kube
 
@@ -26,9 +27,37 @@ class Assignment:
     """The node's ``nvidia.com/gpu.clique`` label; empty without multi-node NVLink."""
 
 
+SHARED_FOLDER = "shared-imex"
+"""The clique's shared IMEX: its folder under ``domains_dir`` (its IMEX files, which the
+per-clique CDs' workloads read), and the ``domain_uid`` of the pseudo-domain whose daemon
+settings it runs with (no CD has that UID: a CD's UID is a UUID)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shared:
+    """The clique's shared IMEX, as a node asks for it: label ``compute-domains/shared-imex=on``
+    and its clique ID."""
+
+    clique_id: str
+    """The node's ``nvidia.com/gpu.clique`` label (never empty: no clique, no shared IMEX)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wants:
+    """What a Node asks of its agent (``labels.wants_of``)."""
+
+    domain: Assignment | None = None
+    """A per-domain CD (its ``resource.nvidia.com/computeDomain`` label)."""
+    shared: Shared | None = None
+    """The clique's shared IMEX."""
+    shared_without_clique: bool = False
+    """The shared-IMEX label is set but the node has no clique ID (nothing to run)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Domain:
-    """One CD the agent serves, with what the daemon's settings need of it."""
+    """One CD the agent serves, with what the daemon's settings need of it (for the shared
+    IMEX: the pseudo-domain :data:`SHARED_FOLDER`)."""
 
     assignment: Assignment
     name: str
@@ -37,6 +66,17 @@ class Domain:
     """The CD's namespace ("" when unknown)."""
     domain_dir: Path
     """Where the CD's per-CD folder is, as the agent's container sees it."""
+
+
+def shared_domain(settings: AgentSettings, wanted: Shared) -> Domain:
+    """The pseudo-domain the clique's shared IMEX runs as: UID and folder
+    :data:`SHARED_FOLDER`, named after its registry (log lines), in the driver namespace."""
+    return Domain(
+        assignment=Assignment(domain_uid=SHARED_FOLDER, clique_id=wanted.clique_id),
+        name=sharedimex.registry_name(wanted.clique_id),
+        namespace=settings.pod_namespace,
+        domain_dir=settings.domains_dir / SHARED_FOLDER,
+    )
 
 
 DaemonFactory = Callable[[Domain], DaemonSettings]

@@ -3,6 +3,8 @@
 * :func:`assignment_of` reads the node's CD label (written by the kubelet plugin's prepare while
   a channel claim of that CD lives on the node) and its clique ID label; None while the node
   serves no CD.
+* :func:`wants_of` adds the per-clique scope: the label ``compute-domains/shared-imex=on``
+  (the plugin's, ``api.sharedimex``) asks for the clique's shared IMEX, which needs a clique ID.
 * :func:`pod_label_patch` is the merge patch that makes the agent's pod carry the CD label
   (NVIDIA's selectors, and our controller's caches, find a node's daemon pod by it) while it
   serves a CD, and neither that label nor the clique ID label (the daemon's request for a
@@ -14,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compute_domains.agent.config import Assignment
-from compute_domains.api import names
+from compute_domains.agent.config import Assignment, Shared, Wants
+from compute_domains.api import names, sharedimex
 
 
 def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
@@ -25,6 +27,18 @@ def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
     if not domain_uid:
         return None
     return Assignment(domain_uid=domain_uid, clique_id=labels.get(names.GPU_CLIQUE_LABEL) or "")
+
+
+def wants_of(labels: Mapping[str, str] | None) -> Wants:
+    """Everything a Node with ``labels`` asks of its agent."""
+    labels = labels or {}
+    asked = labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON
+    clique_id = labels.get(names.GPU_CLIQUE_LABEL) or ""
+    return Wants(
+        domain=assignment_of(labels),
+        shared=Shared(clique_id) if asked and clique_id else None,
+        shared_without_clique=asked and not clique_id,
+    )
 
 
 def node_labels(node: Any | None) -> dict[str, str]:

@@ -7,7 +7,10 @@ edits would give (the CD's identity and the ``/imexd`` paths: the agent learns t
 Node and writes each CD's files in that CD's per-CD folder under ``--domains-dir``), plus
 ``--domains-dir`` itself. ``--metrics-port`` is the agent's own ``/metrics`` and ``/readyz``
 (its probes). For each CD it serves, :func:`factory` builds the daemon settings with the same
-builder as ``daemon run`` (``cli.daemon.daemon_settings`` of ``cli.daemon.domain_options``).
+builder as ``daemon run`` (``cli.daemon.daemon_settings`` of ``cli.daemon.domain_options``); for
+the clique's shared IMEX (node label ``compute-domains/shared-imex=on``) it builds them for the
+pseudo-domain ``shared-imex`` (``agent.config.shared_domain``: files in
+``<domains-dir>/shared-imex``).
 SIGTERM or SIGINT stops the agent (the served CD's IMEX stopped, its clique entry removed, our
 pod unlabelled); after ``--shutdown-timeout`` seconds the process exits anyway.
 """

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from compute_domains.agent import labels
-from compute_domains.agent.config import AgentSettings, Assignment
-from compute_domains.api import names
+from compute_domains.agent.config import AgentSettings, Assignment, Shared, Wants
+from compute_domains.api import names, sharedimex
 from compute_domains.infra import errors
 
 CD = names.COMPUTE_DOMAIN_LABEL
@@ -63,3 +63,25 @@ def test_agent_settings_defaults() -> None:
     s = AgentSettings(node_name="n", pod_name="p", pod_namespace="ns")
     assert s.domains_dir == Path("/domains")
     assert s.metrics_port == 0
+
+
+SHARED = sharedimex.SHARED_IMEX_LABEL
+
+
+@pytest.mark.parametrize(
+    ("node_labels", "wanted"),
+    [
+        (None, Wants()),
+        ({SHARED: "on"}, Wants(shared_without_clique=True)),
+        ({SHARED: "off", CLIQUE: "c.1"}, Wants()),
+        ({SHARED: "on", CLIQUE: "c.1"}, Wants(shared=Shared("c.1"))),
+        (
+            {SHARED: "on", CLIQUE: "c.1", CD: "u1"},
+            Wants(domain=Assignment("u1", "c.1"), shared=Shared("c.1")),
+        ),
+        ({CD: "u1", CLIQUE: "c.1"}, Wants(domain=Assignment("u1", "c.1"))),
+    ],
+    ids=["none", "no-clique", "not-on", "shared", "both", "domain"],
+)
+def test_wants_of_a_node(node_labels: dict[str, str] | None, wanted: Wants) -> None:
+    assert labels.wants_of(node_labels) == wanted

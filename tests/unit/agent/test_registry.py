@@ -1,0 +1,169 @@
+"""The shared registry as an agent plans it: self-registration, stable indices, truthful
+status, NotReady (never removed) at the end, and nothing it did not plan dropped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compute_domains.agent import registry
+from compute_domains.api import names, sharedimex
+from compute_domains.api.clique import CliqueFullError, ComputeDomainClique
+from compute_domains.api.computedomain import Readiness
+
+CLIQUE = "uuid.1"
+NS = "driver"
+READY, NOT_READY = Readiness.READY, Readiness.NOT_READY
+
+
+def _plan(
+    current: ComputeDomainClique | None,
+    node: str,
+    ip: str,
+    status: Readiness = NOT_READY,
+    max_nodes: int = 18,
+) -> ComputeDomainClique | None:
+    return registry.plan(
+        current,
+        node=node,
+        ip=ip,
+        clique_id=CLIQUE,
+        namespace=NS,
+        max_nodes=max_nodes,
+        status=status,
+    )
+
+
+def _stored(clique: ComputeDomainClique | None, version: str = "7") -> ComputeDomainClique:
+    """``clique`` as the API server would return it (a resourceVersion)."""
+    assert clique is not None
+    body = clique.to_dict()
+    body["metadata"] = {**body["metadata"], "resourceVersion": version}
+    return ComputeDomainClique.from_dict(body)
+
+
+def test_a_missing_registry_is_made_with_our_entry_and_no_cd_label_or_owner() -> None:
+    made = _plan(None, "n0", "10.0.0.1")
+    assert made is not None
+    assert made.name == sharedimex.registry_name(CLIQUE) and made.namespace == NS
+    assert made.metadata.labels == {
+        sharedimex.SCOPE_LABEL: "perClique",
+        names.CLIQUE_ID_LABEL: CLIQUE,
+    }
+    assert not made.metadata.ownerReferences
+    (entry,) = made.daemons
+    assert (entry.node_name, entry.ip_address, entry.index, entry.status) == (
+        "n0",
+        "10.0.0.1",
+        0,
+        NOT_READY,
+    )
+    assert entry.clique_id == CLIQUE
+    assert made.remembered_indices() == {"n0": 0}
+
+
+def test_nodes_get_distinct_indices_and_nothing_is_written_twice() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1"))
+    two = _stored(_plan(one, "n1", "10.0.0.2"))
+    assert {d.node_name: d.index for d in two.daemons} == {"n0": 0, "n1": 1}
+    assert _plan(two, "n0", "10.0.0.1") is None
+    assert _plan(two, "n1", "10.0.0.2") is None
+
+
+def test_status_follows_our_check_and_only_ours() -> None:
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    ready = _plan(both, "n1", "10.0.0.2", READY)
+    assert ready is not None
+    assert {d.node_name: d.status for d in ready.daemons} == {"n0": NOT_READY, "n1": READY}
+    assert _plan(_stored(ready), "n1", "10.0.0.2", READY) is None
+
+
+def test_a_new_pod_on_our_node_keeps_the_index_and_reports_its_own_status() -> None:
+    old = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2", READY))
+    new = _plan(old, "n1", "10.0.0.9", NOT_READY)
+    assert new is not None
+    entry = new.daemon("n1")
+    assert entry is not None
+    assert (entry.index, entry.ip_address, entry.status) == (1, "10.0.0.9", NOT_READY)
+
+
+def test_other_writers_annotations_and_labels_are_kept_and_missing_labels_added() -> None:
+    channel = sharedimex.channel_key("cd-a")
+    plugin_made = ComputeDomainClique.from_dict(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.CLIQUE_KIND,
+            "metadata": {
+                "name": sharedimex.registry_name(CLIQUE),
+                "namespace": NS,
+                "resourceVersion": "3",
+                "labels": {"x": "y"},
+                "annotations": {channel: "1"},
+            },
+        }
+    )
+    wanted = _plan(plugin_made, "n0", "10.0.0.1")
+    assert wanted is not None
+    annotations = wanted.metadata.annotations or {}
+    assert annotations[channel] == "1"
+    assert json.loads(annotations[names.LAST_INDICES_ANNOTATION]) == {"n0": 0}
+    assert wanted.metadata.labels == {
+        "x": "y",
+        sharedimex.SCOPE_LABEL: "perClique",
+        names.CLIQUE_ID_LABEL: CLIQUE,
+    }
+    # The replace carries the version read: a concurrent write makes it conflict.
+    assert wanted.metadata.resourceVersion == "3"
+
+
+def test_a_node_that_left_and_returns_gets_its_remembered_index() -> None:
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    # Entries are never removed by agents; were one pruned, lastIndices brings it back.
+    pruned = _stored(both.retaining_nodes({"n1"}))
+    back = _plan(pruned, "n0", "10.0.0.1")
+    assert back is not None and back.daemon("n0") is not None
+    assert back.daemon("n0").index == 0  # type: ignore[union-attr]
+
+
+def test_a_full_registry_refuses_a_new_node() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1", max_nodes=1))
+    with pytest.raises(CliqueFullError):
+        _plan(one, "n1", "10.0.0.2", max_nodes=1)
+
+
+def test_stopping_marks_our_entry_not_ready_and_keeps_it() -> None:
+    ready = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2", READY))
+    stopped = registry.plan_stopped(ready, node="n1", ip="10.0.0.2")
+    assert stopped is not None
+    entry = stopped.daemon("n1")
+    assert entry is not None and (entry.index, entry.status) == (1, NOT_READY)
+    assert len(stopped.daemons) == 2
+    assert registry.plan_stopped(_stored(stopped), node="n1", ip="10.0.0.2") is None
+
+
+@pytest.mark.parametrize(
+    ("node", "ip"), [("n1", "10.0.0.9"), ("n7", "10.0.0.2")], ids=["taken-over", "not-listed"]
+)
+def test_stopping_leaves_an_entry_that_is_not_ours_alone(node: str, ip: str) -> None:
+    ready = _stored(_plan(None, "n1", "10.0.0.2", READY))
+    assert registry.plan_stopped(ready, node=node, ip=ip) is None
+    assert registry.plan_stopped(None, node=node, ip=ip) is None
+
+
+def test_a_registry_made_anew_gives_our_running_imex_its_index_back() -> None:
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    assert both.daemon("n1") is not None
+    # Deleted (its memory with it) while n1's IMEX runs as index 1: n1 asks for 1 again.
+    again = registry.plan(
+        None,
+        node="n1",
+        ip="10.0.0.2",
+        clique_id=CLIQUE,
+        namespace=NS,
+        max_nodes=18,
+        status=READY,
+        index=1,
+    )
+    assert again is not None and again.daemon("n1") is not None
+    assert again.daemon("n1").index == 1  # type: ignore[union-attr]
