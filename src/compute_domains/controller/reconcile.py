@@ -92,6 +92,7 @@ class Reconciler:
             api,
             namespace=settings.namespace,
             channel_nodes=lambda uid: [n.metadata.name or "" for n in cache.channel_nodes_of(uid)],  # type: ignore[union-attr]
+            channel_registries=lambda uid: [r.metadata.name for r in cache.registries_of(uid)],
         )
         self._warm = warm.WarmNodes(api, recorder)
         self._announced: dict[str, frozenset[str]] = {}

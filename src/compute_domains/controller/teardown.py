@@ -14,10 +14,14 @@ of the objects still holds our finalizer.
 Only objects labelled with the CD's UID are touched (found by live, label-selected lists, not
 the cache, so an object created a moment ago is not missed); a node label is removed only while
 it still names this CD (JSON-patch ``test``), so a label another CD set meanwhile survives. A
-channel annotation is removed by a JSON patch that tests its value and removes that one key
-(found on the Nodes with the shared-IMEX label, by a live list, and on those the cache names,
-and on the registries, by a live list), so a concurrent write of any other annotation (another
-CD's channel) is never lost.
+channel annotation is removed by a JSON patch that tests the value of a fresh read and removes
+that one key, so a concurrent write of any other annotation (another CD's channel) is never
+lost. The Nodes and registries that hold it are found through the caches' channel indexes, not a
+live list: in the per-clique scope every GPU Node carries the shared-IMEX label, and listing them
+all at each deletion would cost more than the whole formation; normally the plugin has removed
+a node's annotation with the CD's last claim already (the deletion waited for the claims), and
+an annotation the cache had not seen yet names a CD that no longer exists, which the orphan
+sweep finds in the same indexes and removes.
 
 Orphans (objects naming a CD that no longer exists) get the same steps without the CD
 finalizer, but only after a live list of ComputeDomains confirmed that no CD has that UID.
@@ -62,11 +66,14 @@ class Teardown:
         *,
         namespace: str,
         channel_nodes: Callable[[str], Iterable[str]] = lambda _uid: (),
+        channel_registries: Callable[[str], Iterable[str]] = lambda _uid: (),
     ) -> None:
         self._api = api
         self._namespace = namespace
         self._channel_nodes = channel_nodes
-        """Names of the cached Nodes annotated with a CD's channel (besides the live list)."""
+        """Names of the cached Nodes annotated with a CD's channel."""
+        self._channel_registries = channel_registries
+        """Names of the cached shared registries holding a CD's channel."""
 
     async def run(self, domain_uid: str, *, channels: bool = True) -> None:
         """Every teardown step for ``domain_uid``; raises the first failure after trying all.
@@ -198,41 +205,25 @@ class Teardown:
 
     async def _node_channels(self, domain_uid: str) -> None:
         key = sharedimex.channel_key(domain_uid)
-        live = await self._api.list(
-            Node, labels={sharedimex.SHARED_IMEX_LABEL: sharedimex.SHARED_IMEX_ON}
-        )
-        found: dict[str, Node | None] = {
-            n.metadata.name or "": n for n in live if n.metadata is not None
-        }
-        for name in sorted(set(self._channel_nodes(domain_uid)) - set(found)):
-            found[name] = None  # cached only: read when removing
-        for name, node in sorted(found.items()):
-            if node is None or key in (node.metadata.annotations or {}):  # type: ignore[union-attr]
-                await self._remove_annotation(Node, name, None, key, node)
+        for name in sorted(set(self._channel_nodes(domain_uid))):
+            await self._remove_annotation(Node, name, None, key)
 
     async def _registry_channels(self, domain_uid: str) -> None:
         key = sharedimex.channel_key(domain_uid)
-        live: list[Any] = await self._api.list(
-            ComputeDomainCliqueResource,
-            namespace=self._namespace,
-            labels={sharedimex.SCOPE_LABEL: sharedimex.Scope.PER_CLIQUE.value},
-        )
-        for registry in live:
-            name = registry.metadata.name or ""
-            if sharedimex.is_registry_name(name) and key in (registry.metadata.annotations or {}):
+        for name in sorted(set(self._channel_registries(domain_uid))):
+            if sharedimex.is_registry_name(name):
                 await self._remove_annotation(
-                    ComputeDomainCliqueResource, name, self._namespace, key, registry
+                    ComputeDomainCliqueResource, name, self._namespace, key
                 )
 
     async def _remove_annotation(
-        self, res: Any, name: str, namespace: str | None, key: str, obj: Any | None
+        self, res: Any, name: str, namespace: str | None, key: str
     ) -> None:
-        """Remove annotation ``key`` from the object, testing the value read (``obj``, or a
-        fresh read when None), again after a fresh read when the test fails."""
+        """Remove annotation ``key`` from the object, testing the value of a fresh read, again
+        after another read when the test fails (the value moved)."""
         path = "/metadata/annotations/" + _pointer(key)
         for _ in range(_ATTEMPTS):
-            if obj is None:
-                obj = await self._api.get(res, name, namespace=namespace)
+            obj: Any = await self._api.get(res, name, namespace=namespace)
             value = (obj.metadata.annotations or {}).get(key) if obj is not None else None
             if value is None:
                 return
@@ -244,7 +235,6 @@ class Teardown:
             except kubeapi.NotFound:
                 return
             except kubeapi.Invalid:  # the value moved since the read: read again
-                obj = None
                 continue
             logger.info("removed %s from %s %s", key, res.__name__, name)
             return

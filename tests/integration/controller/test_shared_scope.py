@@ -298,8 +298,15 @@ async def test_teardown_removes_the_cds_channels_and_keeps_the_others(
         await _registry(client, driver_ns, {x: 1, y: 2}, [(n1, "10.8.0.1", "Ready")])
         await _serve(client, n1, {x: 1, y: 2})
         await _serve(client, n2, {x: 1})
-        await wait_for(
-            client, ResourceClaimTemplate, "cd-x-channel", lambda _t: True, namespace=user_ns
+        # The controller has seen both (its status lists the nodes and the channel) before the
+        # deletion: its teardown finds them through its caches.
+        await _status(
+            client,
+            user_ns,
+            "cd-x",
+            lambda c: (
+                set(_nodes(c)) == {n1, n2} and "IMEX channel 1 on clique" in _ready(c)["message"]
+            ),
         )
         await client.delete(ComputeDomainResource, "cd-x", namespace=user_ns)
 
@@ -323,3 +330,36 @@ async def test_teardown_removes_the_cds_channels_and_keeps_the_others(
         assert sharedimex.channels(registry.metadata.annotations) == {y: 2}
         assert [d["nodeName"] for d in registry["daemons"]] == [n1]
         assert [p async for p in client.list(Pod, namespace=driver_ns)] == []
+
+
+async def test_channels_of_a_force_deleted_cd_are_removed_as_orphans(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    """Its finalizer removed by hand: no teardown ran, the channel annotations name a CD that no
+    longer exists; the controller finds them in its channel indexes and removes them."""
+    await start_controller(**RESIDENT)
+    cd = await _cd(client, "cd-f", user_ns)
+    uid = cd.metadata.uid
+    node = f"fa-{uid[:6]}"
+    async with objects.nodes(client, node):
+        await _registry(client, driver_ns, {uid: 1}, [(node, "10.7.0.1", "Ready")])
+        await _serve(client, node, {uid: 1})
+        await _status(client, user_ns, "cd-f", lambda c: node in _nodes(c))
+        await client.patch(
+            ComputeDomainResource,
+            "cd-f",
+            {"metadata": {"finalizers": None}},
+            namespace=user_ns,
+            patch_type=PatchType.MERGE,
+        )
+        await client.delete(ComputeDomainResource, "cd-f", namespace=user_ns)
+        await wait_for(
+            client, Node, node, lambda n: not sharedimex.channels(n.metadata.annotations)
+        )
+        await wait_for(
+            client,
+            ComputeDomainCliqueResource,
+            sharedimex.registry_name(CLIQUE),
+            lambda r: not sharedimex.channels(r.metadata.annotations),
+            namespace=driver_ns,
+        )
