@@ -10,6 +10,11 @@ Types and reasons (docs/status.md explains each and what to do about it):
 - ``Ready``: True with ``AllNodesReady``; False with, in order of precedence,
   ``TemplateConflict``, ``CliqueFull``, ``NodeNotReady``, ``NoWorkload`` or ``Forming``.
   ``status.status`` is ``Ready`` exactly when this condition is True.
+- ``Ready`` False with ``InvalidImexScope``, ``ImexScopeNeedsResidentAgents`` or
+  ``AllocationModeAllNotIsolated`` (first of all): the controller refuses to serve the CD as
+  asked and created nothing for it (docs/status.md "Isolation scope").
+- ``ImexScope``: present only while the CD's ``compute-domains/imex-scope`` annotation disagrees
+  with the scope fixed at creation (reason ``ScopeChangeRefused``; the fixed one is served).
 - ``Deleting``: present only while a deleted ComputeDomain waits for the pods that still hold
   its workload claims (reason ``WaitingForWorkload``, the pods named in the message).
 
@@ -41,6 +46,12 @@ TEMPLATE_CONFLICT: Final = "TemplateConflict"
 NO_WORKLOAD: Final = "NoWorkload"
 PODS_PENDING: Final = "PodsPending"
 PEER_UNREACHABLE: Final = "PeerUnreachable"
+INVALID_IMEX_SCOPE: Final = "InvalidImexScope"
+IMEX_SCOPE_NEEDS_RESIDENT_AGENTS: Final = "ImexScopeNeedsResidentAgents"
+ALLOCATION_MODE_ALL_NOT_ISOLATED: Final = "AllocationModeAllNotIsolated"
+# The ImexScope condition (only while the scope annotation was edited after creation).
+IMEX_SCOPE: Final = "ImexScope"
+SCOPE_CHANGE_REFUSED: Final = "ScopeChangeRefused"
 # Reason of the Deleting condition.
 WAITING_FOR_WORKLOAD: Final = "WaitingForWorkload"
 

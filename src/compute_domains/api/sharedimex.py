@@ -5,7 +5,11 @@ Contract between the components (docs/isolation.md, docs/decisions/0015):
 - **A CD's scope** is fixed when the controller first sees the CD: the annotation
   ``compute-domains/imex-scope`` (``perDomain`` or ``perClique``) set by the user is kept; a CD
   without it gets the cluster's default written onto it. A CD never changes scope while it
-  exists, so switching the cluster's default applies to new CDs only.
+  exists, so switching the cluster's default applies to new CDs only. The controller records the
+  scope it serves in ``compute-domains/imex-scope-fixed`` (``FIXED_SCOPE_ANNOTATION``) at that
+  first reconcile, together with its finalizer; a later edit of ``imex-scope`` is refused (a
+  Warning Event and the ``ImexScope`` condition) and the fixed scope keeps being served, so
+  every component reads a CD's scope with ``effective_scope`` (the fixed one when present).
 - **The shared registry** of clique ``C`` is the ComputeDomainClique ``shared-imex.<C>`` in the
   driver namespace, labelled ``compute-domains/imex-scope=perClique`` and with the clique ID
   label, and *without* the CD label (no CD's teardown touches it). Its ``daemons`` list holds one
@@ -36,6 +40,9 @@ from compute_domains.api import names
 
 SCOPE_ANNOTATION: Final = "compute-domains/imex-scope"
 """On a ComputeDomain: its isolation scope (a ``Scope`` value)."""
+FIXED_SCOPE_ANNOTATION: Final = "compute-domains/imex-scope-fixed"
+"""On a ComputeDomain: the scope the controller fixed at its first reconcile (a ``Scope`` value);
+it wins over ``SCOPE_ANNOTATION`` (``effective_scope``)."""
 SCOPE_LABEL: Final = SCOPE_ANNOTATION
 """On a shared registry: ``perClique``."""
 SHARED_IMEX_LABEL: Final = "compute-domains/shared-imex"
@@ -79,6 +86,24 @@ def scope_of(annotations: Mapping[str, str] | None, default: Scope = Scope.PER_D
     except ValueError:
         known = ", ".join(s.value for s in Scope)
         raise ValueError(f"annotation {SCOPE_ANNOTATION}={raw!r} is not one of {known}") from None
+
+
+def effective_scope(
+    annotations: Mapping[str, str] | None, default: Scope = Scope.PER_DOMAIN
+) -> Scope:
+    """The scope a CD is served in: the fixed one (``FIXED_SCOPE_ANNOTATION``) once the
+    controller wrote it, else what ``scope_of`` reads (a CD the controller has not seen yet).
+
+    Raises:
+        ValueError: no scope is fixed and the annotation names no scope.
+    """
+    fixed = (annotations or {}).get(FIXED_SCOPE_ANNOTATION)
+    if fixed is not None:
+        try:
+            return Scope(fixed)
+        except ValueError:
+            pass  # written by hand: the user's annotation decides, as before admission
+    return scope_of(annotations, default)
 
 
 def registry_name(clique_id: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from compute_domains import controller
+from compute_domains.api import sharedimex
 from compute_domains.cli import serving
 from compute_domains.infra import kube
 
@@ -90,6 +91,16 @@ def group() -> None:
     "(docs/isolation.md). Env IMEX_AGENTS.",
 )
 @click.option(
+    "--imex-scope",
+    envvar="IMEX_SCOPE",
+    type=click.Choice([s.value for s in sharedimex.Scope]),
+    default=sharedimex.Scope.PER_DOMAIN.value,
+    show_default=True,
+    help="Isolation scope written onto a new ComputeDomain without the "
+    "compute-domains/imex-scope annotation (perClique needs --imex-agents resident; "
+    "docs/isolation.md). Env IMEX_SCOPE.",
+)
+@click.option(
     "--leader-election/--no-leader-election",
     envvar="LEADER_ELECTION_ENABLED",
     default=False,
@@ -145,6 +156,7 @@ def run(
     daemon_cpu: str,
     daemon_memory: str,
     imex_agents: str,
+    imex_scope: str,
     leader_election: bool,
     leader_election_lease_name: str,
     pod_name: str,
@@ -177,6 +189,7 @@ def run(
         metrics_address=metrics_address,
         workers=workers,
         imex_agents=imex_agents,
+        default_imex_scope=sharedimex.Scope(imex_scope),
     )
     instance = controller.Controller(settings)
     asyncio.run(serving.serve(instance.run(), "controller", shutdown_timeout))

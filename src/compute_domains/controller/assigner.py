@@ -19,7 +19,11 @@ every CD. One pass over a CD, from the shared caches (which hold our own writes)
 
 Nothing is assigned for a UID without a cached CD (its leftovers are the teardown's), and no
 clique is created for a CD being deleted: its teardown deletes the cliques while the daemon pods
-may still look alive for a moment, and must not find them made again.
+may still look alive for a moment, and must not find them made again. A per-clique CD has no
+cliques of its own (the shared registries ``shared-imex.<cliqueID>`` serve it; their entries
+are the agents' own, ``api.sharedimex``): nothing is assigned or pruned for it, even if an
+agent pod carries its label, and a registry is never written here (it carries no CD label, so
+no CD's index lookup ever finds one; a clique named like one is skipped all the same).
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ from typing import Any
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import (
     ComputeDomainClique,
     ComputeDomainCliqueResource,
 )
 from compute_domains.api.computedomain import DecodeError
-from compute_domains.controller import caches, cliqueindex, config, kubeapi, status
+from compute_domains.api.sharedimex import Scope
+from compute_domains.controller import caches, cliqueindex, config, kubeapi, scope, status
 from compute_domains.infra import errors, workqueue
 
 logger = logging.getLogger(__name__)
@@ -87,7 +92,7 @@ class IndexAssigner:
             errors.ComputeDomainsError: a write failed (retry later).
         """
         cd = self._cache.cd(domain_uid)
-        if cd is None:
+        if cd is None or scope.fixed_scope(cd.metadata.annotations) is Scope.PER_CLIQUE:
             return
         log = {"cd": f"{cd.metadata.namespace}/{cd.metadata.name}"}
         pods = self._cache.pods.by_index(caches.CD_INDEX, domain_uid)
@@ -219,6 +224,8 @@ class IndexAssigner:
     async def _prune(self, domain_uid: str, pod_nodes: set[str], log: dict[str, str]) -> None:
         cliques = []
         for raw in self._cache.cliques.by_index(caches.CD_INDEX, domain_uid):
+            if sharedimex.is_registry_name(raw.metadata.name or ""):
+                continue
             try:
                 cliques.append(ComputeDomainClique.from_resource(raw))
             except DecodeError:

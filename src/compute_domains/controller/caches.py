@@ -6,8 +6,11 @@ Watched (spec §5, narrowed to what we use):
   present; pods also indexed by node;
 - ResourceClaimTemplates, all namespaces, with that label (both targets);
 - ComputeDomainCliques in the driver namespace;
-- Nodes, all (a daemon's node may already have lost its label); indexed by that label and by
-  the warm-spare label ``compute-domains/warm-for`` (``warm``);
+- Nodes, all (a daemon's node may already have lost its label); indexed by that label, by
+  the warm-spare label ``compute-domains/warm-for`` (``warm``) and by the CD UIDs of their
+  channel annotations ``compute-domains/channel.<cdUID>`` (the per-clique CDs they serve);
+- the shared registries ``shared-imex.<cliqueID>`` among the cliques (no CD label), indexed by
+  the CD UIDs of their channel annotations, read by name for a node's clique;
 - ResourceClaims, all namespaces, indexed by the CD UID of their channel config
   (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
   that a CD's deletion waits for; and by the node they are allocated on (``node``);
@@ -19,10 +22,14 @@ and template changes are enqueued at once; pod, clique, claim and node-health ch
 short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only
 when its readiness or its CD label changed, or it was deleted; a change of a Node's labels (or
 a Node added or deleted) also goes, at once, to every CD with the warm-nodes annotation and to
-the CDs its warm label named. Daemon pod and clique changes
-also go to the index assigner (``assigner``), which keeps its own queue. A workload claim's
-change goes, by node name, to the held-node replacer (``replacer``) for the nodes it was and is
-allocated on, and so does a Node whose CD or warm label changed.
+the CDs its warm label named. A change of a Node's channel annotations goes to the CDs added
+or removed, and a change of its readiness (or its deletion) to every CD it serves by channel;
+a change of a shared registry goes to the CDs holding a channel in it and to those the changed
+entries' nodes serve (an IMEX crash there makes each of them NotReady). Daemon pod and
+clique changes also go to the index assigner (``assigner``), which keeps its own queue. A
+workload claim's change goes, by node name, to the held-node replacer (``replacer``) for the
+nodes it was and is allocated on, and so does a Node whose CD, warm or shared-IMEX label
+changed. No watch is opened per CD: the per-clique scope adds indexes to two caches only.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import claims, config, informer, kubeapi, pending
@@ -54,6 +61,26 @@ WARM_INDEX = "warm"
 UID_INDEX = "uid"
 NODE_INDEX = "node"
 CLAIM_INDEX = "claim"
+CHANNEL_INDEX = "channel"
+
+
+def _channel_uids(obj: Any) -> Iterable[str]:
+    """The CD UIDs of an object's channel annotations (a Node or a shared registry)."""
+    return tuple(sharedimex.channels(obj.metadata.annotations))
+
+
+def _channels(obj: Any) -> dict[str, int]:
+    if obj is None or obj.metadata is None:
+        return {}
+    return sharedimex.channels(obj.metadata.annotations)
+
+
+def _entries(registry: Any) -> dict[str, Any]:
+    """A raw registry's ``daemons`` entries by node name."""
+    if registry is None:
+        return {}
+    raw = registry.get("daemons") if hasattr(registry, "get") else None
+    return {str(d.get("nodeName")): d for d in raw or [] if isinstance(d, dict)}
 
 
 def _uid(obj: Any) -> Iterable[str]:
@@ -88,6 +115,7 @@ class Caches:
         self._assign = assign
         self._replace = replace
         self._coalesce = settings.status_coalesce_s
+        self._namespace = settings.namespace
         has_cd = {names.COMPUTE_DOMAIN_LABEL: operators.exists()}
         by_cd = {CD_INDEX: informer.label_indexer(names.COMPUTE_DOMAIN_LABEL)}
         common: dict[str, Any] = {"watch_timeout_s": settings.watch_timeout_s}
@@ -133,8 +161,8 @@ class Caches:
             ComputeDomainCliqueResource,
             name="cliques",
             namespace=settings.namespace,
-            indexers=by_cd,
-            on_change=self._membership,
+            indexers={**by_cd, CHANNEL_INDEX: _channel_uids},
+            on_change=self._clique_changed,
             **common,
         )
         self.nodes: informer.Informer[Node] = informer.Informer(
@@ -142,7 +170,11 @@ class Caches:
             Node,
             name="nodes",
             namespace=None,
-            indexers={**by_cd, WARM_INDEX: informer.label_indexer(names.WARM_FOR_LABEL)},
+            indexers={
+                **by_cd,
+                WARM_INDEX: informer.label_indexer(names.WARM_FOR_LABEL),
+                CHANNEL_INDEX: _channel_uids,
+            },
             on_change=self._node_changed,
             **common,
         )
@@ -241,14 +273,37 @@ class Caches:
         found: set[str] = set()
         for inf in (self.daemonsets, self.templates, self.cliques, self.nodes):
             found |= inf.index_values(CD_INDEX)
+        found |= self.nodes.index_values(CHANNEL_INDEX) | self.cliques.index_values(CHANNEL_INDEX)
         return found | self.nodes.index_values(WARM_INDEX)
 
     def has_leftovers(self, domain_uid: str) -> bool:
         """Whether any object the controller cleans up still names CD ``domain_uid``."""
-        return bool(self.nodes.by_index(WARM_INDEX, domain_uid)) or any(
-            inf.by_index(CD_INDEX, domain_uid)
-            for inf in (self.daemonsets, self.templates, self.cliques, self.nodes)
+        return (
+            bool(self.nodes.by_index(WARM_INDEX, domain_uid))
+            or any(
+                inf.by_index(CD_INDEX, domain_uid)
+                for inf in (self.daemonsets, self.templates, self.cliques, self.nodes)
+            )
+            or any(inf.by_index(CHANNEL_INDEX, domain_uid) for inf in (self.nodes, self.cliques))
         )
+
+    def channel_nodes_of(self, domain_uid: str) -> list[Node]:
+        """The cached Nodes annotated ``compute-domains/channel.<domain_uid>``."""
+        return self.nodes.by_index(CHANNEL_INDEX, domain_uid)
+
+    def registries_of(self, domain_uid: str) -> list[Any]:
+        """The cached shared registries that hold a channel of CD ``domain_uid``."""
+        return [
+            r
+            for r in self.cliques.by_index(CHANNEL_INDEX, domain_uid)
+            if sharedimex.is_registry_name(r.metadata.name or "")
+        ]
+
+    def registry(self, clique_id: str) -> Any | None:
+        """The cached shared registry of clique ``clique_id`` (None when there is none)."""
+        if not clique_id:
+            return None
+        return self.cliques.get(self._namespace, sharedimex.registry_name(clique_id))
 
     def warm_nodes_of(self, domain_uid: str) -> list[Node]:
         """The cached nodes that carry CD ``domain_uid``'s warm label."""
@@ -322,12 +377,13 @@ class Caches:
                     self._replace(node)
 
     def held_nodes(self) -> list[str]:
-        """Names of the cached nodes with a CD or warm label (the replacer's sweep)."""
+        """Names of the cached nodes with a CD, warm or shared-IMEX label (the replacer's
+        sweep)."""
+        held = {names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL, sharedimex.SHARED_IMEX_LABEL}
         return sorted(
             str(n.metadata.name)
             for n in self.nodes.objects()
-            if n.metadata is not None
-            and {names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL} & set(n.metadata.labels or {})
+            if n.metadata is not None and held & set(n.metadata.labels or {})
         )
 
     def _unscheduled_changed(self, old: Any, new: Any) -> None:
@@ -341,25 +397,60 @@ class Caches:
             for domain_uid in claims.domain_uids(claim) if claim is not None else ():
                 self._enqueue(domain_uid, self._coalesce)
 
+    def _clique_changed(self, old: Any, new: Any) -> None:
+        obj = new if new is not None else old
+        if sharedimex.is_registry_name(obj.metadata.name or ""):
+            self._registry_changed(old, new)  # no CD label: not any CD's own clique
+        else:
+            self._membership(old, new)
+
+    def _registry_changed(self, old: Any, new: Any) -> None:
+        """A shared registry changed: the CDs holding a channel in it, and those served by the
+        nodes whose entries changed (a channel may be on a node before the registry shows it)."""
+        uids = set(_channels(old)) | set(_channels(new))
+        before, after = _entries(old), _entries(new)
+        for node in {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}:
+            uids |= set(_channels(self.nodes.get("", node)))
+        for domain_uid in uids:
+            self._enqueue(domain_uid, self._coalesce)
+
+    def _channel_routing(self, old: Node | None, new: Node | None) -> None:
+        """The per-clique CDs a Node serves: those whose channel came or went, and all of them
+        when its readiness changed or it came or went."""
+        before, after = _channels(old), _channels(new)
+        if old is None or new is None or node_is_ready(old) != node_is_ready(new):
+            uids = before.keys() | after.keys()
+        else:
+            uids = {u for u in before.keys() | after.keys() if before.get(u) != after.get(u)}
+        for domain_uid in uids:
+            self._enqueue(domain_uid, self._coalesce)
+
     def _node_changed(self, old: Node | None, new: Node | None) -> None:
         self._warm_routing(old, new)
+        self._channel_routing(old, new)
+        held = (names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL, sharedimex.SHARED_IMEX_LABEL)
+        before = (old.metadata.labels if old is not None and old.metadata else None) or {}
+        after = (new.metadata.labels if new is not None and new.metadata else None) or {}
         if self._replace is not None and new is not None and new.metadata is not None:
-            before = (old.metadata.labels if old is not None and old.metadata else None) or {}
-            after = new.metadata.labels or {}
-            if any(
-                before.get(k) != after.get(k)
-                for k in (names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL)
-            ):
+            if any(before.get(k) != after.get(k) for k in held):
                 self._replace(str(new.metadata.name))
+        shared_changed = before.get(sharedimex.SHARED_IMEX_LABEL) != after.get(
+            sharedimex.SHARED_IMEX_LABEL
+        )
         labels = {_label(old), _label(new)} - {None}
-        if old is not None and new is not None and _label(old) == _label(new):
+        if (
+            old is not None
+            and new is not None
+            and _label(old) == _label(new)
+            and not shared_changed
+        ):
             if node_is_ready(old) == node_is_ready(new):
                 return
             labels = set()  # label unchanged: only the daemons on the node care
         name = (new or old).metadata.name  # type: ignore[union-attr]
         for pod in self.pods.by_index(NODE_INDEX, name or ""):
             labels.add(_label(pod))
-        if _label(old) != _label(new):  # the CDs whose workload waits there name the holder
+        if _label(old) != _label(new) or shared_changed:  # the CDs waiting there name the holder
             for claim in self.claims.by_index(NODE_INDEX, name or ""):
                 labels.update(claims.domain_uids(claim))
         for domain_uid in labels - {None}:

@@ -8,7 +8,9 @@ Workload template (the CD's namespace, named by ``spec.channel.resourceClaimTemp
 upstream's, plus one CEL selector on the ``channel`` request. Beyond upstream, the kubelet plugin
 publishes several channel slots per node and marks a slot bound to a CD with the string
 attribute ``domain`` = that CD's UID; the selector lets a workload claim take a free slot or one
-already bound to its own CD, never one bound to another CD.
+already bound to its own CD, never one bound to another CD. A per-clique CD's template selects a
+free slot or one of a node in the per-clique scope (``sharedimex.channel_selector``), never one a
+per-domain CD holds.
 
 Both carry the CD label, the target label (``Daemon``/``Workload``) and our finalizer; no owner
 references (the workload template lives in another namespace than the daemon objects, and the
@@ -31,7 +33,7 @@ from lightkube.models.resource_v1 import (
 )
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
-from compute_domains.api import configs, names
+from compute_domains.api import configs, names, sharedimex
 from compute_domains.api.computedomain import ComputeDomain
 
 
@@ -72,8 +74,10 @@ def daemon_template(*, domain_uid: str, namespace: str) -> ResourceClaimTemplate
     return _template(meta, request, configs.ComputeDomainDaemonConfig(domain_uid=domain_uid))
 
 
-def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
-    """The workload ResourceClaimTemplate the CD names, in the CD's namespace."""
+def workload_template(cd: ComputeDomain, *, shared: bool = False) -> ResourceClaimTemplate:
+    """The workload ResourceClaimTemplate the CD names, in the CD's namespace (``shared``: the
+    CD is served in the per-clique scope)."""
+    selector = sharedimex.channel_selector() if shared else names.channel_selector(cd.uid)
     meta = _metadata(
         name=cd.spec.channel.resource_claim_template.name,
         namespace=cd.namespace,
@@ -84,9 +88,7 @@ def workload_template(cd: ComputeDomain) -> ResourceClaimTemplate:
         name=names.CHANNEL_REQUEST,
         exactly=ExactDeviceRequest(
             deviceClassName=names.CHANNEL_DEVICE_CLASS,
-            selectors=[
-                DeviceSelector(cel=CELDeviceSelector(expression=names.channel_selector(cd.uid)))
-            ],
+            selectors=[DeviceSelector(cel=CELDeviceSelector(expression=selector))],
         ),
     )
     config = configs.ComputeDomainChannelConfig(

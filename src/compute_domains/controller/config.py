@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.infra import backoff, errors, kube
 
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?")
@@ -144,6 +144,12 @@ class ControllerSettings:
     ``perComputeDomain`` (the controller creates one DaemonSet and daemon ResourceClaimTemplate
     per CD, NVIDIA's model) or ``resident`` (the chart's resident agents serve a CD on every
     node labelled for it; the controller creates neither; docs/isolation.md)."""
+    default_imex_scope: sharedimex.Scope = sharedimex.Scope.PER_DOMAIN
+    """Isolation scope written onto a new CD without the ``compute-domains/imex-scope``
+    annotation (chart value ``imex.scope``, env ``IMEX_SCOPE``): ``perDomain`` (an IMEX domain
+    per CD, NVIDIA's isolation) or ``perClique`` (one shared IMEX domain per clique, a channel
+    per CD; needs ``imex_agents`` resident). A CD keeps the scope it was created with
+    (``scope``), so changing this applies to new CDs only."""
 
     def __post_init__(self) -> None:
         if not self.namespace:
@@ -160,6 +166,12 @@ class ControllerSettings:
             raise errors.ConfigError(
                 f"imex agents must be one of {', '.join(IMEX_AGENTS_MODES)}, got "
                 f"{self.imex_agents!r}"
+            )
+        if self.default_imex_scope is sharedimex.Scope.PER_CLIQUE and self.per_cd_daemons:
+            raise errors.ConfigError(
+                "the perClique IMEX scope needs the resident IMEX agents (imex agents "
+                f"{IMEX_AGENTS_RESIDENT!r}): the shared IMEX of a clique is theirs; got imex "
+                f"agents {self.imex_agents!r}"
             )
 
     @property

@@ -9,8 +9,13 @@ one node would wait on each other for good. The ``replacer`` resolves this; this
 
 A node's *holder* is the CD its ``resource.nvidia.com/computeDomain`` label names (the plugin
 writes it at the first prepare, with a resourceVersion precondition, so there is exactly one),
-else the CD its warm-spare label reserves it for. A *conflict* is a workload claim of another
-CD allocated on a held node and reserved for a pod. What happens to that pod (``decide``):
+else the CD its warm-spare label reserves it for, else ``sharedimex.SHARED_HOLDER`` while its
+``compute-domains/shared-imex`` label is ``on`` (the node is in the per-clique scope: its shared
+IMEX serves every per-clique CD and no per-domain one). A *conflict* is a workload claim of a CD
+the holder keeps off the node (``keeps_off``: another CD, or any per-domain CD on a shared node)
+allocated there and reserved for a pod; the plugin refuses its prepare with the same
+``NodeHeldError`` whichever scope is in the way, and nothing here reads its message. What
+happens to that pod (``decide``):
 
 - ``REPLACE``: the pod is bound to the node, not yet running, its claim is its own (made from
   a template for this pod, so it goes with the pod) and a controller that is not a DaemonSet
@@ -35,10 +40,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.controller import claims
 
 
@@ -81,22 +86,53 @@ def _labels(node: Any) -> Mapping[str, str]:
     return claims._get(meta, "labels") or {}
 
 
+_SHARED_WORDS = "the per-clique scope (its shared IMEX serves per-clique ComputeDomains only)"
+
+
 def holder(node: Any) -> str:
-    """The UID of the CD holding ``node`` ("" when free): its CD label, else its warm label."""
+    """The holder of ``node`` ("" when free): the UID in its CD label, else in its warm label,
+    else ``sharedimex.SHARED_HOLDER`` when it is in the per-clique scope."""
     labels = _labels(node)
-    return str(labels.get(names.COMPUTE_DOMAIN_LABEL) or labels.get(names.WARM_FOR_LABEL) or "")
+    found = str(labels.get(names.COMPUTE_DOMAIN_LABEL) or labels.get(names.WARM_FOR_LABEL) or "")
+    if not found and labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON:
+        return sharedimex.SHARED_HOLDER
+    return found
 
 
-def conflicts(node: str, node_holder: str, allocated: Iterable[Any]) -> list[Conflict]:
-    """The pods of other CDs than ``node_holder`` whose workload claims (``allocated``: the
-    ResourceClaims allocated on ``node``) are allocated there; none when the node is free."""
+def keeps_off(node_holder: str, domain_uid: str, *, shared: bool) -> bool:
+    """Whether a node's holder keeps CD ``domain_uid`` (``shared``: a per-clique CD) off it."""
+    if not node_holder or node_holder == domain_uid:
+        return False
+    if node_holder == sharedimex.SHARED_HOLDER:
+        return not shared
+    return True
+
+
+def holder_words(node_holder: str, cd_name: Callable[[str], str]) -> str:
+    """The holder for a person: ``ComputeDomain ns/name (uid)``, or the per-clique scope."""
+    if node_holder == sharedimex.SHARED_HOLDER:
+        return _SHARED_WORDS
+    return f"ComputeDomain {cd_name(node_holder)}"
+
+
+def conflicts(
+    node: str,
+    node_holder: str,
+    allocated: Iterable[Any],
+    is_shared: Callable[[str], bool] = lambda _uid: False,
+) -> list[Conflict]:
+    """The pods of CDs that ``node_holder`` keeps off ``node`` whose workload claims
+    (``allocated``: the ResourceClaims allocated on ``node``) are allocated there; none when the
+    node is free. ``is_shared`` says whether a CD UID is a per-clique CD."""
     if not node_holder:
         return []
     out: list[Conflict] = []
     for claim in allocated:
         if claims.allocated_node(claim) != node:
             continue
-        losers = [d for d in claims.domain_uids(claim) if d != node_holder]
+        losers = [
+            d for d in claims.domain_uids(claim) if keeps_off(node_holder, d, shared=is_shared(d))
+        ]
         if not losers:
             continue
         meta = claims._get(claim, "metadata")
@@ -127,11 +163,16 @@ def conflicts(node: str, node_holder: str, allocated: Iterable[Any]) -> list[Con
     return out
 
 
-def held_text(holder_name: str, waiting: Iterable[claims.WorkloadClaim]) -> str:
-    """The words for a node of a CD's workload that CD ``holder_name`` holds: the holder and
-    the pods that wait there (the CD's status, ``status.derive``'s ``held_by``)."""
+def held_text(
+    holder_name: str, waiting: Iterable[claims.WorkloadClaim], *, shared: bool = False
+) -> str:
+    """The words for a node of a CD's workload that CD ``holder_name`` holds (``shared``: the
+    node is in the per-clique scope, which keeps a per-domain CD off it): the holder and the
+    pods that wait there (the CD's status, ``status.derive``'s ``held_by``)."""
     pods = claims.using_pods(waiting)
     who = ", ".join(pods) if pods else "its claim"
+    if shared:
+        return f"in {_SHARED_WORDS}; {who} waiting there (a pod with a controller is re-placed)"
     return (
         f"held by ComputeDomain {holder_name}; {who} waiting there until it leaves "
         "(a pod with a controller is re-placed)"

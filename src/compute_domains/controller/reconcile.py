@@ -2,16 +2,26 @@
 
 For a live CD (``deletionTimestamp`` unset), in order, each step independent of the others
 once the finalizer is in place:
-1. our finalizer on the CD (precondition for creating anything);
+1. its isolation scope (``scope.admit``) and our finalizer on the CD, in one merge patch with
+   the read resourceVersion (precondition for creating anything): a new CD gets its scope
+   fixed (the cluster default written when it names none). A CD the controller refuses to serve
+   (a scope annotation naming no scope; perClique without resident agents) gets neither, only
+   a NotReady status and a Warning Event; a later edit of the annotation gets the ``ImexScope``
+   condition and a Warning Event while the fixed scope is served;
 2. the daemon ResourceClaimTemplate, then the DaemonSet, in the driver namespace (not with
    resident agents, ``ControllerSettings.imex_agents``: the agent pod on a labelled node
-   serves the CD and carries its label, so the caches see it as that node's daemon pod);
-3. the workload ResourceClaimTemplate in the CD's namespace. A same-named template that is not
+   serves the CD and carries its label, so the caches see it as that node's daemon pod; never
+   for a per-clique CD, which the clique's shared IMEX serves);
+3. the workload ResourceClaimTemplate in the CD's namespace (a per-clique CD's selects free or
+   shared nodes, ``sharedimex.channel_selector``; one with ``allocationMode: All`` gets none: it
+   would hold every channel of the shared IMEX domain, so it is NotReady with reason
+   ``AllocationModeAllNotIsolated`` and a Warning Event). A same-named template that is not
    labelled for this CD is never touched: a ``TemplateNameConflict`` Event, the status
    NotReady with reason ``TemplateConflict``, and a retry with backoff (the other template may
    go away);
-4. the status, derived from cache (``status.derive``) and written only when it differs, as one
-   JSON-patch replace of ``/status``; node transitions become Events;
+4. the status, derived from cache (``status.derive``, or ``sharedstatus.derive`` for a
+   per-clique CD) and written only when it differs, as one JSON-patch replace of ``/status``;
+   node transitions become Events;
 5. (beside the reconcile, with its own queue: clique indices and pruning, ``assigner``).
 Existing objects are never updated (spec is immutable), with one exception: the DaemonSet's
 placement follows the CD's warm-nodes annotation (``warm``: it labels the selected nodes, and the
@@ -39,7 +49,7 @@ from typing import Any
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import conditions, names
+from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.computedomain import ComputeDomain, DecodeError
 from compute_domains.controller import (
     caches,
@@ -50,6 +60,7 @@ from compute_domains.controller import (
     events,
     kubeapi,
     metrics,
+    scope,
     statussync,
     teardown,
     warm,
@@ -77,10 +88,16 @@ class Reconciler:
         self._settings = settings
         self._events = recorder
         self._metrics = meter
-        self._teardown = teardown.Teardown(api, namespace=settings.namespace)
+        self._teardown = teardown.Teardown(
+            api,
+            namespace=settings.namespace,
+            channel_nodes=lambda uid: [n.metadata.name or "" for n in cache.channel_nodes_of(uid)],  # type: ignore[union-attr]
+            channel_registries=lambda uid: [r.metadata.name for r in cache.registries_of(uid)],
+        )
         self._warm = warm.WarmNodes(api, recorder)
         self._announced: dict[str, frozenset[str]] = {}
         """CD UID → the pods a ``WaitingForWorkload`` Event named (while its deletion waits)."""
+        self._scopes = scope.Scopes(api, cache, settings, recorder)
         self._status = statussync.StatusSync(
             api=api,
             cache=cache,
@@ -99,6 +116,7 @@ class Reconciler:
         raw = self._cache.cd(domain_uid)
         if raw is None:
             self._announced.pop(domain_uid, None)
+            self._scopes.forget(domain_uid)
             self._warm.forget(domain_uid)
             if self._cache.has_leftovers(domain_uid):
                 await self._teardown.orphan(domain_uid)
@@ -109,7 +127,8 @@ class Reconciler:
                 if await self._wait_for_workload(raw):
                     return
                 self._announced.pop(domain_uid, None)
-                await self._teardown.finalize(raw)
+                self._scopes.forget(domain_uid)
+                await self._teardown.finalize(raw, shared=_shared(raw))
                 logger.info("ComputeDomain deleted; everything it owned is gone", extra=log)
             return
         try:
@@ -119,13 +138,20 @@ class Reconciler:
                 statussync.target(raw), events.WARNING, events.INVALID_SPEC, str(err)
             )
             raise errors.PermanentError(str(err)) from err
-        await self._ensure_finalizer(raw)
+        admission, refused = await self._scopes.admit(raw, cd)
+        shared = admission.scope is sharedimex.Scope.PER_CLIQUE
+        if admission.refusal is not None:  # nothing is fixed or created: only say why
+            refusal = admission.refusal
+            await self._status.sync(cd, refusal=(refusal.reason, refusal.message))
+            return
         failures: list[errors.ComputeDomainsError] = []
         conflict = ""
-        selector = warm.annotation(raw)
+        # Warm spares hold a node for one CD: the shared IMEX serves a per-clique CD on every
+        # node of the clique already, so its annotation is ignored (and labels it left go).
+        selector = None if shared else warm.annotation(raw)
         warm_plan = warm.plan(domain_uid, selector, self._node_labels())
         try:
-            if self._settings.per_cd_daemons:  # resident agents need no per-CD objects
+            if self._settings.per_cd_daemons and not shared:  # else no per-CD objects
                 await self._ensure_daemon_objects(cd, warm_nodes=selector is not None)
         except errors.ComputeDomainsError as err:
             failures.append(err)
@@ -135,14 +161,18 @@ class Reconciler:
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:
-            conflict = await self._ensure_workload_template(cd)
+            if refused is None:
+                conflict = await self._ensure_workload_template(cd, shared=shared)
         except errors.ComputeDomainsError as err:
             failures.append(err)
+        generation = cd.metadata.generation or 0
         try:
             await self._status.sync(
                 cd,
+                shared=shared,
                 template_conflict=conflict,
-                extra=warm.condition(warm_plan, cd.metadata.generation or 0),
+                extra=(warm.condition(warm_plan, generation), admission.condition(generation)),
+                refusal=None if refused is None else (refused.reason, refused.message),
             )
         except errors.ComputeDomainsError as err:
             failures.append(err)
@@ -174,7 +204,9 @@ class Reconciler:
             cond = warm.condition(
                 warm.plan(domain_uid, selector, self._node_labels()), cd.metadata.generation or 0
             )
-            derived = await self._status.sync(cd, waited_for=waited_for, extra=cond)
+            derived = await self._status.sync(
+                cd, shared=_shared(raw), waited_for=waited_for, extra=(cond,)
+            )
             cond = derived.condition(conditions.DELETING)
             message = cond.message if cond is not None else ""
         else:
@@ -194,12 +226,6 @@ class Reconciler:
             for n in self._cache.nodes.objects()
             if n.metadata is not None
         ]
-
-    async def _ensure_finalizer(self, raw: Any) -> None:
-        if names.FINALIZER in (raw.metadata.finalizers or []):
-            return
-        updated = await self._api.add_finalizer(raw, names.FINALIZER)
-        self._cache.cds.observe(updated)
 
     # ---- owned objects -------------------------------------------------------------------
 
@@ -256,14 +282,14 @@ class Reconciler:
         cache.observe(created)
         return True
 
-    async def _ensure_workload_template(self, cd: ComputeDomain) -> str:
+    async def _ensure_workload_template(self, cd: ComputeDomain, *, shared: bool) -> str:
         """Make the workload template exist; returns why it cannot ("" when it is ours)."""
         existing = self._cache.templates_of(cd.uid, names.TARGET_WORKLOAD)
         if existing:
             if existing[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
                 await self._release_terminating(ResourceClaimTemplate, existing[0])
             return ""
-        rct = claimtemplates.workload_template(cd)
+        rct = claimtemplates.workload_template(cd, shared=shared)
         try:
             created = await self._api.create(rct)
         except kubeapi.AlreadyExists:
@@ -282,6 +308,11 @@ class Reconciler:
             return message
         self._cache.templates.observe(created)
         return ""
+
+
+def _shared(raw: Any) -> bool:
+    """Whether a cached CD was admitted in the per-clique scope."""
+    return scope.fixed_scope(raw.metadata.annotations) is sharedimex.Scope.PER_CLIQUE
 
 
 def _label_of(obj: Any) -> str | None:

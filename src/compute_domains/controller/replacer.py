@@ -6,7 +6,8 @@ a node is looked at when a workload claim allocated on it changes (allocated, re
 pod) and when its CD or warm-spare label changes; the sweep also enqueues every labelled node
 (a new leader catches up on conflicts it did not see happen). One pass over a node:
 
-1. its holder and the conflicting claims, from the caches; nothing when it is free;
+1. its holder and the conflicting claims, from the caches; nothing when it is free (a node in
+   the per-clique scope is held against per-domain CDs only, ``heldnodes.keeps_off``);
 2. for each conflicting pod not handled before (once per pod UID, remembered for the term): a
    fresh read of the pod, and ``heldnodes.decide``. ``SKIP`` of a pod not yet bound retries
    the node later (it is about to be bound);
@@ -33,8 +34,8 @@ from typing import Any
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from compute_domains.api import names
-from compute_domains.controller import caches, config, events, heldnodes, kubeapi
+from compute_domains.api import names, sharedimex
+from compute_domains.controller import caches, config, events, heldnodes, kubeapi, scope
 from compute_domains.infra import errors, workqueue
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class Replacer:
         holder = heldnodes.holder(cached)
         allocated = self._cache.claims.by_index(caches.NODE_INDEX, node)
         later: list[errors.TemporaryError] = []
-        for conflict in heldnodes.conflicts(node, holder, allocated):
+        for conflict in heldnodes.conflicts(node, holder, allocated, self._is_shared):
             if conflict.pod_uid in self._handled:
                 continue
             try:
@@ -137,9 +138,9 @@ class Replacer:
                 raise _NotYet(f"pod {conflict.namespace}/{conflict.pod} not bound yet")
             self._remember(conflict.pod_uid)
             return
-        holder_name = self._cd_name(conflict.holder)
+        holder_name = heldnodes.holder_words(conflict.holder, self._cd_name)
         what = (
-            f"node {conflict.node} is held by ComputeDomain {holder_name}; pod "
+            f"node {conflict.node} is held by {holder_name}; pod "
             f"{conflict.namespace}/{conflict.pod} of ComputeDomain "
             f"{self._cd_name(conflict.loser)} cannot run there"
         )
@@ -184,6 +185,12 @@ class Replacer:
                 namespace=cd.metadata.namespace, name=cd.metadata.name, uid=conflict.loser
             )
             await self._recorder.emit(target, events.WARNING, reason, message)
+
+    def _is_shared(self, domain_uid: str) -> bool:
+        """Whether CD ``domain_uid`` is served in the per-clique scope (the shared IMEX's)."""
+        cd = self._cache.cd(domain_uid)
+        fixed = scope.fixed_scope(cd.metadata.annotations) if cd is not None else None
+        return fixed is sharedimex.Scope.PER_CLIQUE
 
     def _cd_name(self, domain_uid: str) -> str:
         cd = self._cache.cd(domain_uid)

@@ -168,6 +168,7 @@ def derive(
     waiting: Sequence[pending.PendingPod] = (),
     holders: Sequence[str] = (),
     held_by: Mapping[str, str] | None = None,
+    refusal: tuple[str, str] | None = None,
 ) -> Derived:
     """The status of one CD.
 
@@ -176,7 +177,8 @@ def derive(
     is not being deleted); ``extra`` conditions (``WarmNodes``) are appended; ``waiting`` the
     pods of the job whose claims are not allocated, ``holders`` the other CDs that hold nodes
     (``pending``); ``held_by`` maps a workload node that another CD holds to the words for it
-    (``heldnodes.held_text``). Conditions come without ``lastTransitionTime`` (see
+    (``heldnodes.held_text``); ``refusal`` the ``(reason, message)`` of a CD the controller
+    refuses to serve (``scope``). Conditions come without ``lastTransitionTime`` (see
     ``conditions.merged``).
     """
     cliques, pods = list(cliques), list(pods)
@@ -223,6 +225,7 @@ def derive(
             extra=tuple(extra),
             pending=tuple(waiting),
             holders=tuple(holders),
+            refusal=refusal,
         )
     )
     st = ComputeDomainStatus(

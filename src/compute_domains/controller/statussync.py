@@ -16,6 +16,10 @@ Node transitions between the stored and the written status become Events: ``Node
 ``NodeNotReady`` (an entry went from Ready to NotReady, with what is wrong) and ``NodeReady``
 (a member that had gone NotReady is back), one per node.
 
+A per-clique CD (``shared``) is derived by ``sharedstatus`` instead, from the Nodes annotated
+with its channel and their cliques' shared registries (all cached); the write, the pacing and
+the Events are the same.
+
 Clique entries (indices, and pruning those of dead daemons) are the index assigner's
 (``assigner``); this module only reads them. A CD with a daemon whose clique is full (every
 index taken, the pod's node not listed) gets a ``CliqueFull`` Event.
@@ -26,12 +30,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lightkube.types import PatchType
 
-from compute_domains.api import conditions, names
+from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import (
     ComputeDomain,
@@ -46,6 +50,7 @@ from compute_domains.controller import (
     heldnodes,
     kubeapi,
     metrics,
+    sharedstatus,
     status,
     statuschange,
 )
@@ -94,66 +99,81 @@ class StatusSync:
         self,
         cd: ComputeDomain,
         *,
+        shared: bool = False,
         template_conflict: str = "",
         waited_for: list[str] | None = None,
-        extra: conditions.Condition | None = None,
+        extra: Sequence[conditions.Condition | None] = (),
+        refusal: tuple[str, str] | None = None,
     ) -> ComputeDomainStatus:
         """Write CD ``cd``'s status if it changed.
 
+        ``shared``: the CD is served in the per-clique scope (``sharedstatus`` derives it);
         ``template_conflict`` is the reason its workload template could not be made;
         ``waited_for`` the pods its deletion waits for (None while it is not being deleted);
-        ``extra`` a condition judged elsewhere (``warm.condition``).
+        ``extra`` conditions judged elsewhere (``warm.condition``, the ``ImexScope`` one; None
+        entries are skipped); ``refusal`` the ``(reason, message)`` of a CD served not at all.
         Returns the status it derived.
 
         Raises:
             errors.ComputeDomainsError: the status write failed.
         """
-        cliques = self._cliques(cd.uid)
-        pods = [
-            status.DaemonPod.from_pod(p) for p in self._cache.pods.by_index(caches.CD_INDEX, cd.uid)
-        ]
         workload = self._cache.workload_of(cd.uid)
         previous = self._stored(cd)
-        nodes = {n.name for c in cliques for n in c.to_nodes()} | {p.node_name for p in pods}
-        nodes |= {c.node for c in workload if c.node}
-        nodes |= {n.name for n in (previous.nodes if previous is not None else ())}
-        node_ready, node_cliques, held_by = {}, {}, {}
-        for name in nodes - {""}:
-            node = self._cache.nodes.get("", name)
-            if node is not None:
-                node_ready[name] = status.node_is_ready(node)
-                labels = (node.metadata.labels if node.metadata else None) or {}
-                node_cliques[name] = labels.get(names.GPU_CLIQUE_LABEL, "")
-                holder = heldnodes.holder(node)
-                if holder and holder != cd.uid:
-                    held_by[name] = heldnodes.held_text(
-                        self._cd_name(holder), [c for c in workload if c.node == name]
-                    )
-        max_nodes = self._settings.daemon.max_nodes_per_imex_domain
         waiting = self._cache.pending_of(cd.uid)
-        derived = status.derive(
-            num_nodes=cd.spec.num_nodes,
-            cliques=cliques,
-            pods=pods,
-            node_ready=node_ready,
-            workload=workload,
-            previous=previous,
-            node_cliques=node_cliques,
-            max_nodes=max_nodes,
-            template_conflict=template_conflict,
-            waited_for=waited_for,
-            generation=cd.metadata.generation or 0,
-            extra=() if extra is None else (extra,),
-            waiting=waiting,
-            holders=self._cache.holders_besides(cd.uid) if waiting else (),
-            held_by=held_by,
-        )
+        max_nodes = self._settings.daemon.max_nodes_per_imex_domain
+        common: dict[str, Any] = {
+            "num_nodes": cd.spec.num_nodes,
+            "workload": workload,
+            "previous": previous,
+            "max_nodes": max_nodes,
+            "template_conflict": template_conflict,
+            "waited_for": waited_for,
+            "generation": cd.metadata.generation or 0,
+            "extra": tuple(c for c in extra if c is not None),
+            "waiting": waiting,
+            "holders": self._cache.holders_besides(cd.uid) if waiting else (),
+            "refusal": refusal,
+        }
+        nodes = {c.node for c in workload if c.node}
+        nodes |= {n.name for n in (previous.nodes if previous is not None else ())}
+        full: list[tuple[str, str]] = []
+        if shared:
+            served = self._served(cd.uid)
+            nodes |= {s.name for s in served}
+            node_ready, node_cliques, held_by = self._node_facts(cd.uid, nodes, workload, True)
+            cliques = {s.clique_id for s in served} | set(node_cliques.values())
+            derived = sharedstatus.derive(
+                served=served,
+                registries=self._registries(cliques),
+                channels=self._channels(cd.uid),
+                node_ready=node_ready,
+                node_cliques=node_cliques,
+                held_by=held_by,
+                **common,
+            )
+        else:
+            own = self._cliques(cd.uid)
+            pods = [
+                status.DaemonPod.from_pod(p)
+                for p in self._cache.pods.by_index(caches.CD_INDEX, cd.uid)
+            ]
+            nodes |= {n.name for c in own for n in c.to_nodes()} | {p.node_name for p in pods}
+            node_ready, node_cliques, held_by = self._node_facts(cd.uid, nodes, workload, False)
+            derived = status.derive(
+                cliques=own,
+                pods=pods,
+                node_ready=node_ready,
+                node_cliques=node_cliques,
+                held_by=held_by,
+                **common,
+            )
+            full = status.full_clique_nodes(own, pods, max_nodes)
         failures: list[errors.ComputeDomainsError] = []
         try:
             await self._write_status(cd, previous, derived)
         except errors.ComputeDomainsError as err:
             failures.append(err)
-        for full_node, clique_id in status.full_clique_nodes(cliques, pods, max_nodes):
+        for full_node, clique_id in full:
             message = (
                 f"clique {clique_id} is full ({max_nodes} nodes); the daemon on node "
                 f"{full_node} cannot join this ComputeDomain"
@@ -162,6 +182,67 @@ class StatusSync:
         if failures:
             raise failures[0]
         return derived.status
+
+    def _node_facts(
+        self, domain_uid: str, nodes: set[str], workload: list[Any], shared: bool
+    ) -> tuple[dict[str, bool], dict[str, str], dict[str, str]]:
+        """Readiness, clique label and (where another holder keeps the CD off) the held-by
+        words of each named node that exists."""
+        node_ready: dict[str, bool] = {}
+        node_cliques: dict[str, str] = {}
+        held_by: dict[str, str] = {}
+        for name in nodes - {""}:
+            node = self._cache.nodes.get("", name)
+            if node is None:
+                continue
+            node_ready[name] = status.node_is_ready(node)
+            labels = (node.metadata.labels if node.metadata else None) or {}
+            node_cliques[name] = labels.get(names.GPU_CLIQUE_LABEL, "")
+            holder = heldnodes.holder(node)
+            if heldnodes.keeps_off(holder, domain_uid, shared=shared):
+                held_by[name] = heldnodes.held_text(
+                    self._cd_name(holder),
+                    [c for c in workload if c.node == name],
+                    shared=holder == sharedimex.SHARED_HOLDER,
+                )
+        return node_ready, node_cliques, held_by
+
+    def _served(self, domain_uid: str) -> list[sharedstatus.Served]:
+        """The Nodes annotated with CD ``domain_uid``'s channel."""
+        out = []
+        for node in self._cache.channel_nodes_of(domain_uid):
+            meta = node.metadata
+            if meta is None or not meta.name:
+                continue
+            channel = sharedimex.channels(meta.annotations).get(domain_uid)
+            if channel is None:
+                continue
+            clique = (meta.labels or {}).get(names.GPU_CLIQUE_LABEL, "")
+            out.append(sharedstatus.Served(name=meta.name, clique_id=clique, channel=channel))
+        return out
+
+    def _registries(self, clique_ids: set[str]) -> dict[str, ComputeDomainClique]:
+        """Clique ID → its shared registry, for the cached ones."""
+        out = {}
+        for clique_id in clique_ids - {""}:
+            raw = self._cache.registry(clique_id)
+            if raw is None:
+                continue
+            try:
+                out[clique_id] = ComputeDomainClique.from_resource(raw)
+            except DecodeError as err:
+                logger.warning("ignoring malformed registry %s: %s", raw.metadata.name, err)
+        return out
+
+    def _channels(self, domain_uid: str) -> dict[str, int]:
+        """Clique ID → CD ``domain_uid``'s channel in that clique's registry."""
+        out = {}
+        for raw in self._cache.registries_of(domain_uid):
+            channel = sharedimex.channels(raw.metadata.annotations).get(domain_uid)
+            clique = (raw.metadata.labels or {}).get(names.CLIQUE_ID_LABEL) or raw.metadata.name
+            if channel is not None:
+                out[str(clique)] = channel
+        return out
 
     def _cd_name(self, domain_uid: str) -> str:
         raw = self._cache.cd(domain_uid)

@@ -1,15 +1,27 @@
 """Tearing down what belongs to a ComputeDomain: on its deletion, and for orphans after crashes.
 
 Order (upstream §7.2): workload ResourceClaimTemplate, daemon ResourceClaimTemplate,
-DaemonSet, cliques, node labels (the ``computeDomain`` label and the warm-spare label), then our
-finalizers. Unlike upstream, every step runs even if
-an earlier one failed (a missing DaemonSet never blocks deleting the daemon template), and each
-object's own finalizer is removed right after its deletion is requested. The CD's finalizer is
-removed only when every step succeeded and none of the objects still holds our finalizer.
+DaemonSet, cliques, node labels (the ``computeDomain`` label and the warm-spare label), the
+per-clique CD's channel annotations ``compute-domains/channel.<cdUID>`` (first on every Node, then
+on every shared registry, so its number is released last and never handed to another CD while
+a node still names it), then our finalizers. The shared registries themselves and the Nodes'
+``compute-domains/shared-imex`` labels are never touched: they serve other CDs. Unlike
+upstream, every step runs even if an earlier one failed (a missing DaemonSet never blocks
+deleting the daemon template), and each object's own finalizer is removed right after its
+deletion is requested. The CD's finalizer is removed only when every step succeeded and none
+of the objects still holds our finalizer.
 
 Only objects labelled with the CD's UID are touched (found by live, label-selected lists, not
 the cache, so an object created a moment ago is not missed); a node label is removed only while
-it still names this CD (JSON-patch ``test``), so a label another CD set meanwhile survives.
+it still names this CD (JSON-patch ``test``), so a label another CD set meanwhile survives. A
+channel annotation is removed by a JSON patch that tests the value of a fresh read and removes
+that one key, so a concurrent write of any other annotation (another CD's channel) is never
+lost. The Nodes and registries that hold it are found through the caches' channel indexes, not a
+live list: in the per-clique scope every GPU Node carries the shared-IMEX label, and listing them
+all at each deletion would cost more than the whole formation; normally the plugin has removed
+a node's annotation with the CD's last claim already (the deletion waited for the claims), and
+an annotation the cache had not seen yet names a CD that no longer exists, which the orphan
+sweep finds in the same indexes and removes.
 
 Orphans (objects naming a CD that no longer exists) get the same steps without the CD
 finalizer, but only after a live list of ComputeDomains confirmed that no CD has that UID.
@@ -18,6 +30,7 @@ finalizer, but only after a live list of ComputeDomains confirmed that no CD has
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lightkube.resources.apps_v1 import DaemonSet
@@ -25,7 +38,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from lightkube.types import PatchType
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import kubeapi, warm
@@ -33,18 +46,39 @@ from compute_domains.infra import errors
 
 logger = logging.getLogger(__name__)
 
-_LABEL_PATH = "/metadata/labels/" + names.COMPUTE_DOMAIN_LABEL.replace("~", "~0").replace("/", "~1")
+
+def _pointer(key: str) -> str:
+    """A JSON-pointer token for a label or annotation key."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+_LABEL_PATH = "/metadata/labels/" + _pointer(names.COMPUTE_DOMAIN_LABEL)
+_ATTEMPTS = 3
+"""Removals of one channel annotation whose test failed (its value moved) before giving up."""
 
 
 class Teardown:
     """Deletes the objects of one CD UID; every method is idempotent."""
 
-    def __init__(self, api: kubeapi.Api, *, namespace: str) -> None:
+    def __init__(
+        self,
+        api: kubeapi.Api,
+        *,
+        namespace: str,
+        channel_nodes: Callable[[str], Iterable[str]] = lambda _uid: (),
+        channel_registries: Callable[[str], Iterable[str]] = lambda _uid: (),
+    ) -> None:
         self._api = api
         self._namespace = namespace
+        self._channel_nodes = channel_nodes
+        """Names of the cached Nodes annotated with a CD's channel."""
+        self._channel_registries = channel_registries
+        """Names of the cached shared registries holding a CD's channel."""
 
-    async def run(self, domain_uid: str) -> None:
+    async def run(self, domain_uid: str, *, channels: bool = True) -> None:
         """Every teardown step for ``domain_uid``; raises the first failure after trying all.
+        ``channels``: also the per-clique steps (False for a CD admitted per domain, which
+        never had a channel).
 
         Raises:
             errors.TemporaryError: a step failed or an object still holds our finalizer.
@@ -56,6 +90,7 @@ class Teardown:
             self._daemonsets,
             self._cliques,
             self._node_labels,
+            *((self._node_channels, self._registry_channels) if channels else ()),
         )
         for step in steps:
             try:
@@ -69,10 +104,11 @@ class Teardown:
             ) from (failures[0])
         await self._assert_released(domain_uid)
 
-    async def finalize(self, cd: Any) -> bool:
-        """Tear down a CD being deleted and release it; True once its finalizer is gone."""
+    async def finalize(self, cd: Any, *, shared: bool = True) -> bool:
+        """Tear down a CD being deleted and release it; True once its finalizer is gone.
+        ``shared``: it was served in the per-clique scope (or may have been)."""
         domain_uid = cd.metadata.uid
-        await self.run(domain_uid)
+        await self.run(domain_uid, channels=shared)
         meta = cd.metadata
         await self._api.remove_finalizer(
             ComputeDomainResource, meta.name, names.FINALIZER, namespace=meta.namespace
@@ -166,6 +202,43 @@ class Teardown:
         logger.info(
             "removed label of ComputeDomain %s from node %s", domain_uid, node, extra={"node": node}
         )
+
+    async def _node_channels(self, domain_uid: str) -> None:
+        key = sharedimex.channel_key(domain_uid)
+        for name in sorted(set(self._channel_nodes(domain_uid))):
+            await self._remove_annotation(Node, name, None, key)
+
+    async def _registry_channels(self, domain_uid: str) -> None:
+        key = sharedimex.channel_key(domain_uid)
+        for name in sorted(set(self._channel_registries(domain_uid))):
+            if sharedimex.is_registry_name(name):
+                await self._remove_annotation(
+                    ComputeDomainCliqueResource, name, self._namespace, key
+                )
+
+    async def _remove_annotation(
+        self, res: Any, name: str, namespace: str | None, key: str
+    ) -> None:
+        """Remove annotation ``key`` from the object, testing the value of a fresh read, again
+        after another read when the test fails (the value moved)."""
+        path = "/metadata/annotations/" + _pointer(key)
+        for _ in range(_ATTEMPTS):
+            obj: Any = await self._api.get(res, name, namespace=namespace)
+            value = (obj.metadata.annotations or {}).get(key) if obj is not None else None
+            if value is None:
+                return
+            patch = [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
+            try:
+                await self._api.patch(
+                    res, name, patch, namespace=namespace, patch_type=PatchType.JSON
+                )
+            except kubeapi.NotFound:
+                return
+            except kubeapi.Invalid:  # the value moved since the read: read again
+                continue
+            logger.info("removed %s from %s %s", key, res.__name__, name)
+            return
+        raise errors.TemporaryError(f"{res.__name__} {name}: {key} kept changing")
 
     async def _assert_released(self, domain_uid: str) -> None:
         leftovers: list[str] = []

@@ -12,7 +12,9 @@ The definition a job can trust (docs/status.md): a CD is Ready exactly when
   members like any other; fewer listed says how many hold claims and why the rest is missing);
 - its workload ResourceClaimTemplate is its own (``TemplateConflict`` otherwise).
 
-Reasons when not Ready, first match wins: ``TemplateConflict``, ``CliqueFull`` (a node's daemon
+Reasons when not Ready, first match wins: a refusal (``InvalidImexScope``,
+``ImexScopeNeedsResidentAgents``, ``AllocationModeAllNotIsolated``: the controller created
+nothing, ``scope``), ``TemplateConflict``, ``CliqueFull`` (a node's daemon
 cannot get a slot: the message names the node and the clique), ``NodeNotReady`` (a member
 node or its daemon went away: node NotReady or deleted, daemon gone or restarting; the message
 names each node and what is wrong), ``PeerUnreachable`` (a member's IMEX peers lost their links
@@ -20,7 +22,8 @@ to it: the message names it and the peers), ``PodsPending``, ``NoWorkload``, ``F
 still starting, or fewer than ``numNodes`` listed). A status without a placed workload never
 contains the word "nodes" in its messages but where a scheduler's message is quoted (NVIDIA's
 daemon-shutdown test greps the status for it). A per-node ``Why`` is computed by ``status``;
-this module only chooses and words the verdict.
+this module only chooses and words the verdict. A per-clique CD's Ready message ends with its
+channels (``channels``: ``IMEX channel 5 on clique <C>``), whatever the reason.
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ class Facts:
     """Pods of the job whose workload claim is not allocated (they wait for the scheduler)."""
     holders: Sequence[str] = ()
     """Other CDs that hold nodes, for a person (``pending.holders``); said with ``pending``."""
+    refusal: tuple[str, str] | None = None
+    """``(reason, message)`` when the controller refuses to serve the CD (it wins over all)."""
+    channels: str = ""
+    """Appended to the Ready message (a per-clique CD's channels, ``sharedstatus``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +117,8 @@ def _ready_condition(facts: Facts) -> tuple[bool, str, str]:
     listed = len(facts.entries)
     ready_count = sum(1 for e in facts.entries if e.status is Readiness.READY)
     counts = f"{ready_count} of {listed} nodes Ready"
+    if facts.refusal is not None:
+        return False, *facts.refusal
     if facts.template_conflict:
         return False, conditions.TEMPLATE_CONFLICT, facts.template_conflict
     if facts.full:
@@ -174,6 +183,8 @@ def _too_few(facts: Facts) -> str:
 def judge(facts: Facts) -> Verdict:
     """The Ready (and, during a waiting deletion, Deleting) conditions of one CD."""
     ready, reason, message = _ready_condition(facts)
+    if facts.channels:
+        message = f"{message}; {facts.channels}"
     out = [
         conditions.Condition(
             type=conditions.READY,

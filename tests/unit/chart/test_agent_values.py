@@ -59,7 +59,8 @@ def test_resident_agent_rbac_is_what_it_uses(toolset: toolchain.Toolset) -> None
     (role,) = _named(r, "Role", AGENT)
     verbs = {x["resources"][0]: set(x["verbs"]) for x in role["rules"]}
     assert verbs == {
-        "computedomaincliques": {"get", "list", "watch", "patch"},
+        # create/update: its own entry in the shared registry (per-clique scope)
+        "computedomaincliques": {"get", "list", "watch", "create", "update", "patch"},
         "pods": {"get", "list", "watch", "patch"},
         "events": {"create", "patch"},
         "daemonsets": {"get"},

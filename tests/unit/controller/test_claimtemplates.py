@@ -102,3 +102,16 @@ def test_workload_template_selects_a_free_or_own_channel_slot(mode: AllocationMo
             },
         }
     ]
+
+
+def test_a_per_clique_template_selects_a_free_or_shared_channel_slot() -> None:
+    """Never a slot of a node a per-domain CD holds, whatever its UID; the config is the CD's."""
+    rct = claimtemplates.workload_template(_cd(AllocationMode.SINGLE), shared=True).to_dict()
+    (request,) = rct["spec"]["spec"]["devices"]["requests"]
+    (selector,) = request["exactly"]["selectors"]
+    assert selector["cel"]["expression"] == (
+        f'!has({ATTRS}.domain) || {ATTRS}.domain == "shared-imex"'
+    )
+    (config,) = rct["spec"]["spec"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["domainID"] == UID
+    assert rct["metadata"]["labels"][names.COMPUTE_DOMAIN_LABEL] == UID

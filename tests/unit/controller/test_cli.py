@@ -16,6 +16,8 @@ def test_help_names_the_environment_variables() -> None:
         "IMAGE_NAME",
         "MAX_NODES_PER_IMEX_DOMAIN",
         "METRICS_PORT",
+        "IMEX_AGENTS",
+        "IMEX_SCOPE",
     ):
         assert env in result.output
 
@@ -33,3 +35,11 @@ def test_invalid_values_are_rejected_before_anything_runs() -> None:
     )
     assert result.exit_code == 2
     assert "max-nodes-per-imex-domain" in result.output
+
+
+def test_a_per_clique_default_without_resident_agents_fails_before_anything_runs() -> None:
+    result = CliRunner().invoke(
+        cli_controller.group, ["run", "--image", "img:1"], env={"IMEX_SCOPE": "perClique"}
+    )
+    assert result.exit_code != 0
+    assert "resident" in str(result.exception or result.output)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from compute_domains.api import conditions, names
+from compute_domains.api import conditions, names, sharedimex
 from compute_domains.controller import claims, heldnodes, status
 
 A, B = "uid-a", "uid-b"
@@ -147,3 +147,32 @@ def test_the_status_names_the_holder_and_the_waiting_pod() -> None:
         num_nodes=0, cliques=[], pods=[], node_ready={"n1": True}, workload=[waiting]
     )
     assert "held by" not in plain.why["n1"].text
+
+
+SHARED_NODE = {"metadata": {"labels": {sharedimex.SHARED_IMEX_LABEL: sharedimex.SHARED_IMEX_ON}}}
+
+
+def test_a_node_in_the_per_clique_scope_is_held_by_the_shared_imex() -> None:
+    assert heldnodes.holder(SHARED_NODE) == sharedimex.SHARED_HOLDER
+    both = {**SHARED_NODE["metadata"]["labels"], names.COMPUTE_DOMAIN_LABEL: A}
+    assert heldnodes.holder({"metadata": {"labels": both}}) == A  # a CD's label comes first
+    off = {"metadata": {"labels": {sharedimex.SHARED_IMEX_LABEL: "off"}}}
+    assert heldnodes.holder(off) == ""
+
+
+def test_a_shared_node_keeps_per_domain_cds_off_and_takes_every_per_clique_one() -> None:
+    """A plugin refusal of either scope is one NodeHeldError; the replacer acts on the node's
+    holder and each claim's CD scope, never on the plugin's message."""
+    held = [_claim(A, pods=("a",)), _claim(B, pods=("b",))]
+    (found,) = heldnodes.conflicts("n1", sharedimex.SHARED_HOLDER, held, lambda uid: uid == A)
+    assert (found.loser, found.holder, found.pod) == (B, sharedimex.SHARED_HOLDER, "b")
+    # A per-clique CD's pod on a node a per-domain CD holds is re-placed like any other.
+    (other,) = heldnodes.conflicts("n1", B, held, lambda uid: uid == A)
+    assert (other.loser, other.pod) == (A, "a")
+    assert not heldnodes.keeps_off(sharedimex.SHARED_HOLDER, A, shared=True)
+    assert heldnodes.keeps_off(sharedimex.SHARED_HOLDER, B, shared=False)
+    assert heldnodes.holder_words(sharedimex.SHARED_HOLDER, str).startswith("the per-clique scope")
+    assert heldnodes.holder_words(A, lambda u: f"ns/a ({u})") == f"ComputeDomain ns/a ({A})"
+    waiting = claims.WorkloadClaim(namespace="ns", name="p-cd", node="n1", pods=("p",))
+    text = heldnodes.held_text(sharedimex.SHARED_HOLDER, [waiting], shared=True)
+    assert text.startswith("in the per-clique scope") and "ns/p waiting there" in text

@@ -1,0 +1,236 @@
+"""Pure derivation of a per-clique ComputeDomain's status from Nodes and shared registries.
+
+A per-clique CD X has no daemon pods and no cliques of its own: the clique's shared IMEX serves
+it, one resident agent per node (``api.sharedimex``). docs/status.md's Ready rules apply as for
+a per-domain CD (``verdict.judge`` decides); what changes is where the entries come from:
+
+- X's nodes are the Nodes annotated ``compute-domains/channel.<X>`` (the plugin writes it when
+  it prepares X's first claim there, removes it with the last);
+- a node's entry (``name``, ``ipAddress``, ``cliqueID``, ``index``, ``status``) is its entry in
+  the registry ``shared-imex.<C>`` of its clique ``C`` (the Node's ``nvidia.com/gpu.clique``
+  label), copied, so indices are the shared IMEX's and never move while it runs. It is Ready
+  when the registry entry says Ready (the agent's IMEX answers) and the Node is Ready;
+- an annotated node without a registry entry is NotReady ("its shared IMEX ... has not
+  registered yet"; ``CliqueFull`` when the registry has every slot taken), listed with its
+  previous entry or a new one (its clique label, index -1, no IP);
+- a registry entry turning NotReady (its IMEX crashed) makes the entry NotReady, so every CD the
+  node serves turns NotReady (``NodeNotReady`` for a member); peers' lost-peers reports on the
+  registry are judged as on a CD's own clique (``peerloss``), over all of the registry's members;
+- the rules for nodes that hold a workload claim (always listed, NotReady without an entry: "no
+  IMEX channel of this ComputeDomain on the node yet" before its claim is prepared) and for
+  nodes that hold none (listed only while the Node is Ready) are ``status``'s;
+- the Ready condition's message ends with X's channels, from the registries' channel
+  annotations: ``IMEX channel 5 on clique <C>`` (``IMEX channels: 5 on clique <A>, 7 on clique
+  <B>`` when X spans two cliques); nothing is added to the status's fields (CRD compatibility).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+from compute_domains.api import conditions, names
+from compute_domains.api.clique import ComputeDomainClique
+from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
+from compute_domains.controller import claims, peerloss, pending, status, verdict
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Served:
+    """A Node annotated with the CD's channel."""
+
+    name: str
+    clique_id: str
+    """The Node's ``nvidia.com/gpu.clique`` label ("" without one)."""
+    channel: int
+
+
+def channels_text(channels: Mapping[str, int]) -> str:
+    """``IMEX channel <n> on clique <C>`` for each clique (clique ID → channel)."""
+    if not channels:
+        return ""
+    parts = [f"{n} on clique {c}" for c, n in sorted(channels.items())]
+    if len(parts) == 1:
+        return f"IMEX channel {parts[0]}"
+    return f"IMEX channels: {', '.join(parts)}"
+
+
+def _unreachable(
+    registries: Iterable[ComputeDomainClique], node_ready: Mapping[str, bool]
+) -> peerloss.Reports:
+    out: peerloss.Reports = {}
+    for registry in registries:
+        found = peerloss.reports(registry)
+        if not found:
+            continue
+        ready = {
+            d.node_name: d.status is Readiness.READY and node_ready.get(d.node_name, False)
+            for d in registry.daemons
+        }
+        for node, reporters in peerloss.judge(found, list(ready), ready).items():
+            if ready.get(node):
+                out[node] = reporters
+    return out
+
+
+def _where(clique_id: str) -> str:
+    return f"its shared IMEX (clique {clique_id})"
+
+
+def derive(
+    *,
+    num_nodes: int,
+    served: Iterable[Served],
+    registries: Mapping[str, ComputeDomainClique],
+    channels: Mapping[str, int],
+    node_ready: Mapping[str, bool],
+    workload: Iterable[claims.WorkloadClaim] = (),
+    previous: ComputeDomainStatus | None = None,
+    node_cliques: Mapping[str, str] | None = None,
+    max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
+    template_conflict: str = "",
+    waited_for: Sequence[str] | None = None,
+    generation: int = 0,
+    extra: Sequence[conditions.Condition] = (),
+    waiting: Sequence[pending.PendingPod] = (),
+    holders: Sequence[str] = (),
+    held_by: Mapping[str, str] | None = None,
+    refusal: tuple[str, str] | None = None,
+) -> status.Derived:
+    """The status of one per-clique CD (the module docstring says how).
+
+    ``served``: the Nodes annotated with its channel; ``registries``: clique ID → that clique's
+    shared registry; ``channels``: clique ID → the CD's channel there (registry annotations);
+    the other arguments are ``status.derive``'s.
+    """
+    held_by = held_by or {}
+    node_cliques = node_cliques or {}
+    served = sorted(served, key=lambda s: s.name)
+    entries: dict[str, ComputeDomainNode] = {}
+    why: dict[str, verdict.Why] = {}
+    full: list[tuple[str, str]] = []
+    for node in served:
+        registry = registries.get(node.clique_id)
+        entry = registry.daemon(node.name) if registry is not None else None
+        if entry is not None:
+            ready = entry.status is Readiness.READY and node_ready.get(node.name, False)
+            entries[node.name] = dataclasses.replace(
+                entry.to_node(), status=Readiness.READY if ready else Readiness.NOT_READY
+            )
+            continue
+        entries[node.name] = _unlisted(node.name, node.clique_id, previous)
+        if registry is not None and len(registry.daemons) >= max_nodes:
+            full.append((node.name, node.clique_id))
+    lost = _unreachable(registries.values(), node_ready)
+    for node_name in [n for n in lost if n in entries]:
+        entries[node_name] = dataclasses.replace(entries[node_name], status=Readiness.NOT_READY)
+    workload_nodes = sorted({c.node for c in workload if c.placed})
+    for name in [n for n in entries if n not in workload_nodes and not node_ready.get(n, False)]:
+        del entries[name]  # holds nothing (its workload left) and is down
+    for name in workload_nodes:
+        if name not in entries:
+            entries[name] = _unlisted(name, node_cliques.get(name, ""), previous)
+    by_name = {s.name: s for s in served}
+    for listed in entries.values():
+        if listed.status is Readiness.READY:
+            continue
+        why[listed.name] = _why(
+            listed.name,
+            by_name.get(listed.name),
+            registries,
+            node_ready,
+            previous,
+            held_by,
+            dict(full),
+            max_nodes,
+            lost.get(listed.name),
+        )
+    judged = verdict.judge(
+        verdict.Facts(
+            entries=tuple(entries.values()),
+            why=why,
+            workload_nodes=tuple(workload_nodes),
+            num_nodes=num_nodes,
+            full=tuple((n, c) for n, c in full if n in entries),
+            max_nodes=max_nodes,
+            template_conflict=template_conflict,
+            waited_for=None if waited_for is None else tuple(waited_for),
+            generation=generation,
+            extra=tuple(extra),
+            pending=tuple(waiting),
+            holders=tuple(holders),
+            refusal=refusal,
+            channels=channels_text(channels),
+        )
+    )
+    st = ComputeDomainStatus(
+        status=Readiness.READY if judged.ready else Readiness.NOT_READY,
+        nodes=tuple(entries.values()),
+        conditions=judged.conditions,
+    )
+    return status.Derived(status=st, why=why)
+
+
+def _unlisted(name: str, clique_id: str, previous: ComputeDomainStatus | None) -> ComputeDomainNode:
+    """The NotReady entry of a node without a registry entry: its previous one, or a new one."""
+    before = previous.node(name) if previous is not None else None
+    if before is not None:
+        return dataclasses.replace(before, status=Readiness.NOT_READY)
+    return ComputeDomainNode(
+        name=name,
+        ip_address="",
+        clique_id=clique_id,
+        index=names.NON_FABRIC_INDEX,
+        status=Readiness.NOT_READY,
+    )
+
+
+def _why(
+    node: str,
+    served: Served | None,
+    registries: Mapping[str, ComputeDomainClique],
+    node_ready: Mapping[str, bool],
+    previous: ComputeDomainStatus | None,
+    held_by: Mapping[str, str],
+    full: Mapping[str, str],
+    max_nodes: int,
+    lost: Mapping[str, str] | None,
+) -> verdict.Why:
+    """Why the NotReady entry of ``node`` is NotReady."""
+    if node not in node_ready:
+        return verdict.Why(cause=verdict.Cause.LOST, text="the node is gone")
+    if not node_ready[node]:
+        return verdict.Why(cause=verdict.Cause.LOST, text="the node is NotReady")
+    if node in held_by:
+        return verdict.Why(cause=verdict.Cause.FORMING, text=held_by[node])
+    if node in full:
+        return verdict.Why(
+            cause=verdict.Cause.FULL,
+            text=f"clique {full[node]} is full ({max_nodes} slots of its shared IMEX)",
+        )
+    cause = verdict.Cause.LOST if status.member(node, previous) else verdict.Cause.FORMING
+    if served is None:
+        return verdict.Why(
+            cause=cause,
+            text="no IMEX channel of this ComputeDomain on the node yet (its claim is not "
+            "prepared)",
+        )
+    if not served.clique_id:
+        return verdict.Why(
+            cause=cause,
+            text=f"the node has no {names.GPU_CLIQUE_LABEL} label, so no shared IMEX serves it",
+        )
+    registry = registries.get(served.clique_id)
+    entry = registry.daemon(node) if registry is not None else None
+    if entry is None:
+        return verdict.Why(cause=cause, text=f"{_where(served.clique_id)} has not registered yet")
+    if lost:
+        since = min(lost.values())
+        return verdict.Why(
+            cause=verdict.Cause.UNREACHABLE,
+            text=(
+                f"its IMEX peers lost their links to it: {', '.join(sorted(lost))} "
+                f"(since {since}); the Node may still read Ready until its grace runs out"
+            ),
+        )
+    return verdict.Why(cause=cause, text=f"{_where(served.clique_id)} is not Ready")

@@ -1,0 +1,189 @@
+"""The per-clique scope end to end (issue 26 points 2 and 3): two ComputeDomains share one
+clique and both of its nodes, each isolated by its own IMEX channel, on resident agents.
+
+Installed with ``imex.agents=resident`` and ``imex.scope=perClique``: the plugins label their
+nodes at start, so the clique's shared IMEX is up (both registry entries Ready) before any CD.
+Then CDs A and B each get a pod on each of the two nodes. Shown:
+
+* both CDs turn Ready with both nodes, on the registry's indices; each CD carries the scope;
+* every pod of A sees exactly A's channel device, every pod of B exactly B's; the numbers
+  differ, neither is 0, and they are the registry's ``compute-domains/channel.<uid>``;
+* forming A and B started no IMEX and sent no SIGUSR1 (the agents' start and signal counts are
+  what they were before A existed);
+* deleting A leaves B Ready with its pods, its channel and the same indices, with still no
+  IMEX start or signal anywhere; A's channel and node annotations are gone;
+* a crash of one node's IMEX (its entry NotReady) is reported on every CD that node serves;
+* ``allocationMode: All`` in this scope is refused with a message that says why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+
+from compute_domains.api import clique, computedomain, names, sharedimex
+from compute_domains.sim import state, topology
+from tests.e2e import helpers
+from tests.e2e.conftest import DRIVER_NS
+from tests.e2e.test_seed_example import _eventually, _follow_log
+
+pytestmark = pytest.mark.timeout(1200)
+SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
+NODES_MODE = "virtual"
+N0, N1 = "gb200-r0-n00", "gb200-r0-n01"
+AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
+STARTS = re.compile(r"started \S*nvidia-imex \(pid \d+\)")
+SIGNALS = "sent SIGUSR1 to pid"
+CHANNELS = re.compile(r"\bchannel(\d+)\b")
+
+
+@pytest.fixture(scope="module")
+def per_clique(rack_sim: state.SimPaths) -> Iterator[state.SimPaths]:
+    """The sim with resident agents in the per-clique scope."""
+    helpers.upgrade(rack_sim, "imex.agents=resident", "imex.scope=perClique")
+    yield rack_sim
+
+
+async def _agents(admin: AsyncClient) -> dict[str, Pod]:
+    return {
+        p.spec.nodeName: p
+        async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)
+        if p.spec is not None and p.spec.nodeName
+    }
+
+
+async def _counts(admin: AsyncClient) -> dict[str, tuple[int, int]]:
+    """Per node: (IMEX starts, SIGUSR1 sent) in its agent's log."""
+    out = {}
+    for node, pod in (await _agents(admin)).items():
+        assert pod.metadata is not None and pod.metadata.name
+        log = await helpers.log_of(admin, pod.metadata.name, namespace=DRIVER_NS)
+        out[node] = (len(STARTS.findall(log)), log.count(SIGNALS))
+    return out
+
+
+async def _clique_id(admin: AsyncClient) -> str:
+    node = await admin.get(Node, N0)
+    assert node.metadata is not None
+    return (node.metadata.labels or {})[names.GPU_CLIQUE_LABEL]
+
+
+async def _registry(admin: AsyncClient, clique_id: str) -> clique.ComputeDomainClique | None:
+    name = sharedimex.registry_name(clique_id)
+    found = [
+        c
+        async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        if c.metadata is not None and c.metadata.name == name
+    ]
+    return clique.ComputeDomainClique.from_resource(found[0]) if found else None
+
+
+async def _registry_ready(admin: AsyncClient, clique_id: str) -> dict[str, int] | None:
+    reg = await _registry(admin, clique_id)
+    if reg is None or len(reg.daemons) != 2:
+        return None
+    if not all(d.status.value == "Ready" for d in reg.daemons):
+        return None
+    return {d.node_name: d.index for d in reg.daemons}
+
+
+async def _cd_ready(admin: AsyncClient, name: str, nodes: int) -> dict[str, Any] | None:
+    st = await helpers.cd_status(admin, name)
+    entries = st.get("nodes") or []
+    ok = (
+        st.get("status") == "Ready"
+        and len(entries) == nodes
+        and all(n["status"] == "Ready" for n in entries)
+    )
+    return st if ok else None
+
+
+async def _pods(admin: AsyncClient, cd: str) -> None:
+    for node in (N0, N1):
+        await admin.create(helpers.channel_pod(f"{cd}-{node[-3:]}", f"{cd}-rct", node=node))
+
+
+async def _channels_seen(admin: AsyncClient, pod: str) -> set[int]:
+    log = await _follow_log(admin, pod, "channel", stop_on_not_ready=False)
+    return {int(n) for n in CHANNELS.findall(log)}
+
+
+async def test_two_cds_share_the_clique_each_behind_its_own_channel(
+    admin: AsyncClient, per_clique: state.SimPaths
+) -> None:
+    cid = await _clique_id(admin)
+    indices = await _eventually(
+        lambda: _registry_ready(admin, cid), 180, "both nodes Ready in the shared registry"
+    )
+    before = await _counts(admin)
+    assert all(starts >= 1 for starts, _ in before.values()), before
+
+    uids = {cd: await helpers.create_cd(admin, cd) for cd in ("cd-a", "cd-b")}
+    for cd in uids:
+        await _pods(admin, cd)
+    for cd in uids:
+        st = await _eventually(lambda cd=cd: _cd_ready(admin, cd, 2), 300, f"{cd} Ready")
+        assert {n["name"]: n["index"] for n in st["nodes"]} == indices, st
+        obj = await admin.get(computedomain.ComputeDomainResource, cd, namespace="default")
+        assert obj.metadata is not None
+        annotations = obj.metadata.annotations or {}
+        assert annotations.get(sharedimex.SCOPE_ANNOTATION) == "perClique", annotations
+
+    reg = await _registry(admin, cid)
+    assert reg is not None
+    held = sharedimex.channels(reg.metadata.annotations)
+    channel = {cd: held[uid] for cd, uid in uids.items()}
+    assert channel["cd-a"] != channel["cd-b"] and 0 not in channel.values(), channel
+    for cd in uids:
+        for node in (N0, N1):
+            seen = await _channels_seen(admin, f"{cd}-{node[-3:]}")
+            assert seen == {channel[cd]}, (cd, node, seen, channel)
+    assert await _counts(admin) == before, "forming two CDs restarted or signalled an IMEX"
+
+    # Deleting A leaves B alone.
+    for node in (N0, N1):
+        await admin.delete(Pod, f"cd-a-{node[-3:]}", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "cd-a", namespace="default")
+
+    async def a_released() -> bool:
+        if not await helpers.gone(admin, computedomain.ComputeDomainResource, "cd-a"):
+            return False
+        reg = await _registry(admin, cid)
+        nodes = [await admin.get(Node, n) for n in (N0, N1)]
+        keys = [set((n.metadata.annotations or {}) if n.metadata else {}) for n in nodes]
+        key = sharedimex.channel_key(uids["cd-a"])
+        return reg is not None and key not in (reg.metadata.annotations or {}) and not any(
+            key in k for k in keys
+        )
+
+    await _eventually(a_released, 180, "cd-a gone with its channel and node annotations")
+    st = await _cd_ready(admin, "cd-b", 2)
+    assert st is not None and {n["name"]: n["index"] for n in st["nodes"]} == indices, st
+    reg = await _registry(admin, cid)
+    assert reg is not None
+    assert sharedimex.channels(reg.metadata.annotations) == {uids["cd-b"]: channel["cd-b"]}
+    for node in (N0, N1):
+        assert await helpers.pod_ready(admin, f"cd-b-{node[-3:]}")
+    assert await _counts(admin) == before, "deleting cd-a restarted or signalled an IMEX"
+
+
+async def test_allocation_mode_all_is_refused_in_this_scope(
+    admin: AsyncClient, per_clique: state.SimPaths
+) -> None:
+    await helpers.create_cd(admin, "cd-all", mode="All")
+
+    async def refused() -> str | None:
+        st = await helpers.cd_status(admin, "cd-all")
+        for cond in st.get("conditions") or []:
+            if "allocationMode" in (cond.get("message") or ""):
+                return str(cond["message"])
+        return None
+
+    message = await _eventually(refused, 120, "cd-all refused with a reason")
+    assert "other ComputeDomain" in message, message
+    await admin.delete(computedomain.ComputeDomainResource, "cd-all", namespace="default")

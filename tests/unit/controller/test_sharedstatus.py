@@ -1,0 +1,214 @@
+"""A per-clique CD's status: its nodes from channel annotations, entries from shared registries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from compute_domains.api import conditions, names, sharedimex
+from compute_domains.api.clique import ComputeDomainClique
+from compute_domains.api.computedomain import ComputeDomainStatus, Readiness
+from compute_domains.controller import claims, sharedstatus, statuschange
+
+C1, C2 = "cluster.1", "cluster.2"
+R, N = Readiness.READY, Readiness.NOT_READY
+
+
+def _registry(clique_id: str, *entries: tuple[str, str, Readiness]) -> ComputeDomainClique:
+    """A shared registry as the agents leave it (no CD label; their own entries)."""
+    clique = ComputeDomainClique.new(domain_uid="", clique_id=clique_id, namespace="ns")
+    meta = clique.metadata
+    meta.name = sharedimex.registry_name(clique_id)
+    meta.labels = {names.CLIQUE_ID_LABEL: clique_id, sharedimex.SCOPE_LABEL: "perClique"}
+    for node, ip, readiness in entries:
+        clique = clique.with_registered(node, ip).with_status(node, readiness)
+    return clique
+
+
+def _served(*nodes: tuple[str, str], channel: int = 3) -> list[sharedstatus.Served]:
+    return [sharedstatus.Served(name=n, clique_id=c, channel=channel) for n, c in nodes]
+
+
+def _held(*nodes: str) -> list[claims.WorkloadClaim]:
+    return [
+        claims.WorkloadClaim(namespace="ns", name=f"c-{n}", node=n, pods=(f"w-{n}",)) for n in nodes
+    ]
+
+
+def _derive(**kw: Any) -> ComputeDomainStatus:
+    kw.setdefault("num_nodes", 0)
+    kw.setdefault("channels", {C1: 3})
+    return sharedstatus.derive(**kw).status
+
+
+def _ready(st: ComputeDomainStatus) -> tuple[str, str, str]:
+    cond = st.condition(conditions.READY)
+    assert cond is not None
+    return cond.status, cond.reason, cond.message
+
+
+def _summary(st: ComputeDomainStatus) -> dict[str, tuple[str, str, int, str]]:
+    return {n.name: (n.ip_address, n.clique_id, n.index, n.status.value) for n in st.nodes}
+
+
+def test_entries_are_the_nodes_entries_in_their_cliques_registry() -> None:
+    """Only the annotated nodes are listed, with the registry's IP and index (node c of the
+    same registry serves another CD only), and the channel is in the Ready message."""
+    registry = _registry(C1, ("a", "10.0.0.1", R), ("c", "10.0.0.3", R), ("b", "10.0.0.2", R))
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries={C1: registry},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+    )
+    assert _summary(st) == {
+        "a": ("10.0.0.1", C1, 0, "Ready"),
+        "b": ("10.0.0.2", C1, 2, "Ready"),
+    }
+    assert st.status is R
+    assert _ready(st) == (
+        "True",
+        "AllNodesReady",
+        f"all 2 nodes Ready; IMEX channel 3 on clique {C1}",
+    )
+
+
+def test_an_annotated_node_without_a_registry_entry_is_not_ready_and_says_why() -> None:
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries={C1: _registry(C1, ("a", "10.0.0.1", R))},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+    )
+    assert _summary(st)["b"] == ("", C1, -1, "NotReady")
+    status, reason, message = _ready(st)
+    assert (status, reason) == ("False", "Forming")
+    assert f"node b: its shared IMEX (clique {C1}) has not registered yet" in message
+    none = _derive(
+        served=_served(("a", C1)), registries={}, node_ready={"a": True}, workload=_held("a")
+    )
+    assert "has not registered yet" in _ready(none)[2]
+
+
+def test_an_imex_crash_makes_the_member_not_ready() -> None:
+    """The registry entry of a formed member turns NotReady: NodeNotReady, the node named."""
+    served = _served(("a", C1), ("b", C1))
+    formed = _derive(
+        served=served,
+        registries={C1: _registry(C1, ("a", "1", R), ("b", "2", R))},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+    )
+    crashed = sharedstatus.derive(
+        num_nodes=0,
+        channels={C1: 3},
+        served=served,
+        registries={C1: _registry(C1, ("a", "1", R), ("b", "2", N))},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+        previous=formed,
+    )
+    assert _summary(crashed.status)["b"] == ("2", C1, 1, "NotReady")
+    status, reason, message = _ready(crashed.status)
+    assert (status, reason) == ("False", conditions.NODE_NOT_READY)
+    assert f"node b: its shared IMEX (clique {C1}) is not Ready" in message
+    (change,) = statuschange.transitions(formed, crashed)
+    assert (change.node, change.kind) == ("b", "not-ready")
+
+
+def test_a_node_holding_a_claim_before_its_prepare_is_listed_not_ready() -> None:
+    st = _derive(
+        served=[],
+        registries={C1: _registry(C1, ("a", "1", R))},
+        node_ready={"a": True},
+        workload=_held("a"),
+        node_cliques={"a": C1},
+        channels={},
+    )
+    assert _summary(st) == {"a": ("", C1, -1, "NotReady")}
+    status, reason, message = _ready(st)
+    assert (status, reason) == ("False", "Forming")
+    assert "no IMEX channel of this ComputeDomain on the node yet" in message
+    assert "IMEX channel " not in message.replace("no IMEX channel of", "")
+
+
+def test_a_down_node_that_holds_nothing_drops_out_and_a_down_member_stays() -> None:
+    registries = {C1: _registry(C1, ("a", "1", R), ("b", "2", R))}
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries=registries,
+        node_ready={"a": True, "b": False},
+        workload=_held("a"),
+    )
+    assert set(_summary(st)) == {"a"}
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries=registries,
+        node_ready={"a": True, "b": False},
+        workload=_held("a", "b"),
+    )
+    assert _summary(st)["b"][3] == "NotReady"
+    assert (
+        _ready(st)[1] == conditions.NODE_NOT_READY
+        and "node b: the node is NotReady" in _ready(st)[2]
+    )
+
+
+def test_a_full_registry_is_clique_full() -> None:
+    registry = _registry(C1, ("x", "9", R), ("a", "1", R))
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries={C1: registry},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+        max_nodes=2,
+    )
+    status, reason, message = _ready(st)
+    assert (status, reason) == ("False", conditions.CLIQUE_FULL)
+    assert f"node b cannot join clique {C1}" in message
+
+
+def test_two_cliques_have_their_own_channels_in_the_message() -> None:
+    st = _derive(
+        served=[
+            sharedstatus.Served(name="a", clique_id=C1, channel=3),
+            sharedstatus.Served(name="b", clique_id=C2, channel=1),
+        ],
+        registries={C1: _registry(C1, ("a", "1", R)), C2: _registry(C2, ("b", "2", R))},
+        channels={C1: 3, C2: 1},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+    )
+    assert _ready(st)[2].endswith(f"IMEX channels: 3 on clique {C1}, 1 on clique {C2}")
+    assert {n.clique_id for n in st.nodes} == {C1, C2}
+
+
+def test_peers_lost_in_the_registry_make_a_member_unreachable() -> None:
+    registry = _registry(C1, ("a", "1", R), ("b", "2", R), ("c", "3", R))
+    note = {"node": "a", "ip": "1", "lost": {"b": "2026-12-02T05:00:03Z"}}
+    registry = registry.with_annotation(f"{names.LOST_PEERS_ANNOTATION_PREFIX}0", json.dumps(note))
+    st = _derive(
+        served=_served(("a", C1), ("b", C1)),
+        registries={C1: registry},
+        node_ready={"a": True, "b": True, "c": True},
+        workload=_held("a", "b"),
+    )
+    assert _summary(st)["b"][3] == "NotReady"
+    status, reason, message = _ready(st)
+    assert (status, reason) == ("False", conditions.PEER_UNREACHABLE)
+    assert "node b: its IMEX peers lost their links to it: a" in message
+
+
+def test_a_refusal_wins_and_no_workload_never_says_nodes() -> None:
+    st = _derive(
+        served=[],
+        registries={},
+        node_ready={},
+        refusal=("AllocationModeAllNotIsolated", "all channels would ..."),
+        channels={},
+    )
+    assert _ready(st) == ("False", "AllocationModeAllNotIsolated", "all channels would ...")
+    empty = _derive(served=[], registries={}, node_ready={}, channels={C1: 4})
+    _status, reason, message = _ready(empty)
+    assert reason == "NoWorkload" and "nodes" not in message
+    assert message.endswith(f"IMEX channel 4 on clique {C1}")
