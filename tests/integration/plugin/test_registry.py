@@ -71,7 +71,7 @@ async def _annotations(admin: AsyncClient, ns: str, clique: str) -> dict[str, st
     obj = await admin.get(
         ComputeDomainCliqueResource, sharedimex.registry_name(clique), namespace=ns
     )
-    return dict(obj.metadata.annotations or {})
+    return dict((obj.metadata.annotations if obj.metadata else None) or {})
 
 
 async def test_two_cds_get_distinct_channels_and_each_keeps_its_own(
