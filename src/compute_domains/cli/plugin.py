@@ -158,6 +158,16 @@ def group() -> None:
     help="Move a corrupt checkpoint aside and start empty instead of failing.",
 )
 @click.option(
+    "--shared-imex-eager/--no-shared-imex-eager",
+    envvar="SHARED_IMEX_EAGER",
+    default=False,
+    show_default=True,
+    help="Per-clique scope: label the node for its clique's shared IMEX at start (unless a"
+    " per-domain ComputeDomain holds it), so the IMEX runs before the first per-clique"
+    " ComputeDomain. Off: the first per-clique claim labels it, and a start with no per-clique"
+    " claim live removes the label. Env SHARED_IMEX_EAGER.",
+)
+@click.option(
     "--metrics-port",
     envvar="METRICS_PORT",
     type=_PORT,
@@ -228,6 +238,7 @@ def plugin_settings(opts: Mapping[str, Any]) -> config.PluginSettings:
         strict_fabric=opts["strict_fabric"],
         health_port=opts["healthcheck_port"],
         quarantine_corrupt_checkpoint=opts["quarantine_corrupt_checkpoint"],
+        shared_imex_eager=opts["shared_imex_eager"],
     )
 
 

@@ -6,10 +6,13 @@ Start-up order (any failure ends ``run`` with an exception; nothing is left list
    over first, see ``plugin.takeover``; a checkpoint of an earlier boot is reset; a corrupt one
    stops start-up unless quarantining is enabled); the base CDI spec.
 3. A first cleanup pass (stale claims, orphaned specs, a stray node label from before a reboot).
-4. The DRA gRPC service (v1 + v1beta1), then the registration service, so the kubelet can use
+4. The Node's labels (warm spare, shared IMEX) are followed by a watch; once seen, the shared-IMEX
+   label is freed on an idle node when the shared IMEX is not eager (``eager``).
+5. The DRA gRPC service (v1 + v1beta1), then the registration service, so the kubelet can use
    the endpoint as soon as it learns it.
-5. Background tasks in one TaskGroup: ResourceSlice publisher, periodic cleanup, optional
-   metrics/health HTTP endpoint and gRPC health service. A failing task cancels the others.
+6. Background tasks in one TaskGroup: ResourceSlice publisher, periodic cleanup, the eager
+   shared-IMEX label (``eager``), optional metrics/health HTTP endpoint and gRPC health
+   service. A failing task cancels the others.
 Cancellation stops the gRPC servers (in-flight calls get a short grace) and removes our sockets;
 the ResourceSlice stays, as upstream leaves it.
 
@@ -38,6 +41,7 @@ from compute_domains.plugin import (
     discovery,
     driver,
     driverversion,
+    eager,
     edits,
     grpc_server,
     health,
@@ -45,6 +49,7 @@ from compute_domains.plugin import (
     nodewatch,
     registration,
     resourceslice,
+    shared,
     state,
 )
 from compute_domains.plugin.config import PluginSettings
@@ -126,9 +131,11 @@ class Plugin:
     async def _serve(self, client: AsyncClient, info: discovery.NodeInfo, boot_id: str) -> None:
         s, paths = self._s, self._s.paths
         publisher: resourceslice.SlicePublisher | None = None
+        joiner: eager.SharedLabel | None = None
         domains = computedomain.Domains(
             client, node=s.node_name, driver_namespace=s.driver_namespace
         )
+        shared_imex = shared.Shared(client, node=s.node_name, driver_namespace=s.driver_namespace)
         facts = edits.NodeFacts(
             clique_id=info.clique_id, channel_major=info.channel_major, caps_major=info.caps_major
         )
@@ -137,6 +144,8 @@ class Plugin:
             logger.info("node held by: %s", holder or "none (free)", extra={"node": s.node_name})
             if publisher is not None:
                 publisher.poke(delay=s.holder_publish_delay_s)
+            if joiner is not None:
+                joiner.poke()
 
         device_state = state.DeviceState(
             node=s.node_name,
@@ -144,6 +153,7 @@ class Plugin:
             retry=s.retry,
             facts=facts,
             domains=domains,
+            shared_imex=shared_imex,
             channel_slots=s.channel_slots,
             on_holder_change=on_holder_change,
             on_checkpoint=self.metrics.observe_checkpoint,
@@ -160,15 +170,26 @@ class Plugin:
             client=client,
             device_state=device_state,
             domains=domains,
+            shared_imex=shared_imex,
             settings=s.cleanup,
             node=s.node_name,
         )
         await sweeper.run_once()
-        # The warm-spare label before the first prepare: a warm node refuses other CDs' claims.
-        warm = nodewatch.NodeWatch(client, node=s.node_name, on_change=device_state.set_warm_for)
+        joiner = eager.SharedLabel(
+            device_state=device_state,
+            shared_imex=shared_imex,
+            eager=s.shared_imex_eager,
+            clique_id=info.clique_id,
+            node=s.node_name,
+        )
+        # The Node's labels before the first prepare: a warm node refuses other CDs' claims, a
+        # node in the per-clique scope per-domain ones.
+        warm = nodewatch.NodeWatch(client, node=s.node_name, on_change=device_state.set_node_labels)
         warm_task = asyncio.create_task(warm.run(), name="node-watch")
         try:
-            await self._serve_rpcs(client, device_state, publisher, sweeper, warm)
+            await warm.synced.wait()
+            await joiner.at_start()
+            await self._serve_rpcs(client, device_state, publisher, sweeper, joiner)
         finally:
             warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -180,10 +201,9 @@ class Plugin:
         device_state: state.DeviceState,
         publisher: resourceslice.SlicePublisher,
         sweeper: cleanup.Cleanup,
-        warm: nodewatch.NodeWatch,
+        joiner: eager.SharedLabel,
     ) -> None:
         s, paths = self._s, self._s.paths
-        await warm.synced.wait()
         drv = driver.Driver(
             client=client,
             device_state=device_state,
@@ -205,6 +225,8 @@ class Plugin:
                     tasks.spawn(
                         tg, "cleanup", _after(s.cleanup.interval_s, sweeper.run), log=logger
                     )
+                    if joiner.eager:
+                        tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger)
                     self._optional_tasks(tg, check)
                     self.ready.set()
                     logger.info("plugin serving", extra={"node": s.node_name})

@@ -14,6 +14,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from compute_domains.api import sharedimex
+
 
 class ClaimState(enum.StrEnum):
     """Where a claim is in the prepare state machine."""
@@ -74,6 +76,10 @@ class ClaimEntry:
     """Snapshot of the ResourceClaim ``status`` (allocation) as plain JSON; opaque here."""
     resource_version: str = ""
     """The claim's ``metadata.resourceVersion`` when it was prepared; empty when unknown."""
+    scope: sharedimex.Scope = sharedimex.Scope.PER_DOMAIN
+    """The isolation scope of the claim's ComputeDomain, fixed at its first prepare here: a
+    ``perClique`` entry holds a channel of the clique's shared IMEX domain and no node label
+    (``holder``). Entries written before the scope existed read as ``perDomain``."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,10 +13,16 @@ document without the ``checksum`` key. It is verified on the parsed document, so
 file does not break it, but changing any value does.
 
 Compatibility rules:
-- We write version 2 and read versions 1 and 2. Version 2 added the entry key ``resourceVersion``
-  (the claim's resourceVersion when it was prepared) and the state ``UnprepareCompleted`` (a
-  tombstone that lets the plugin refuse a late prepare of a claim it already unprepared); a
-  version 1 entry reads with an empty ``resourceVersion``.
+- We read versions 1, 2 and 3, and write the lowest version that covers the content (as
+  ``cdi`` picks its ``cdiVersion``): 3 while an entry is in the ``perClique`` scope, else 2.
+  Version 2 added the entry key ``resourceVersion`` (the claim's resourceVersion when it was
+  prepared) and the state ``UnprepareCompleted`` (a tombstone that lets the plugin refuse a late
+  prepare of a claim it already unprepared); a version 1 entry reads with an empty
+  ``resourceVersion``. Version 3 (issue 26) added the entry key ``scope`` (``perDomain`` or
+  ``perClique``, the claim's ComputeDomain's isolation scope); entries of versions 1 and 2 read
+  as ``perDomain``. So a node that never served the per-clique scope keeps a file an older
+  plugin reads (a downgrade works), and an older plugin refuses one that holds per-clique claims
+  (``UNKNOWN_VERSION``) instead of taking them for per-domain ones.
 - Any other version, invalid JSON, a wrong checksum or a document that does not fit the layout
   raises ``CheckpointCorruptError`` with a ``reason``; the caller quarantines the file
   (``quarantine``) or refuses to start.
@@ -43,12 +49,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from compute_domains.api import sharedimex
 from compute_domains.infra import atomicfile, errors, jsonshape
 from compute_domains.plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
 
-VERSION = 2
-"""The checkpoint format version this module writes."""
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+"""The highest checkpoint format version this module writes (``encode`` picks the lowest that
+covers the content: 3 only while a ``perClique`` entry is in it)."""
+_VERSION_WITHOUT_SCOPE = 2
+READABLE_VERSIONS = (1, 2, 3)
 """Format versions this module reads."""
 
 FILE_NAME = "checkpoint.json"
@@ -89,10 +98,14 @@ class BootCheck:
 
 def encode(checkpoint: Checkpoint) -> bytes:
     """The file content for ``checkpoint`` (deterministic: same model, same bytes)."""
+    scoped = any(e.scope is not sharedimex.Scope.PER_DOMAIN for e in checkpoint.claims.values())
+    version = VERSION if scoped else _VERSION_WITHOUT_SCOPE
     doc: dict[str, Any] = {
-        "version": VERSION,
+        "version": version,
         "nodeBootID": checkpoint.boot_id,
-        "claims": {uid: _entry_to_json(e) for uid, e in checkpoint.claims.items()},
+        "claims": {
+            uid: _entry_to_json(e, with_scope=scoped) for uid, e in checkpoint.claims.items()
+        },
     }
     doc["checksum"] = _checksum(doc)
     return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
@@ -188,8 +201,8 @@ def _checksum(doc: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _entry_to_json(e: ClaimEntry) -> dict[str, Any]:
-    return {
+def _entry_to_json(e: ClaimEntry, *, with_scope: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "uid": e.uid,
         "namespace": e.namespace,
         "name": e.name,
@@ -200,6 +213,9 @@ def _entry_to_json(e: ClaimEntry) -> dict[str, Any]:
         "status": dict(e.status),
         "resourceVersion": e.resource_version,
     }
+    if with_scope:
+        out["scope"] = e.scope.value
+    return out
 
 
 def _device_to_json(d: PreparedDevice) -> dict[str, Any]:
@@ -223,13 +239,15 @@ _ENTRY_KEYS_V1 = {
     "devices",
     "status",
 }
-_ENTRY_KEYS = {*_ENTRY_KEYS_V1, "resourceVersion"}
+_ENTRY_KEYS_V2 = {*_ENTRY_KEYS_V1, "resourceVersion"}
+_ENTRY_KEYS = {*_ENTRY_KEYS_V2, "scope"}
+_ENTRY_KEYS_BY_VERSION = {1: _ENTRY_KEYS_V1, 2: _ENTRY_KEYS_V2, 3: _ENTRY_KEYS}
 _DEVICE_KEYS = {"poolName", "deviceName", "requestNames", "cdiDeviceIDs", "kind", "domainID"}
 
 
 def _entry_from_json(uid: str, raw: object, *, version: int) -> ClaimEntry:
     obj = jsonshape.obj(raw)
-    _exact_keys(obj, _ENTRY_KEYS if version >= 2 else _ENTRY_KEYS_V1, f"claim {uid}")
+    _exact_keys(obj, _ENTRY_KEYS_BY_VERSION[version], f"claim {uid}")
     if obj["uid"] != uid:
         raise ValueError(f"claim keyed {uid!r} has uid {obj['uid']!r}")
     return ClaimEntry(
@@ -242,6 +260,7 @@ def _entry_from_json(uid: str, raw: object, *, version: int) -> ClaimEntry:
         devices=tuple(_device_from_json(d) for d in jsonshape.array(obj["devices"])),
         status=jsonshape.obj(obj["status"]),
         resource_version=jsonshape.string(obj.get("resourceVersion", "")),
+        scope=sharedimex.Scope(jsonshape.string(obj.get("scope", sharedimex.Scope.PER_DOMAIN))),
     )
 
 

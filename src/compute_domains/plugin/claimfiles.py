@@ -2,9 +2,10 @@
 
 This is the blocking "apply" half of prepare step 3 (``state``); ``edits`` computes what to
 write. For a daemon claim, or any claim on a node with a clique ID, the per-CD folder
-``domains/<domain UID>`` exists afterwards (daemons write their IMEX config there, workloads see
-it read-only, and a bind mount of a missing folder fails); a daemon claim also gets the IMEX
-config template copied there when the plugin has one, and, on a fabric node, the
+``domains/<domain UID>`` (a per-clique claim: the shared IMEX folder ``domains/shared-imex``
+instead, which no unprepare removes) exists afterwards (daemons write their IMEX config there,
+workloads see it read-only, and a bind mount of a missing folder fails); a daemon claim also
+gets the IMEX config template copied there when the plugin has one, and, on a fabric node, the
 fabric-imex-mgmt capability read fresh. The claim's CDI spec is written, or removed when no
 device has edits. Every step is idempotent, so a retried prepare redoes it safely.
 ``remove_domain_dir`` is the unprepare side: the folder goes with the CD's last claim here.
@@ -32,15 +33,21 @@ def write(
     paths: PathSettings,
     facts: edits.NodeFacts,
     writer: cdi.CdiWriter,
+    channel: int | None = None,
 ) -> tuple[checkpoint.PreparedDevice, ...]:
     """Blocking: per-CD folder, CDI spec; the devices to return to the kubelet.
+
+    Args:
+        channel: the CD's channel in the clique's shared IMEX domain (a per-clique claim: the
+            shared IMEX folder is mounted instead of a per-CD folder); None otherwise.
 
     Raises:
         errors.TemporaryError: the capability file cannot be read, or a fact is missing.
     """
-    host_dir = paths.domains_dir / cd.uid
+    host_dir = paths.shared_imex_dir if channel is not None else paths.domains_dir / cd.uid
     local_dir = paths.local(host_dir)
     if plan.has_daemon or facts.clique_id:
+        # The agent's folder too: a bind mount of a missing folder fails the container.
         local_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
     if plan.has_daemon:
         template = paths.imex_config_template
@@ -48,7 +55,7 @@ def write(
             shutil.copyfile(template, local_dir / _TEMPLATE_FILE)
         if facts.clique_id:
             facts = dataclasses.replace(facts, imex_mgmt=_read_capability(paths))
-    wanted = edits.container_edits(plan, facts=facts, cd=cd, domain_dir=host_dir)
+    wanted = edits.container_edits(plan, facts=facts, cd=cd, domain_dir=host_dir, channel=channel)
     spec, prepared = edits.prepared_devices(claim_uid, plan, wanted)
     if spec is not None:
         writer.write_claim_spec(spec)

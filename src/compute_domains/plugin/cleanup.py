@@ -11,13 +11,17 @@ prepare, only for not leaving things behind). Steps:
 2. Tombstones (``UnprepareCompleted``) older than ``tombstone_ttl_s`` are dropped.
 3. Claim CDI specs in the CDI root whose claim is not live in the checkpoint are removed (left
    by a crash between unprepare steps, or by claims of an earlier boot).
-4. A node label ``resource.nvidia.com/computeDomain`` that no live channel claim holds is
-   removed (left by a reboot or a crash); the daemon of that CD then leaves the node.
+4. A node label ``resource.nvidia.com/computeDomain`` that no live per-domain channel claim
+   holds is removed (left by a reboot or a crash); the daemon of that CD then leaves the node.
+   Likewise a Node annotation ``compute-domains/channel.<X>`` (issue 26's per-clique scope) that
+   no live per-clique claim of ``X`` needs; the shared-IMEX label is never removed here
+   (``eager`` decides it at start).
 5. Per-CD folders ``domains/<domain UID>`` are removed once no live claim uses them and the
    ComputeDomain no longer exists (upstream removes them 10 minutes after the CD is gone). The
    unprepare of a CD's last claim on the node removes its folder already; this step is the
    safety net for a crash in between (it runs outside the claim locks, so it leaves the folder
-   of an existing CD alone: a prepare may be creating it).
+   of an existing CD alone: a prepare may be creating it). The shared IMEX folder
+   ``domains/shared-imex`` is the resident agent's and is never removed.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from compute_domains.api import sharedimex
 from compute_domains.infra import errors, kube
-from compute_domains.plugin import checkpoint, computedomain, holder, state
-from compute_domains.plugin.config import CleanupSettings
+from compute_domains.plugin import checkpoint, computedomain, holder, shared, state
+from compute_domains.plugin.config import SHARED_IMEX_DIR, CleanupSettings
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +59,7 @@ class Cleanup:
         client: AsyncClient,
         device_state: state.DeviceState,
         domains: computedomain.DomainPort,
+        shared_imex: shared.SharedPort,
         settings: CleanupSettings,
         node: str,
         now: Callable[[], datetime.datetime] = _utcnow,
@@ -61,6 +67,7 @@ class Cleanup:
         self._client = client
         self._state = device_state
         self._domains = domains
+        self._shared = shared_imex
         self._s = settings
         self._node = node
         self._now = now
@@ -79,6 +86,7 @@ class Cleanup:
             ("tombstones", self._expire_tombstones),
             ("orphaned CDI specs", self._orphan_specs),
             ("stray node label", self._stray_label),
+            ("stray channel annotations", self._stray_channels),
             ("per-CD folders", self._domain_dirs),
         )
         for what, step in steps:
@@ -163,6 +171,13 @@ class Cleanup:
                     extra=self._extra,
                 )
 
+    async def _stray_channels(self) -> None:
+        async with self._state.transaction() as txn:
+            live = holder.claims_by_domain(txn.current, sharedimex.Scope.PER_CLIQUE)
+            for domain_uid in sorted(await self._shared.node_channels()):
+                if domain_uid not in live:
+                    await self._shared.detach(domain_uid)  # it logs what it removed
+
     async def _domain_dirs(self) -> None:
         cp = await self._snapshot()
         used = holder.domains_in_use(cp)
@@ -171,6 +186,8 @@ class Cleanup:
             lambda: [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
         )
         for domain_uid in found:
+            if domain_uid == SHARED_IMEX_DIR:
+                continue  # the resident agent's, not a CD's
             if domain_uid in used or await self._domains.find(domain_uid) is not None:
                 continue
             await asyncio.to_thread(shutil.rmtree, root / domain_uid, True)

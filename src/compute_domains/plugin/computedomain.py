@@ -7,8 +7,9 @@
   it is missing, as upstream does.
 - The node label ``resource.nvidia.com/computeDomain=<cdUID>`` pulls the CD's daemon onto the
   node. It is written with a resourceVersion precondition, so two writers cannot both win;
-  a label for another CD refuses the claim with a retryable error. Removing it only ever
-  removes our own value (a newer CD's label is left alone).
+  a label for another CD, or the per-clique scope's ``compute-domains/shared-imex=on`` (written
+  under the same precondition by ``shared``), refuses the claim with a retryable error.
+  Removing it only ever removes our own value (a newer CD's label is left alone).
 - Readiness is watched, not polled: read the node's entry once, then follow a watch from that
   read's resourceVersion until the entry is Ready or the attempt's time runs out. On a node with
   a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
@@ -30,7 +31,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from compute_domains.api import conditions, names
+from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
@@ -152,6 +153,15 @@ class Domains:
                 f"{names.COMPUTE_DOMAIN_LABEL}={current}); ComputeDomain "
                 f"{cd.namespace}/{cd.name} can use it once that one leaves"
             )
+        if labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON:
+            # The API's word, for a plugin whose Node watch has not seen the label yet.
+            raise NodeHeldError(
+                f"node {self._node} is held by the {sharedimex.Scope.PER_CLIQUE} scope (it runs "
+                f"its clique's shared IMEX: node label {sharedimex.SHARED_IMEX_LABEL}="
+                f"{sharedimex.SHARED_IMEX_ON}); ComputeDomain {cd.namespace}/{cd.name} (scope "
+                f"{sharedimex.Scope.PER_DOMAIN}) can use it once the node leaves that scope "
+                f"(label {sharedimex.SHARED_IMEX_LABEL} removed)"
+            )
         await self._patch_label(node, cd.uid)
         logger.info(
             "labelled node for ComputeDomain",
@@ -211,7 +221,7 @@ class Domains:
                 entry = ComputeDomainClique.from_resource(obj).daemon(node)
                 return entry is not None and entry.status is Readiness.READY
 
-            waiting = _follow(
+            waiting = follow(
                 self._client, ComputeDomainCliqueResource, name, self._driver_ns, clique_ready
             )
         else:
@@ -222,7 +232,7 @@ class Domains:
                 entry = status.node(node) if status is not None else None
                 return entry is not None and entry.status is Readiness.READY
 
-            waiting = _follow(self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready)
+            waiting = follow(self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready)
         try:
             async with asyncio.timeout(timeout):
                 with kube.translated(f"watching {where}"):
@@ -250,7 +260,7 @@ class Domains:
         return next((p for p in ready.message.split("; ") if p.startswith(mine)), "")
 
 
-async def _follow(
+async def follow(
     client: AsyncClient, res: Any, name: str, namespace: str, ready: Callable[[Any], bool]
 ) -> None:
     """Read ``name`` once, then follow a watch from that read until ``ready`` holds."""

@@ -24,6 +24,8 @@ from compute_domains.infra import errors, kube
 
 MAX_CHANNEL_SLOTS = 127
 """A ResourceSlice holds at most 128 devices; one of them is ``daemon-0``."""
+SHARED_IMEX_DIR = "shared-imex"
+"""Name of the shared IMEX folder among the per-CD folders (no CD UID looks like it)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +86,12 @@ class PathSettings:
     def domains_dir(self) -> Path:
         """Host path of the per-ComputeDomain folders (mounted at ``/imexd`` in daemons)."""
         return self.plugin_dir / "domains"
+
+    @property
+    def shared_imex_dir(self) -> Path:
+        """Host path of the clique's shared IMEX folder (the resident agent writes its IMEX
+        files there; per-clique workloads see it read-only at ``/imexd``). Never a CD's."""
+        return self.domains_dir / SHARED_IMEX_DIR
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +160,13 @@ class PluginSettings:
     """TCP port of the optional ``grpc.health.v1.Health`` service; None serves none."""
     quarantine_corrupt_checkpoint: bool = False
     """On a corrupt checkpoint, move it aside and start empty instead of refusing to start."""
+    shared_imex_eager: bool = False
+    """Issue 26's per-clique scope: label the node ``compute-domains/shared-imex=on`` at start
+    (on a node with a clique ID, unless a per-domain CD holds it; then once its last claim
+    goes), so the clique's shared IMEX already runs before the first per-clique CD and
+    formation pays no IMEX start. False (default): the first per-clique claim labels the node,
+    and a start with no per-clique claim live removes the label, so a cluster switched back to
+    ``perDomain`` frees its idle nodes (``eager``)."""
 
     def __post_init__(self) -> None:
         if not self.node_name:

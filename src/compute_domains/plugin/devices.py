@@ -22,6 +22,13 @@ free node can both be allocated there; the loser's prepare then fails with a cle
 "held by another ComputeDomain" error, and the controller re-places the loser's pod when a
 controller owns it, or reports why it waits (``controller/heldnodes.py``, docs/status.md).
 ``daemon-0`` carries no holder attribute: daemon pods are placed by the node label.
+
+The per-clique scope (issue 26, ``holder``): a node running its clique's shared IMEX (a live
+per-clique claim, or the ``compute-domains/shared-imex=on`` label) advertises
+``domain = "shared-imex"`` (``sharedimex.SHARED_HOLDER``, never a CD UID) on every slot. A
+per-clique CD's template selects ``!has(domain) || domain == "shared-imex"``
+(``sharedimex.channel_selector``), so several per-clique CDs share such a node, up to K claims
+in all, and no per-domain CD's template ever selects it.
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ def allocatable(channel_slots: int) -> dict[str, Allocatable]:
 
 
 def slice_devices(channel_slots: int, holder: str) -> list[dict[str, Any]]:
-    """``spec.devices`` of the node's ResourceSlice; ``holder`` is a CD UID or empty (free)."""
+    """``spec.devices`` of the node's ResourceSlice; ``holder`` is a CD UID, ``SHARED_HOLDER``
+    or empty (free)."""
     out: list[dict[str, Any]] = []
     for device in allocatable(channel_slots).values():
         attributes: dict[str, Any] = {

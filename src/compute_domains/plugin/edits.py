@@ -7,6 +7,12 @@ records it (checkpoint). Rules (upstream §2.8.1, §2.8.2, §2.9):
   slot. Beyond upstream, also the CD's identity env (as daemons get it) and the per-CD folder
   read-only at ``/imexd``, so a workload can ask its node's IMEX daemon about the domain.
   Without a clique ID (no multi-node NVLink): no edits and no CDI ID.
+- Channel device of a per-clique CD (issue 26): only ``channel<n>``, the CD's own channel in
+  the clique's shared IMEX domain (``registry``), never another; the identity env as above; and
+  at ``/imexd``, read-only, the shared IMEX folder (``PathSettings.shared_imex_dir``, where the
+  resident agent writes the shared IMEX's files), so the workload can ask the shared IMEX
+  whether the domain is UP as a per-domain workload asks its own. It holds the IMEX config and
+  the clique's node list, nothing of another CD (no memory is reachable without a channel).
 - Daemon device: env ``CLIQUE_ID``, ``COMPUTE_DOMAIN_UUID/NAME/NAMESPACE``, the per-CD host
   folder bind-mounted at ``/imexd``, and (with a clique ID) the fabric-imex-mgmt capability
   node; its CDI IDs are the base spec's ``device=all`` first, then its own claim device.
@@ -15,7 +21,7 @@ records it (checkpoint). Rules (upstream §2.8.1, §2.8.2, §2.9):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from compute_domains.api.computedomain import ComputeDomain
@@ -38,7 +44,12 @@ class NodeFacts:
 
 
 def container_edits(
-    plan: configs.Plan, *, facts: NodeFacts, cd: ComputeDomain, domain_dir: Path
+    plan: configs.Plan,
+    *,
+    facts: NodeFacts,
+    cd: ComputeDomain,
+    domain_dir: Path,
+    channel: int | None = None,
 ) -> dict[str, cdispec.ContainerEdits]:
     """Allocatable device name → its edits, in the plan's order.
 
@@ -46,7 +57,10 @@ def container_edits(
         plan: the claim's plan.
         facts: node facts from discovery (and the capability file for daemon claims).
         cd: the ComputeDomain the claim belongs to.
-        domain_dir: host path of the CD's folder (mounted at ``/imexd`` in daemons).
+        domain_dir: host path of the folder mounted at ``/imexd``: the CD's own, or (per-clique)
+            the shared IMEX folder.
+        channel: the CD's channel in the clique's shared IMEX domain (per-clique scope: the
+            only channel its devices inject); None for the per-domain scope's channels.
 
     Raises:
         errors.TemporaryError: a fact the edits need is missing on this node.
@@ -54,14 +68,15 @@ def container_edits(
     out: dict[str, cdispec.ContainerEdits] = {}
     for a in plan.assignments:
         if a.type is devices.DeviceType.CHANNEL:
-            out[a.device] = _channel_edits(a, facts, cd, domain_dir)
+            channels = a.channels if channel is None else (channel,)
+            out[a.device] = _channel_edits(channels, facts, cd, domain_dir)
         else:
             out[a.device] = _daemon_edits(facts, cd, domain_dir)
     return out
 
 
 def _channel_edits(
-    a: configs.Assignment, facts: NodeFacts, cd: ComputeDomain, domain_dir: Path
+    channels: Sequence[int], facts: NodeFacts, cd: ComputeDomain, domain_dir: Path
 ) -> cdispec.ContainerEdits:
     if not facts.clique_id:
         return cdispec.ContainerEdits()
@@ -85,7 +100,7 @@ def _channel_edits(
             ),
         ),
     )
-    return cdi.channel_edits(a.channels, major=facts.channel_major).merged(domain)
+    return cdi.channel_edits(channels, major=facts.channel_major).merged(domain)
 
 
 def _daemon_edits(facts: NodeFacts, cd: ComputeDomain, domain_dir: Path) -> cdispec.ContainerEdits:

@@ -1,13 +1,15 @@
-"""Follow this node's warm-spare label (issue 16) with a watch on the plugin's own Node.
+"""Follow this node's holder labels with a watch on the plugin's own Node.
 
-The controller labels the nodes a ComputeDomain's ``compute-domains/warm-nodes`` annotation
-selects with ``compute-domains/warm-for=<CD UID>``. The plugin must know it to advertise that CD
-as the node's holder on its channel slots (``devices``) and to refuse another CD's channel
-claim (``holder.check_free_for``). It learns it from one list+watch of its own Node (field
-selector ``metadata.name``; chart RBAC: nodes get/list/watch), never by polling:
-``infra.kube.watch.stream`` resumes and re-lists, and each state seen is passed on, so a label
-set or removed reaches the ResourceSlice within one watch event. The Node gone (a re-list
-without it) means no label.
+Two labels decide what the channel slots advertise (``holder``) and which claims are refused
+(``holder.check_free_for``):
+- ``compute-domains/warm-for=<CD UID>`` (issue 16): the controller labels the nodes a
+  ComputeDomain's ``compute-domains/warm-nodes`` annotation selects;
+- ``compute-domains/shared-imex=on`` (issue 26): the node runs its clique's shared IMEX (this
+  plugin writes it; an operator may remove it).
+The plugin learns both from one list+watch of its own Node (field selector ``metadata.name``;
+chart RBAC: nodes get/list/watch), never by polling: ``infra.kube.watch.stream`` resumes and
+re-lists, and each state seen is passed on, so a label set or removed reaches the
+ResourceSlice within one watch event. The Node gone (a re-list without it) means no labels.
 """
 
 from __future__ import annotations
@@ -20,37 +22,55 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.infra.kube import watch as kube_watch
+from compute_domains.plugin import holder
 
 logger = logging.getLogger(__name__)
 
 
-def warm_label(node: Any) -> str:
-    """The warm-spare label's value on a Node ("" when absent or the node is None)."""
+def node_labels(node: Any) -> holder.NodeLabels:
+    """The holder labels of a Node (none when absent or the node is None)."""
     meta = node.metadata if node is not None else None
     labels = (meta.labels if meta is not None else None) or {}
-    return str(labels.get(names.WARM_FOR_LABEL, ""))
+    return holder.NodeLabels(
+        warm_for=str(labels.get(names.WARM_FOR_LABEL, "")),
+        shared_imex=labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON,
+    )
 
 
 class NodeWatch:
-    """Calls ``on_change`` with the warm-spare label's value whenever it changes."""
+    """Calls ``on_change`` with the Node's holder labels whenever they change."""
 
-    def __init__(self, client: AsyncClient, *, node: str, on_change: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        on_change: Callable[[holder.NodeLabels], None],
+    ) -> None:
         self._client = client
         self._node = node
         self._on_change = on_change
-        self._value: str | None = None
+        self._value: holder.NodeLabels | None = None
         self.synced = asyncio.Event()
         """Set once the first list was seen."""
 
-    def _seen(self, value: str) -> None:
+    def _seen(self, value: holder.NodeLabels) -> None:
         if value != self._value:
-            if self._value is not None or value:
+            before = self._value or holder.NodeLabels()
+            if value.warm_for != before.warm_for:
                 logger.info(
                     "node warm-spare label %s: %s",
                     names.WARM_FOR_LABEL,
-                    value or "none",
+                    value.warm_for or "none",
+                    extra={"node": self._node},
+                )
+            if value.shared_imex != before.shared_imex:
+                logger.info(
+                    "node shared-IMEX label %s: %s",
+                    sharedimex.SHARED_IMEX_LABEL,
+                    sharedimex.SHARED_IMEX_ON if value.shared_imex else "none",
                     extra={"node": self._node},
                 )
             self._value = value
@@ -66,8 +86,8 @@ class NodeWatch:
             fields={"metadata.name": self._node},
         ):
             if isinstance(item, kube_watch.Listed):
-                self._seen(warm_label(item.objects[0]) if item.objects else "")
+                self._seen(node_labels(item.objects[0]) if item.objects else holder.NodeLabels())
             elif item.type == "DELETED":
-                self._seen("")
+                self._seen(holder.NodeLabels())
             else:
-                self._seen(warm_label(item.obj))
+                self._seen(node_labels(item.obj))

@@ -8,20 +8,27 @@ are short: no transaction waits for a daemon, so RPCs are never serialised behin
 
 Claim states: absent → ``PrepareStarted`` → ``PrepareCompleted`` → ``UnprepareCompleted``
 (a tombstone); a permanent failure records ``PrepareAborted``. Prepare of a channel claim runs in
-three steps: (1) in a transaction: record ``PrepareStarted`` with the planned devices (and so
-the node's holder), then write the node label; (2) without any lock: wait until the node's IMEX
-daemon is Ready; (3) in a transaction: if the claim was not unprepared meanwhile, write its files
-(``claimfiles``: CDI spec, per-CD folder) and record ``PrepareCompleted``. Daemon claims need no
-wait.
+three steps: (1) in a transaction: look up the CD and its scope (``scope``), refuse what the
+node's holder and scope forbid (``holder``), record ``PrepareStarted`` with the planned devices
+and the scope (and so the node's holder), then mark the node: per-domain, the CD's node label;
+per-clique (issue 26), the CD's channel from the clique's shared registry and the Node's
+channel annotation and shared-IMEX label (``shared``); (2) without any lock: wait until the
+node's IMEX is Ready (the CD's daemon, or the clique's shared IMEX); (3) in a transaction: if
+the claim was not unprepared meanwhile, write its files (``claimfiles``: CDI spec, per-CD or
+shared folder) and record ``PrepareCompleted``. Daemon claims need no wait.
 
 Invariants:
 - Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
 - A prepare of a claim version (same UID and resourceVersion) that was already unprepared is
   refused permanently: it is a late retry that would otherwise leak the label and CDI spec.
-- The node label of CD ``X`` exists only while ``X`` is the node's holder (``holder``: a live
-  entry holds a channel device of ``X``): it is written after the entry, and unprepare removes
-  it when the last such entry goes (reference count per CD, beyond upstream's one claim per node).
-- Two live claims never hold the same (non admin-access) device; a node never serves two CDs.
+- The node label of per-domain CD ``X`` exists only while ``X`` is the node's holder
+  (``holder``: a live per-domain entry holds a channel device of ``X``): it is written after
+  the entry, and unprepare removes it when the last such entry goes (reference count per CD,
+  beyond upstream's one claim per node). Likewise the Node's channel annotation of per-clique
+  CD ``X`` exists only while a live per-clique entry of ``X`` does; the shared-IMEX label stays
+  after the last one (``eager`` alone removes it, at start).
+- Two live claims never hold the same (non admin-access) device; a node never serves two
+  per-domain CDs, nor a per-domain and a per-clique CD at once (several per-clique CDs, yes).
 - The per-CD folder ``domains/<domain UID>`` (IMEX config the daemon writes, workloads read)
   exists only while a live entry holds a device of that CD: prepare creates it, and the
   unprepare of the last such entry removes it, under the locks, so a concurrent prepare of the
@@ -29,10 +36,11 @@ Invariants:
   safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
-Size: about 350 lines for one state machine (with the warm-spare hold, issue 16); prepare,
-unprepare and the locked transaction they share are its transitions and would not read apart
-(its pure parts are ``holder``, ``edits``, ``configs``; its file writes ``claimfiles`` and
-``checkpointfile``).
+Size: about 400 lines for one state machine (with the warm-spare hold, issue 16, and the
+per-clique scope, issue 26); prepare, unprepare and the locked transaction they share are its
+transitions and would not read apart (its pure parts are ``holder``, ``scope``, ``edits``,
+``configs``; its file writes ``claimfiles`` and ``checkpointfile``; its API calls
+``computedomain`` and ``shared``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from compute_domains.api import sharedimex
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors, filelock
 from compute_domains.plugin import (
@@ -57,6 +66,8 @@ from compute_domains.plugin import (
     devices,
     edits,
     holder,
+    scope,
+    shared,
     takeover,
 )
 from compute_domains.plugin.config import PathSettings, RetrySettings
@@ -64,12 +75,22 @@ from compute_domains.plugin.config import PathSettings, RetrySettings
 logger = logging.getLogger(__name__)
 
 State = checkpoint.ClaimState
+NodeLabels = holder.NodeLabels  # the property ``holder`` below hides the module in the class
 LOCK_FILE = "pu.lock"
 """Name of the node-local lock file in the plugin folder."""
 
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Begun:
+    """What step 1 of a prepare found: the plan, the CD, and (per-clique) its channel here."""
+
+    plan: configs.Plan
+    cd: ComputeDomain
+    channel: int | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -98,6 +119,7 @@ class DeviceState:
         retry: RetrySettings,
         facts: edits.NodeFacts,
         domains: computedomain.DomainPort,
+        shared_imex: shared.SharedPort,
         channel_slots: int,
         on_holder_change: Callable[[str], None] = lambda _holder: None,
         on_checkpoint: Callable[[checkpoint.Checkpoint], None] = lambda _cp: None,
@@ -108,6 +130,7 @@ class DeviceState:
         self._retry = retry
         self._facts = facts
         self._domains = domains
+        self._shared = shared_imex
         self._offered = devices.allocatable(channel_slots)
         self._on_holder_change = on_holder_change
         self._on_checkpoint = on_checkpoint
@@ -119,23 +142,28 @@ class DeviceState:
         self._mutex = asyncio.Lock()
         self._holder: str | None = None
         self._cp = checkpoint.Checkpoint()
-        self._warm_for = ""
+        self._labels = holder.NodeLabels()
 
     @property
     def holder(self) -> str:
-        """The CD UID holding this node as of the last read or write, or the CD it is a warm
-        spare of ("" when free)."""
+        """What the channel slots advertise as of the last read or write (``holder.effective``):
+        the per-domain CD holding the node, ``SHARED_HOLDER`` in the per-clique scope, the CD it
+        is a warm spare of, or "" when free."""
         return self._holder or ""
 
     @property
-    def warm_for(self) -> str:
-        """The CD UID of the node's warm-spare label ("" when none)."""
-        return self._warm_for
+    def labels(self) -> NodeLabels:
+        """The Node's warm-spare and shared-IMEX labels as last seen or written."""
+        return self._labels
 
-    def set_warm_for(self, domain_uid: str) -> None:
-        """The node's warm-spare label changed (the plugin's Node watch); report a holder change."""
-        self._warm_for = domain_uid
+    def set_node_labels(self, labels: NodeLabels) -> None:
+        """The Node's labels changed (the plugin's Node watch); report a holder change."""
+        self._labels = labels
         self._judge_holder()
+
+    def shared_label_written(self) -> None:
+        """This plugin just wrote the shared-IMEX label (before its Node watch sees it)."""
+        self.set_node_labels(dataclasses.replace(self._labels, shared_imex=True))
 
     def observe(self, cp: checkpoint.Checkpoint) -> None:
         """Note a checkpoint just read or written; report a holder change."""
@@ -144,7 +172,7 @@ class DeviceState:
         self._judge_holder()
 
     def _judge_holder(self) -> None:
-        new = holder.effective(self._cp, self._warm_for)
+        new = holder.effective(self._cp, self._labels)
         if new != self._holder:
             self._holder = new
             self._on_holder_change(new)
@@ -231,15 +259,18 @@ class DeviceState:
                 resource_version=claim.resource_version,
             )
             try:
-                plan, cd = await self._begin(txn, claim, base)
+                begun = await self._begin(txn, claim, base)
             except errors.PermanentError:
                 # Recorded so that the failure is visible and the cleanup can judge the claim.
                 recorded = txn.current.get(claim.uid) or base
                 aborted = dataclasses.replace(recorded, state=State.PREPARE_ABORTED)
                 await txn.save(txn.current.with_claim(aborted))
                 raise
-        if plan.has_channels:
-            await self._domains.wait_ready(cd, self._facts.clique_id, max(wait_s, 0.1))
+        plan, cd, wait = begun.plan, begun.cd, max(wait_s, 0.1)
+        if begun.channel is not None:
+            await self._shared.wait_ready(cd, self._facts.clique_id, wait)
+        elif plan.has_channels:
+            await self._domains.wait_ready(cd, self._facts.clique_id, wait)
         async with self.transaction() as txn:
             current = txn.current.get(claim.uid)
             if current is None or not current.state.live:
@@ -256,6 +287,7 @@ class DeviceState:
                 paths=self._paths,
                 facts=self._facts,
                 writer=self.writer,
+                channel=begun.channel,
             )
             done = dataclasses.replace(
                 current, state=State.PREPARE_COMPLETED, devices=prepared, updated_at=self._now()
@@ -265,26 +297,36 @@ class DeviceState:
 
     async def _begin(
         self, txn: Transaction, claim: configs.Claim, base: checkpoint.ClaimEntry
-    ) -> tuple[configs.Plan, ComputeDomain]:
-        """Step 1 under the locks: plan, local checks, CD lookup, record, label."""
+    ) -> _Begun:
+        """Step 1 under the locks: plan, CD lookup, scope and holder checks, record, mark."""
         plan = configs.plan(claim, node=self._node, offered=self._offered)
         self._check_overlap(txn.current, claim, plan)
-        if plan.has_channels:
-            holder.check_free_for(
-                txn.current,
-                node=self._node,
-                domain_uid=plan.domain_uid,
-                claim=claim.uid,
-                warm_for=self._warm_for,
-            )
-            cd = await self._domains.for_channel(plan.domain_uid, claim.namespace)
-        else:
+        planned = dataclasses.replace(base, devices=edits.planned_devices(plan))
+        if not plan.has_channels:
             cd = await self._domains.for_daemon(plan.domain_uid)
-        recorded = dataclasses.replace(base, devices=edits.planned_devices(plan))
-        await txn.save(txn.current.with_claim(recorded))
-        if plan.has_channels:
+            await txn.save(txn.current.with_claim(planned))
+            return _Begun(plan, cd)
+        cd = await self._domains.for_channel(plan.domain_uid, claim.namespace)
+        claim_scope = scope.of(cd)
+        clique_id = self._facts.clique_id
+        if claim_scope is sharedimex.Scope.PER_CLIQUE:
+            scope.check_per_clique(plan, cd, node=self._node, clique_id=clique_id)
+        holder.check_free_for(
+            txn.current,
+            node=self._node,
+            domain_uid=plan.domain_uid,
+            claim=claim.uid,
+            scope=claim_scope,
+            labels=self._labels,
+        )
+        await txn.save(txn.current.with_claim(dataclasses.replace(planned, scope=claim_scope)))
+        if claim_scope is sharedimex.Scope.PER_DOMAIN:
             await self._domains.label(cd)
-        return plan, cd
+            return _Begun(plan, cd)
+        channel = await self._shared.allocate(clique_id, cd)
+        await self._shared.attach(cd, channel)
+        self.shared_label_written()
+        return _Begun(plan, cd, channel)
 
     def _check_overlap(
         self, cp: checkpoint.Checkpoint, claim: configs.Claim, plan: configs.Plan
@@ -310,7 +352,8 @@ class DeviceState:
             only_if: undo only when this holds for the current entry (cleanup's re-check).
 
         Raises:
-            errors.TemporaryError: the node label could not be removed (retryable).
+            errors.TemporaryError: the node label or channel annotation could not be removed
+                (retryable).
         """
         async with self.transaction() as txn:
             entry = txn.current.get(uid)
@@ -320,11 +363,14 @@ class DeviceState:
                 or (only_if is not None and not only_if(entry))
             ):
                 return None
-            others = holder.claims_by_holder(txn.current, exclude=uid)
+            others = holder.claims_by_domain(txn.current, entry.scope, exclude=uid)
             for device in entry.devices:
                 held_by = device.domain_uid
                 if device.kind == devices.DeviceType.CHANNEL and held_by and held_by not in others:
-                    await self._domains.unlabel(held_by)
+                    if entry.scope is sharedimex.Scope.PER_CLIQUE:
+                        await self._shared.detach(held_by)  # the shared-IMEX label stays
+                    else:
+                        await self._domains.unlabel(held_by)
                     others[held_by] = set()  # once per CD
             await asyncio.to_thread(self.writer.remove_claim_spec, uid)
             used = holder.domains_in_use(txn.current, exclude=uid)

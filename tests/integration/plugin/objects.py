@@ -11,7 +11,7 @@ from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAcco
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from lightkube.types import PatchType
 
-from compute_domains.api import configs, names
+from compute_domains.api import configs, names, sharedimex
 from compute_domains.api.clique import (
     CliqueDaemon,
     ComputeDomainClique,
@@ -35,14 +35,20 @@ async def namespace(admin: AsyncClient, name: str) -> None:
     await wait_for(admin, ServiceAccount, "default", lambda _sa: True, namespace=name)
 
 
-async def compute_domain(admin: AsyncClient, ns: str, name: str, *, mode: str = "Single") -> str:
-    """Create a CD (its template is named after it); returns its UID."""
+async def compute_domain(
+    admin: AsyncClient, ns: str, name: str, *, mode: str = "Single", scope: str | None = None
+) -> str:
+    """Create a CD (its template is named after it; ``scope``: its ``imex-scope`` annotation,
+    as the controller writes it); returns its UID."""
+    meta: dict[str, Any] = {"name": name, "namespace": ns}
+    if scope is not None:
+        meta["annotations"] = {sharedimex.SCOPE_ANNOTATION: scope}
     obj = await admin.create(
         ComputeDomainResource.from_dict(
             {
                 "apiVersion": names.API_VERSION,
                 "kind": names.COMPUTE_DOMAIN_KIND,
-                "metadata": {"name": name, "namespace": ns},
+                "metadata": meta,
                 "spec": {
                     "numNodes": 0,
                     "channel": {"resourceClaimTemplate": {"name": name}, "allocationMode": mode},
@@ -78,6 +84,32 @@ async def ready_clique(
         for i, node in enumerate(nodes)
     )
     await admin.create(ComputeDomainClique(metadata=clique.metadata, daemons=daemons).to_resource())
+
+
+async def shared_registry(
+    admin: AsyncClient,
+    driver_ns: str,
+    clique_id: str,
+    nodes: list[str],
+    status: Readiness = Readiness.READY,
+) -> None:
+    """The shared registry ``shared-imex.<clique>`` as the resident agents of ``nodes`` write
+    it once their shared IMEX runs: one entry each, ``status``."""
+    daemons = [
+        CliqueDaemon(
+            node_name=node,
+            ip_address=f"127.9.1.{i + 1}",
+            clique_id=clique_id,
+            index=i,
+            status=status,
+        ).to_dict()
+        for i, node in enumerate(nodes)
+    ]
+    labels = {sharedimex.SCOPE_LABEL: sharedimex.Scope.PER_CLIQUE.value}
+    labels[names.CLIQUE_ID_LABEL] = clique_id
+    meta = {"name": sharedimex.registry_name(clique_id), "namespace": driver_ns, "labels": labels}
+    body = {"apiVersion": names.API_VERSION, "kind": names.CLIQUE_KIND, "metadata": meta}
+    await admin.create(ComputeDomainCliqueResource(**body, daemons=daemons))
 
 
 async def cd_status_ready(admin: AsyncClient, ns: str, name: str, node: str) -> None:
@@ -131,9 +163,16 @@ async def set_ready(
 
 
 async def workload_template(
-    admin: AsyncClient, ns: str, name: str, domain_uid: str, *, mode: str = "Single"
+    admin: AsyncClient,
+    ns: str,
+    name: str,
+    domain_uid: str,
+    *,
+    mode: str = "Single",
+    selector: str | None = None,
 ) -> None:
-    """The workload RCT the controller renders: channel class, free-or-own selector, config."""
+    """The workload RCT the controller renders: channel class, free-or-own selector (or
+    ``selector``: a per-clique CD's ``sharedimex.channel_selector()``), config."""
     config = configs.ComputeDomainChannelConfig(
         domain_uid=domain_uid, allocation_mode=AllocationMode(mode)
     )
@@ -152,7 +191,8 @@ async def workload_template(
                                         "selectors": [
                                             {
                                                 "cel": {
-                                                    "expression": names.channel_selector(domain_uid)
+                                                    "expression": selector
+                                                    or names.channel_selector(domain_uid)
                                                 }
                                             }
                                         ],

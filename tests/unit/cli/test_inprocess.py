@@ -49,6 +49,21 @@ def test_parameters_come_from_flags_then_the_container_env_then_defaults(
     assert {k: values[k] for k in expected} == expected
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        pytest.param([], PLUGIN_ENV, False, id="default-off"),
+        pytest.param([], {**PLUGIN_ENV, "SHARED_IMEX_EAGER": "true"}, True, id="env"),
+        pytest.param(["--shared-imex-eager"], PLUGIN_ENV, True, id="flag"),
+    ],
+)
+def test_the_eager_shared_imex_setting_comes_from_its_flag_or_env(
+    args: list[str], env: dict[str, str], expected: bool
+) -> None:
+    settings = plugin_cli.plugin_settings(inprocess.resolve(plugin_cli.run, args, env))
+    assert settings.shared_imex_eager is expected
+
+
 def test_this_process_environment_is_never_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "from-this-process")
     monkeypatch.setenv("CHANNEL_SLOTS", "2")

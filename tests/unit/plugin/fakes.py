@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lightkube import ALL_NS
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors
 from compute_domains.plugin import computedomain, configs, edits, state
@@ -21,12 +22,17 @@ CHANNEL_MAJOR = 238
 CAPS_MAJOR = 239
 
 
-def compute_domain(uid: str, namespace: str = "ns", name: str = "cd") -> ComputeDomain:
+def compute_domain(
+    uid: str, namespace: str = "ns", name: str = "cd", scope: str | None = None
+) -> ComputeDomain:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if scope is not None:
+        meta["annotations"] = {sharedimex.SCOPE_ANNOTATION: scope}
     return ComputeDomain.from_dict(
         {
             "apiVersion": names.API_VERSION,
             "kind": names.COMPUTE_DOMAIN_KIND,
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": meta,
             "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}},
         }
     )
@@ -152,6 +158,70 @@ class FakeDomains:
         self.became_ready.set()
 
 
+class FakeShared:
+    """An in-memory ``SharedPort``: one clique registry's annotations, the Node's channel
+    annotations and shared-IMEX label (refused while ``domains`` has a CD label), readiness."""
+
+    def __init__(self, domains: FakeDomains) -> None:
+        self.domains = domains
+        self.registry: dict[str, str] = {}
+        self.node_annotations: dict[str, str] = {}
+        self.label = False
+        self.ready = True
+        self.waiting = asyncio.Event()
+        self.became_ready = asyncio.Event()
+        self.cliques: list[str] = []
+        """The clique of every ``allocate``."""
+
+    async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
+        self.cliques.append(clique_id)
+        try:
+            channel, new = sharedimex.allocate(self.registry, cd.uid)
+        except sharedimex.ChannelsExhaustedError as err:
+            raise errors.TemporaryError(str(err)) from err
+        if new:
+            self.registry[sharedimex.channel_key(cd.uid)] = str(channel)
+        return channel
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        self.waiting.set()
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.ready:
+                    await self.became_ready.wait()
+                    self.became_ready.clear()
+        except TimeoutError as err:
+            raise errors.TemporaryError("the node's shared IMEX is not Ready yet") from err
+
+    def make_ready(self) -> None:
+        self.ready = True
+        self.became_ready.set()
+
+    def _refuse_if_held(self) -> None:
+        if self.domains.node_label:
+            raise computedomain.NodeHeldError(f"held by {self.domains.node_label} (perDomain)")
+
+    async def attach(self, cd: ComputeDomain, channel: int) -> None:
+        self._refuse_if_held()
+        self.node_annotations[sharedimex.channel_key(cd.uid)] = str(channel)
+        self.label = True
+
+    async def detach(self, domain_uid: str) -> None:
+        self.node_annotations.pop(sharedimex.channel_key(domain_uid), None)
+
+    async def join(self) -> bool:
+        self._refuse_if_held()
+        written, self.label = not self.label, True
+        return written
+
+    async def leave(self) -> bool:
+        removed, self.label = self.label, False
+        return removed
+
+    async def node_channels(self) -> dict[str, int]:
+        return sharedimex.channels(self.node_annotations)
+
+
 def paths(root: Path, **extra: Any) -> PathSettings:
     return PathSettings(host_root=root, fabric_imex_mgmt=root / "fabric-imex-mgmt", **extra)
 
@@ -163,6 +233,8 @@ def device_state(
     clique_id: str = CLIQUE,
     slots: int = 4,
     holders: list[str] | None = None,
+    shared: FakeShared | None = None,
+    on_holder_change: Callable[[str], None] | None = None,
     **path_extra: Any,
 ) -> state.DeviceState:
     facts = edits.NodeFacts(clique_id=clique_id, channel_major=CHANNEL_MAJOR, caps_major=CAPS_MAJOR)
@@ -172,6 +244,9 @@ def device_state(
         retry=RetrySettings(lock_timeout_s=1.0),
         facts=facts,
         domains=domains,
+        shared_imex=shared if shared is not None else FakeShared(domains),
         channel_slots=slots,
-        on_holder_change=(holders.append if holders is not None else lambda _u: None),
+        on_holder_change=(
+            on_holder_change or (holders.append if holders is not None else lambda _u: None)
+        ),
     )

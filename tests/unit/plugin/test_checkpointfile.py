@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from compute_domains.api import sharedimex
 from compute_domains.infra import errors
 from compute_domains.plugin import checkpoint as cp
 from compute_domains.plugin import checkpointfile as cpf
@@ -134,7 +135,7 @@ def _naive_time(data: bytes) -> bytes:
 
 def _future_version(data: bytes) -> bytes:
     doc = json.loads(data)
-    doc["version"] = 3
+    doc["version"] = 4
     return _resign(doc)
 
 
@@ -254,3 +255,48 @@ def test_tombstones_round_trip_and_are_not_live() -> None:
     assert back.get("uid-1") == tomb
     assert not tomb.state.live
     assert all(s.live for s in cp.ClaimState if s is not cp.ClaimState.UNPREPARED)
+
+
+def _per_clique(uid: str = "uid-3") -> cp.ClaimEntry:
+    return dataclasses.replace(_entry(uid), scope=sharedimex.Scope.PER_CLIQUE)
+
+
+def test_a_per_clique_entry_is_written_as_version_3_with_every_scope() -> None:
+    mixed = _sample().with_claim(_per_clique())
+    doc = json.loads(cpf.encode(mixed))
+    assert doc["version"] == 3
+    assert {uid: e["scope"] for uid, e in doc["claims"].items()} == {
+        "uid-1": "perDomain",
+        "uid-2": "perDomain",
+        "uid-3": "perClique",
+    }
+    assert cpf.decode(cpf.encode(mixed)) == mixed
+
+
+def test_without_a_per_clique_entry_the_file_stays_version_2_for_older_readers() -> None:
+    doc = json.loads(cpf.encode(_sample()))
+    assert doc["version"] == 2
+    assert all("scope" not in e for e in doc["claims"].values())
+
+
+def test_entries_of_version_2_files_read_as_per_domain() -> None:
+    old = cpf.decode(cpf.encode(_sample()))
+    assert {e.scope for e in old.claims.values()} == {sharedimex.Scope.PER_DOMAIN}
+
+
+@pytest.mark.parametrize(
+    ("version", "scope"),
+    [(2, "perClique"), (3, None), (3, "perWorld")],
+    ids=["scope-in-version-2", "no-scope-in-version-3", "unknown-scope"],
+)
+def test_a_scope_that_does_not_fit_the_version_is_refused(version: int, scope: str | None) -> None:
+    doc = json.loads(cpf.encode(cp.Checkpoint(boot_id=BOOT).with_claim(_per_clique())))
+    doc["version"] = version
+    entry = doc["claims"]["uid-3"]
+    if scope is None:
+        del entry["scope"]
+    else:
+        entry["scope"] = scope
+    with pytest.raises(cpf.CheckpointCorruptError) as caught:
+        cpf.decode(_resign(doc))
+    assert caught.value.reason is cpf.CorruptionReason.INVALID_LAYOUT

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from compute_domains.api import names
+from compute_domains.api import names, sharedimex
 from compute_domains.infra import errors
 from compute_domains.plugin import cdi, checkpoint, cleanup
 from compute_domains.plugin.config import CleanupSettings
@@ -17,12 +17,16 @@ CD_A = "aaaaaaaa-0000-4000-8000-00000000000a"
 NOW = datetime.datetime(2026, 5, 1, 12, tzinfo=datetime.UTC)
 
 
-def _sweeper(tmp_path: Path, domains: fakes.FakeDomains, **kw: Any) -> tuple[Any, Any]:
-    s = fakes.device_state(tmp_path, domains)
+def _sweeper(
+    tmp_path: Path, domains: fakes.FakeDomains, shared: fakes.FakeShared | None = None
+) -> tuple[Any, Any]:
+    shared = shared or fakes.FakeShared(domains)
+    s = fakes.device_state(tmp_path, domains, shared=shared)
     sweeper = cleanup.Cleanup(
         client=cast(AsyncClient, None),
         device_state=s,
         domains=domains,
+        shared_imex=shared,
         settings=CleanupSettings(tombstone_ttl_s=60),
         node=fakes.NODE,
         now=lambda: NOW,
@@ -89,6 +93,33 @@ async def test_folders_of_deleted_domains_go(tmp_path: Path) -> None:
     await sweeper._domain_dirs()
     base = tmp_path / "var/lib/kubelet/plugins" / names.DRIVER_NAME / "domains"
     assert sorted(p.name for p in base.iterdir()) == [CD_A]
+
+
+async def test_channel_annotations_no_claim_needs_are_removed_and_the_label_stays(
+    tmp_path: Path,
+) -> None:
+    cd_x = "xxxxxxxx-0000-4000-8000-00000000000x"
+    domains = fakes.FakeDomains(fakes.compute_domain(cd_x, scope="perClique"))
+    shared = fakes.FakeShared(domains)
+    s, sweeper = _sweeper(tmp_path, domains, shared)
+    await s.prepare(
+        fakes.claim(
+            "live", [fakes.result("channel-0")], [fakes.config_entry(fakes.channel_config(cd_x))]
+        ),
+        wait_s=1,
+    )
+    shared.node_annotations[sharedimex.channel_key("left-by-a-crash")] = "7"
+    await sweeper._stray_channels()
+    assert shared.node_annotations == {sharedimex.channel_key(cd_x): "1"}
+    assert shared.label
+
+
+async def test_the_shared_imex_folder_is_never_taken_for_a_deleted_cds(tmp_path: Path) -> None:
+    domains = fakes.FakeDomains()
+    s, sweeper = _sweeper(tmp_path, domains)
+    s.domain_dir("shared-imex").mkdir(parents=True)
+    await sweeper._domain_dirs()
+    assert s.domain_dir("shared-imex").is_dir()
 
 
 class _LabelReadFails(fakes.FakeDomains):

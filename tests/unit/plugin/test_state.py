@@ -8,7 +8,7 @@ import pytest
 
 from compute_domains.api import names
 from compute_domains.infra import errors, filelock
-from compute_domains.plugin import cdi, checkpoint, computedomain, configs
+from compute_domains.plugin import cdi, checkpoint, computedomain, configs, holder
 from compute_domains.plugin import state as st
 from tests.unit.plugin import fakes
 
@@ -313,7 +313,7 @@ async def test_a_warm_label_holds_the_node_for_its_cd_and_unprepare_keeps_it(
 ) -> None:
     holders: list[str] = []
     s = fakes.device_state(tmp_path, domains, holders=holders)
-    s.set_warm_for(CD_A)
+    s.set_node_labels(holder.NodeLabels(warm_for=CD_A))
     assert s.holder == CD_A and holders[-1] == CD_A  # advertised before any claim
     with pytest.raises(computedomain.NodeHeldError, match=f"warm spare reserved for .*{CD_A}"):
         await s.prepare(_channel_claim("b1", cd=CD_B), wait_s=1)
@@ -324,7 +324,7 @@ async def test_a_warm_label_holds_the_node_for_its_cd_and_unprepare_keeps_it(
     assert (
         domains.node_label == "" and s.holder == CD_A
     )  # the claim label goes, the warm hold stays
-    s.set_warm_for("")
+    s.set_node_labels(holder.NodeLabels())
     assert s.holder == "" and holders[-1] == ""
     await s.prepare(_channel_claim("b1", cd=CD_B), wait_s=1)
     assert s.holder == CD_B

@@ -252,6 +252,7 @@ async def test_after_start_up_on_nvidias_checkpoint_unprepare_succeeds_and_stale
         client=cast(AsyncClient, client),
         device_state=s,
         domains=domains,
+        shared_imex=fakes.FakeShared(domains),
         settings=CleanupSettings(tombstone_ttl_s=3600),
         node=fx.NODE,
     )

@@ -1,0 +1,168 @@
+"""The clique's shared registry as the plugin uses it: a CD's channel, and the node's readiness.
+
+The shared registry of clique ``C`` is the ComputeDomainClique ``shared-imex.<C>`` in the driver
+namespace (``api.sharedimex``). The plugin does two things with it:
+
+- **Allocate** CD ``X``'s channel in the clique (``allocate``): read the registry, plan with
+  ``sharedimex.allocate`` (``X``'s existing number, else the lowest free one), and write a new
+  number as the annotation ``compute-domains/channel.<X>`` by a merge patch that carries the
+  read's ``resourceVersion``, so the API server refuses it (409) if anyone wrote the registry
+  in between: another node's plugin taking a number, or the agent writing its entry. A conflict
+  re-reads and re-plans, so two CDs never get one number, a CD racing from several nodes ends
+  with the one number the first writer took, and no writer's annotation is lost. A missing
+  registry is created with the CD's annotation and the labels ``compute-domains/imex-scope=
+  perClique`` and the clique ID (never the CD label: no CD's teardown may touch it); the agent
+  may create it at the same moment, so ``AlreadyExists`` re-reads too. After
+  ``ALLOCATE_ATTEMPTS`` conflicts in a row, or with every number taken, the claim fails with a
+  retryable error. The number is released by the controller's teardown of the CD, never here.
+- **Wait** until this node's entry in the registry (the resident agent writes it) is Ready
+  (``wait_ready``): read once, then follow a watch from that read, as ``computedomain`` waits
+  on ``<cdUID>.<cliqueID>``; a timeout says the node's shared IMEX is not Ready yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.generic_resource import GenericNamespacedResource
+from lightkube.types import PatchType
+
+from compute_domains.api import names, sharedimex
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomain, Readiness
+from compute_domains.infra import errors, kube
+from compute_domains.plugin import computedomain
+
+logger = logging.getLogger(__name__)
+
+ALLOCATE_ATTEMPTS = 12
+"""Conflicting writes in a row one ``allocate`` survives before it gives up (retryable)."""
+
+
+class Registry:
+    """Channel allocation in, and readiness from, the shared registries (one node's view)."""
+
+    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+        self._client = client
+        self._node = node
+        self._ns = driver_namespace
+
+    async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
+        """CD ``cd``'s channel in clique ``clique_id``'s registry (allocated now if it has none).
+
+        Raises:
+            errors.TemporaryError: every channel is taken, the writes kept conflicting, or the
+                API failed.
+        """
+        name = sharedimex.registry_name(clique_id)
+        where = f"registry {self._ns}/{name}"
+        for _ in range(ALLOCATE_ATTEMPTS):
+            found = await self._read(name)
+            meta = found.metadata if found is not None else None
+            annotations = (meta.annotations if meta is not None else None) or {}
+            try:
+                channel, new = sharedimex.allocate(annotations, cd.uid)
+            except sharedimex.ChannelsExhaustedError as err:
+                raise errors.TemporaryError(
+                    f"no IMEX channel free for ComputeDomain {cd.namespace}/{cd.name} in {where}: "
+                    f"{err}; one frees when a per-clique ComputeDomain of the clique is deleted"
+                ) from err
+            if not new:
+                return channel
+            try:
+                if found is None:
+                    await self._create(name, clique_id, cd.uid, channel)
+                else:
+                    version = meta.resourceVersion if meta is not None else None
+                    await self._write(name, cd.uid, channel, version)
+            except (kube.Conflict, kube.AlreadyExists):
+                continue  # someone wrote the registry since our read: re-read and re-plan
+            except kube.KubeError as err:
+                raise errors.TemporaryError(str(err)) from err
+            logger.info(
+                "allocated IMEX channel %d to ComputeDomain %s/%s in %s",
+                channel,
+                cd.namespace,
+                cd.name,
+                where,
+                extra={"node": self._node, "cd": f"{cd.namespace}/{cd.name}"},
+            )
+            return channel
+        raise errors.TemporaryError(
+            f"allocating an IMEX channel for ComputeDomain {cd.namespace}/{cd.name} in {where}: "
+            f"{ALLOCATE_ATTEMPTS} writes in a row conflicted with other writers; retrying"
+        )
+
+    async def _read(self, name: str) -> GenericNamespacedResource | None:
+        try:
+            with kube.translated(f"reading registry {self._ns}/{name}"):
+                return await self._client.get(ComputeDomainCliqueResource, name, namespace=self._ns)
+        except kube.NotFound:
+            return None
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
+
+    async def _create(self, name: str, clique_id: str, domain_uid: str, channel: int) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.CLIQUE_KIND,
+            "metadata": {
+                "name": name,
+                "namespace": self._ns,
+                "labels": {
+                    sharedimex.SCOPE_LABEL: sharedimex.Scope.PER_CLIQUE.value,
+                    names.CLIQUE_ID_LABEL: clique_id,
+                },
+                "annotations": {sharedimex.channel_key(domain_uid): str(channel)},
+            },
+        }
+        with kube.translated(f"creating registry {self._ns}/{name}"):
+            await self._client.create(ComputeDomainCliqueResource(**body))
+
+    async def _write(self, name: str, domain_uid: str, channel: int, version: str | None) -> None:
+        # The resourceVersion makes the merge patch conditional: a writer since our read → 409.
+        patch = {
+            "metadata": {
+                "annotations": {sharedimex.channel_key(domain_uid): str(channel)},
+                "resourceVersion": version,
+            }
+        }
+        with kube.translated(f"writing the channel of {domain_uid} in registry {self._ns}/{name}"):
+            await self._client.patch(
+                ComputeDomainCliqueResource,
+                name,
+                patch,
+                namespace=self._ns,
+                patch_type=PatchType.MERGE,
+            )
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        """Return once this node's entry in clique ``clique_id``'s registry is Ready.
+
+        Raises:
+            errors.TemporaryError: not Ready within ``timeout`` seconds, or the API failed.
+        """
+        node = self._node
+        name = sharedimex.registry_name(clique_id)
+        where = f"registry {self._ns}/{name}"
+
+        def ready(obj: Any) -> bool:
+            entry = ComputeDomainClique.from_resource(obj).daemon(node)
+            return entry is not None and entry.status is Readiness.READY
+
+        try:
+            async with asyncio.timeout(timeout):
+                with kube.translated(f"watching {where}"):
+                    await computedomain.follow(
+                        self._client, ComputeDomainCliqueResource, name, self._ns, ready
+                    )
+        except TimeoutError as err:
+            raise errors.TemporaryError(
+                f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
+                f"{timeout:g}s (waiting for {where}: the node's shared IMEX is not Ready yet)"
+            ) from err
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err

@@ -1,0 +1,208 @@
+"""The per-clique scope's API side for one node: channel, Node annotation and label, readiness.
+
+``SharedPort`` is what the claim state machine needs (``Shared`` here; unit tests pass a fake):
+
+- ``allocate`` / ``wait_ready``: the clique's shared registry (``registry``).
+- ``attach(cd, n)``: one merge patch of our Node that sets the annotation
+  ``compute-domains/channel.<X>=<n>`` and the label ``compute-domains/shared-imex=on`` (the
+  resident agent then runs, or keeps running, the clique's shared IMEX). It carries the
+  Node's ``resourceVersion``, like the per-domain CD label's patch (``computedomain``), so the
+  two scopes can never both win a node: a Node with a CD label refuses the attach
+  (``NodeHeldError``), and a Node with the shared label refuses the CD label. A conflict
+  re-reads (bounded). No CD label is written for a per-clique CD.
+- ``detach(X)``: removes X's annotation (X's last live claim here went). The label stays: the
+  shared IMEX is never stopped by a detach.
+- ``join`` / ``leave``: the label alone (``eager``: at start with ``shared_imex_eager``, or to
+  free an idle node at start without it).
+- ``node_channels``: the Node's channel annotations (cleanup's stray-annotation step).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from compute_domains.api import names, sharedimex
+from compute_domains.api.computedomain import ComputeDomain
+from compute_domains.infra import errors, kube
+from compute_domains.plugin import computedomain, registry
+
+logger = logging.getLogger(__name__)
+
+NODE_ATTEMPTS = 5
+"""Conflicting Node writes in a row one ``attach``/``join`` survives (then retryable)."""
+Scope = sharedimex.Scope
+
+
+class SharedPort(Protocol):
+    """What the claim state machine needs of the per-clique scope's API."""
+
+    async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
+        """CD ``cd``'s channel in the clique (temporary error when none can be had)."""
+        ...
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        """Return once the node's shared IMEX is Ready (temporary error on timeout)."""
+        ...
+
+    async def attach(self, cd: ComputeDomain, channel: int) -> None:
+        """Annotate the Node with ``cd``'s channel and label it for the shared IMEX."""
+        ...
+
+    async def detach(self, domain_uid: str) -> None:
+        """Remove the Node's channel annotation of ``domain_uid`` (the label stays)."""
+        ...
+
+    async def join(self) -> bool:
+        """Label the Node for the shared IMEX; True when written now."""
+        ...
+
+    async def leave(self) -> bool:
+        """Remove the Node's shared-IMEX label; True when removed now."""
+        ...
+
+    async def node_channels(self) -> dict[str, int]:
+        """CD UID → channel, from the Node's annotations."""
+        ...
+
+
+class Shared:
+    """The ``SharedPort`` in use: our Node's per-clique marks and the shared registries."""
+
+    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+        self._client = client
+        self._node = node
+        self._registry = registry.Registry(client, node=node, driver_namespace=driver_namespace)
+
+    async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
+        """See ``registry.Registry.allocate``."""
+        return await self._registry.allocate(clique_id, cd)
+
+    async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        """See ``registry.Registry.wait_ready``."""
+        await self._registry.wait_ready(cd, clique_id, timeout)
+
+    async def attach(self, cd: ComputeDomain, channel: int) -> None:
+        """Annotate and label the Node for ``cd``'s ``channel`` (a no-op when both are there).
+
+        Raises:
+            computedomain.NodeHeldError: a per-domain CD's label is on the Node.
+            errors.TemporaryError: the API failed, or the writes kept conflicting.
+        """
+        key = sharedimex.channel_key(cd.uid)
+        wrote = await self._conditional(
+            f"ComputeDomain {cd.namespace}/{cd.name}",
+            {key: str(channel)},
+        )
+        if wrote:
+            logger.info(
+                "node serves ComputeDomain %s/%s on IMEX channel %d of its clique's shared IMEX",
+                cd.namespace,
+                cd.name,
+                channel,
+                extra={"node": self._node, "cd": f"{cd.namespace}/{cd.name}"},
+            )
+
+    async def join(self) -> bool:
+        """Label the Node for the shared IMEX; True when written now.
+
+        Raises:
+            computedomain.NodeHeldError: a per-domain CD's label is on the Node.
+            errors.TemporaryError: the API failed, or the writes kept conflicting.
+        """
+        return await self._conditional("the clique's shared IMEX", {})
+
+    async def _conditional(self, who: str, annotations: Mapping[str, str]) -> bool:
+        """Set the label (and ``annotations``) under the Node's resourceVersion, unless a CD
+        label is there; whether anything was written."""
+        for _ in range(NODE_ATTEMPTS):
+            node = await self._get()
+            meta = node.metadata
+            labels = (meta.labels if meta else None) or {}
+            current = (meta.annotations if meta else None) or {}
+            held = labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+            if held:
+                raise computedomain.NodeHeldError(
+                    f"node {self._node} is held by another ComputeDomain (label "
+                    f"{names.COMPUTE_DOMAIN_LABEL}={held}, scope {Scope.PER_DOMAIN}); {who} "
+                    f"(scope {Scope.PER_CLIQUE}) can use it once that one leaves"
+                )
+            missing = {k: v for k, v in annotations.items() if current.get(k) != v}
+            if labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON and not (
+                missing
+            ):
+                return False
+            patch: dict[str, Any] = {
+                "labels": {sharedimex.SHARED_IMEX_LABEL: sharedimex.SHARED_IMEX_ON},
+                # The resourceVersion makes the patch conditional: a concurrent writer → 409.
+                "resourceVersion": meta.resourceVersion if meta else None,
+            }
+            if missing:
+                patch["annotations"] = missing
+            try:
+                await self._patch({"metadata": patch})
+            except kube.Conflict:
+                continue
+            return True
+        raise errors.TemporaryError(
+            f"labelling node {self._node} for {who}: {NODE_ATTEMPTS} writes in a row conflicted "
+            "with other writers; retrying"
+        )
+
+    async def detach(self, domain_uid: str) -> None:
+        """Remove the Node's channel annotation of ``domain_uid`` (nothing when absent)."""
+        key = sharedimex.channel_key(domain_uid)
+        node = await self._get()
+        annotations = (node.metadata.annotations if node.metadata else None) or {}
+        if key not in annotations:
+            return
+        # Only our own key is removed: no precondition needed, nobody else writes it.
+        await self._unconditional({"metadata": {"annotations": {key: None}}})
+        logger.info(
+            "removed node annotation %s: no live claim of that ComputeDomain is left here",
+            key,
+            extra={"node": self._node},
+        )
+
+    async def leave(self) -> bool:
+        """Remove the Node's shared-IMEX label; True when removed now."""
+        node = await self._get()
+        labels = (node.metadata.labels if node.metadata else None) or {}
+        if sharedimex.SHARED_IMEX_LABEL not in labels:
+            return False
+        await self._unconditional({"metadata": {"labels": {sharedimex.SHARED_IMEX_LABEL: None}}})
+        return True
+
+    async def node_channels(self) -> dict[str, int]:
+        """CD UID → channel, from the Node's annotations."""
+        node = await self._get()
+        return sharedimex.channels(node.metadata.annotations if node.metadata else None)
+
+    async def _get(self) -> Node:
+        try:
+            with kube.translated(f"reading node {self._node}"):
+                return await self._client.get(Node, self._node)
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
+
+    async def _patch(self, patch: dict[str, Any]) -> None:
+        """A merge patch of our Node; ``kube.Conflict`` passes through, other failures are
+        temporary."""
+        try:
+            with kube.translated(f"updating node {self._node}"):
+                await self._client.patch(Node, self._node, patch, patch_type=PatchType.MERGE)
+        except kube.Conflict:
+            raise
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
+
+    async def _unconditional(self, patch: dict[str, Any]) -> None:
+        try:
+            await self._patch(patch)
+        except kube.Conflict as err:  # no precondition: only a server-side race gets here
+            raise errors.TemporaryError(str(err)) from err

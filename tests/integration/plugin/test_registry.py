@@ -1,0 +1,228 @@
+"""Channel allocation in a clique's shared registry, against the real API server (issue 26).
+
+Several plugins (one ``Registry`` each, its own client) allocate in one registry at once, as
+the nodes of a clique do when per-clique CDs form: every CD gets one number, no two CDs share
+one, and no writer's annotation is lost to another's write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.generic_resource import GenericNamespacedResource
+from lightkube.types import PatchType
+
+from compute_domains.api import names, sharedimex
+from compute_domains.api.clique import (
+    CliqueDaemon,
+    ComputeDomainClique,
+    ComputeDomainCliqueResource,
+)
+from compute_domains.api.computedomain import ComputeDomain, Readiness
+from compute_domains.infra import errors, kube
+from compute_domains.plugin import registry
+from compute_domains.sim import state
+from tests.integration.plugin.conftest import NODES, Namespaces
+
+pytestmark = pytest.mark.integration
+
+NODE_A = NODES[0]
+
+
+def _cd(name: str) -> ComputeDomain:
+    """A CD as the plugin sees it (only its identity matters to the registry)."""
+    return ComputeDomain.from_dict(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.COMPUTE_DOMAIN_KIND,
+            "metadata": {"name": name, "namespace": "user", "uid": str(uuid.uuid4())},
+            "spec": {"channel": {"resourceClaimTemplate": {"name": name}}},
+        }
+    )
+
+
+def _clique() -> str:
+    return f"{uuid.uuid4()}.{uuid.uuid4().int % 100}"
+
+
+@pytest.fixture
+async def clients(plugin_sim: state.SimPaths) -> AsyncIterator[Callable[[], AsyncClient]]:
+    """``new()``: one more client, as another node's plugin has its own."""
+    made: list[AsyncClient] = []
+
+    def new() -> AsyncClient:
+        c = kube.client(
+            kube.KubeSettings(kubeconfig=plugin_sim.kubeconfig, field_manager="plugin-test")
+        )
+        made.append(c)
+        return c
+
+    yield new
+    for c in made:
+        await c.close()
+
+
+async def _annotations(admin: AsyncClient, ns: str, clique: str) -> dict[str, str]:
+    obj = await admin.get(
+        ComputeDomainCliqueResource, sharedimex.registry_name(clique), namespace=ns
+    )
+    return dict((obj.metadata.annotations if obj.metadata else None) or {})
+
+
+async def test_two_cds_get_distinct_channels_and_each_keeps_its_own(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    reg = registry.Registry(admin, node=NODE_A, driver_namespace=spaces.driver)
+    clique, x, y = _clique(), _cd("x"), _cd("y")
+    assert await reg.allocate(clique, x) == 1
+    assert await reg.allocate(clique, y) == 2
+    assert await reg.allocate(clique, x) == 1, "a CD's number is kept"
+    assert await reg.allocate(_clique(), y) == 1, "numbers are per clique"
+    obj = await admin.get(
+        ComputeDomainCliqueResource, sharedimex.registry_name(clique), namespace=spaces.driver
+    )
+    assert obj.metadata is not None
+    assert obj.metadata.labels == {
+        sharedimex.SCOPE_LABEL: "perClique",
+        names.CLIQUE_ID_LABEL: clique,
+    }, "no CD label: no CD's teardown touches the registry"
+    assert sharedimex.channels(obj.metadata.annotations) == {x.uid: 1, y.uid: 2}
+
+
+async def test_one_cd_racing_from_several_plugins_gets_one_number(
+    admin: AsyncClient, spaces: Namespaces, clients: Callable[[], AsyncClient]
+) -> None:
+    clique, cds = _clique(), [_cd(f"cd{i}") for i in range(3)]
+    plugins = [
+        registry.Registry(clients(), node=n, driver_namespace=spaces.driver)
+        for n in (f"node-{i}" for i in range(6))
+    ]
+    # Every plugin allocates every CD at once; the registry does not exist yet (all race to
+    # create it).
+    got = await asyncio.gather(*(p.allocate(clique, cd) for cd in cds for p in plugins))
+    by_cd: dict[str, set[int]] = {}
+    for (cd, _p), channel in zip(((cd, p) for cd in cds for p in plugins), got, strict=True):
+        by_cd.setdefault(cd.uid, set()).add(channel)
+    assert all(len(v) == 1 for v in by_cd.values()), f"one number per CD: {by_cd}"
+    numbers = {next(iter(v)) for v in by_cd.values()}
+    assert numbers == {1, 2, 3}, f"distinct numbers, lowest first: {by_cd}"
+    stored = sharedimex.channels(await _annotations(admin, spaces.driver, clique))
+    assert stored == {uid: next(iter(v)) for uid, v in by_cd.items()}
+
+
+class _Interleaved(registry.Registry):
+    """A registry client whose next read, once ``armed``, is followed at once by another
+    writer's write (the interleaving two nodes' plugins produce by chance)."""
+
+    def __init__(self, client: AsyncClient, other: Callable[[], Any], **kw: Any) -> None:
+        super().__init__(client, **kw)
+        self._other = other
+        self.armed = False
+        self.reads = 0
+
+    async def _read(self, name: str) -> GenericNamespacedResource | None:
+        found = await super()._read(name)
+        self.reads += 1
+        if self.armed:
+            self.armed = False
+            await self._other()
+        return found
+
+
+async def test_a_concurrent_channel_writer_keeps_its_number_and_ours_moves_on(
+    admin: AsyncClient, spaces: Namespaces, clients: Callable[[], AsyncClient]
+) -> None:
+    clique, x, y = _clique(), _cd("x"), _cd("y")
+    other = registry.Registry(clients(), node="node-other", driver_namespace=spaces.driver)
+    ours = _Interleaved(
+        clients(),
+        lambda: other.allocate(clique, y),
+        node=NODE_A,
+        driver_namespace=spaces.driver,
+    )
+    await ours.allocate(clique, _cd("first"))  # the registry exists: writes are patches
+    ours.reads, ours.armed = 0, True
+    assert await ours.allocate(clique, x) == 3, "planned 2, conflicted, re-planned"
+    assert ours.reads == 2
+    stored = sharedimex.channels(await _annotations(admin, spaces.driver, clique))
+    assert stored[y.uid] == 2 and stored[x.uid] == 3 and len(stored) == 3
+
+
+async def test_a_concurrent_writer_of_other_fields_keeps_its_write_and_ours_lands(
+    admin: AsyncClient, spaces: Namespaces, clients: Callable[[], AsyncClient]
+) -> None:
+    clique, x = _clique(), _cd("x")
+    name = sharedimex.registry_name(clique)
+    writer = clients()
+    entry = CliqueDaemon(node_name=NODE_A, ip_address="127.9.0.1", clique_id=clique)
+
+    async def agent_registers() -> None:
+        current = ComputeDomainClique.from_resource(
+            await writer.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
+        )
+        registered = ComputeDomainClique(metadata=current.metadata, daemons=(entry,))
+        await writer.replace(registered.to_resource())
+
+    ours = _Interleaved(clients(), agent_registers, node=NODE_A, driver_namespace=spaces.driver)
+    await ours.allocate(clique, _cd("first"))
+    ours.reads, ours.armed = 0, True
+    assert await ours.allocate(clique, x) == 2
+    assert ours.reads == 2, "the agent's write made ours conflict once"
+    found = ComputeDomainClique.from_resource(
+        await admin.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
+    )
+    assert found.daemons == (entry,)
+    assert sharedimex.channels(found.metadata.annotations)[x.uid] == 2
+
+
+async def test_every_channel_taken_is_a_retryable_error(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    clique = _clique()
+    reg = registry.Registry(admin, node=NODE_A, driver_namespace=spaces.driver)
+    await reg.allocate(clique, _cd("first"))
+    full = {
+        sharedimex.channel_key(f"cd-{n}"): str(n)
+        for n in range(sharedimex.FIRST_CHANNEL, sharedimex.CHANNEL_LIMIT)
+    }
+    await admin.patch(
+        ComputeDomainCliqueResource,
+        sharedimex.registry_name(clique),
+        {"metadata": {"annotations": full}},
+        namespace=spaces.driver,
+        patch_type=PatchType.MERGE,
+    )
+    with pytest.raises(errors.TemporaryError, match="no IMEX channel free for ComputeDomain"):
+        await reg.allocate(clique, _cd("late"))
+
+
+async def test_readiness_waits_for_this_nodes_entry_in_the_registry(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    clique, cd = _clique(), _cd("x")
+    reg = registry.Registry(admin, node=NODE_A, driver_namespace=spaces.driver)
+    with pytest.raises(errors.TemporaryError, match="the node's shared IMEX is not Ready yet"):
+        await reg.wait_ready(cd, clique, 0.5)  # no registry yet
+    await reg.allocate(clique, cd)
+    name = sharedimex.registry_name(clique)
+    current = ComputeDomainClique.from_resource(
+        await admin.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
+    )
+    entry = CliqueDaemon(
+        node_name=NODE_A, ip_address="127.9.0.1", clique_id=clique, status=Readiness.NOT_READY
+    )
+    registered = ComputeDomainClique(metadata=current.metadata, daemons=(entry,))
+    await admin.replace(registered.to_resource())
+    with pytest.raises(errors.TemporaryError, match="the node's shared IMEX is not Ready yet"):
+        await reg.wait_ready(cd, clique, 0.5)  # registered, not Ready
+    waiting = asyncio.create_task(reg.wait_ready(cd, clique, 30))
+    current = ComputeDomainClique.from_resource(
+        await admin.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
+    )
+    await admin.replace(current.with_status(NODE_A, Readiness.READY).to_resource())
+    await asyncio.wait_for(waiting, 30)
