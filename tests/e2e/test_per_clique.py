@@ -157,8 +157,10 @@ async def test_two_cds_share_the_clique_each_behind_its_own_channel(
         nodes = [await admin.get(Node, n) for n in (N0, N1)]
         keys = [set((n.metadata.annotations or {}) if n.metadata else {}) for n in nodes]
         key = sharedimex.channel_key(uids["cd-a"])
-        return reg is not None and key not in (reg.metadata.annotations or {}) and not any(
-            key in k for k in keys
+        return (
+            reg is not None
+            and key not in (reg.metadata.annotations or {})
+            and not any(key in k for k in keys)
         )
 
     await _eventually(a_released, 180, "cd-a gone with its channel and node annotations")

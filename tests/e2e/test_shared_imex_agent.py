@@ -14,9 +14,7 @@ by hand and writes a CD's channel annotation on the registry itself. Shown:
   index; re-adding it brings the node back, Ready, on that index, with no restart or signal
   of the other node's IMEX.
 
-The chart's agent Role lets an agent only patch cliques (the controller writes per-CD
-cliques); the shared registry needs ``create`` and ``update`` too, granted here until the chart
-does (``_grant_registry_writes``).
+The agent's Role (the chart's) grants ``create`` and ``update`` on cliques for the registry.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.rbac_authorization_v1 import Role
 from lightkube.types import PatchType
 
 from compute_domains.api import clique, names, sharedimex
@@ -54,25 +51,6 @@ def shared_sim(rack_sim: state.SimPaths) -> Iterator[state.SimPaths]:
     """The sim with resident agents."""
     helpers.upgrade(rack_sim, "imex.agents=resident")
     yield rack_sim
-
-
-async def _grant_registry_writes(admin: AsyncClient) -> None:
-    roles = [r async for r in admin.list(Role, namespace=DRIVER_NS, labels=AGENT_LABELS)]
-    assert len(roles) == 1, roles
-    role = roles[0]
-    assert role.metadata is not None and role.metadata.name
-    rule = {
-        "apiGroups": [names.GROUP],
-        "resources": [names.CLIQUE_PLURAL],
-        "verbs": ["create", "update"],
-    }
-    await admin.patch(
-        Role,
-        role.metadata.name,
-        [{"op": "add", "path": "/rules/-", "value": rule}],
-        namespace=DRIVER_NS,
-        patch_type=PatchType.JSON,
-    )
 
 
 async def _agent(admin: AsyncClient, node: str) -> Pod:
@@ -138,7 +116,6 @@ async def _counts(admin: AsyncClient, pod: Pod) -> tuple[int, int]:
 async def test_agents_run_the_cliques_shared_imex(
     admin: AsyncClient, shared_sim: state.SimPaths
 ) -> None:
-    await _grant_registry_writes(admin)
 
     async def agents_ready() -> bool:
         found = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]

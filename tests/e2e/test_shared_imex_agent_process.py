@@ -31,7 +31,6 @@ from tests.e2e.test_shared_imex_agent import (  # noqa: F401  (the fixture)
     AGENT_LABELS,
     _agent,
     _entries,
-    _grant_registry_writes,
     _ip,
     _label,
     _name,
@@ -65,7 +64,6 @@ async def test_a_crashed_or_stopped_shared_imex_is_reported_and_comes_back_on_it
     admin: AsyncClient,
     shared_sim: state.SimPaths,  # noqa: F811  (the fixture imported above)
 ) -> None:
-    await _grant_registry_writes(admin)
 
     async def agents_ready() -> bool:
         found = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]

@@ -1,9 +1,9 @@
 """A channel claim's isolation scope and the per-clique scope's permanent refusals (pure).
 
-The scope is the claim's ComputeDomain's (``sharedimex.scope_of`` on its annotations: absent
-means ``perDomain``, today's path unchanged). In the per-clique scope a channel number is the
-only wall between the CDs of a clique's shared IMEX domain, so what would cross it, or cannot
-work at all, is refused for good (``PermanentError``: retrying cannot help; the kubelet shows
+The scope is the claim's ComputeDomain's (``sharedimex.effective_scope``: the one the controller
+fixed, else its annotation; absent means ``perDomain``, today's path unchanged). In the
+per-clique scope a channel number is the only wall between the CDs of a clique's shared IMEX
+domain, so what would cross it, or cannot work at all, is refused for good (``PermanentError``: retrying cannot help; the kubelet shows
 the text in the pod's events):
 
 - a node without a clique ID (no multi-node NVLink, so no clique IMEX domain to join):
@@ -30,7 +30,7 @@ def of(cd: ComputeDomain) -> Scope:
         errors.PermanentError: its scope annotation names no scope.
     """
     try:
-        return sharedimex.scope_of(cd.metadata.annotations)
+        return sharedimex.effective_scope(cd.metadata.annotations)
     except ValueError as err:
         raise errors.PermanentError(f"ComputeDomain {cd.namespace}/{cd.name}: {err}") from err
 
