@@ -3,8 +3,8 @@
 The scope is the claim's ComputeDomain's (``sharedimex.effective_scope``: the one the controller
 fixed, else its annotation; absent means ``perDomain``, today's path unchanged). In the
 per-clique scope a channel number is the only wall between the CDs of a clique's shared IMEX
-domain, so what would cross it, or cannot work at all, is refused for good (``PermanentError``: retrying cannot help; the kubelet shows
-the text in the pod's events):
+domain, so what would cross it, or cannot work at all, is refused for good
+(``PermanentError``: retrying cannot help; the kubelet shows the text in the pod's events):
 
 - a node without a clique ID (no multi-node NVLink, so no clique IMEX domain to join):
   ``per-clique scope needs multi-node NVLink: node has no clique ID``;
