@@ -8,6 +8,7 @@ CD's UID so that the controller, the kubelet plugin and the daemon agree without
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 GROUP: Final = "resource.nvidia.com"
@@ -132,15 +133,44 @@ def clique_object_name(domain_uid: str, clique_id: str) -> str:
     return f"{domain_uid}.{clique_id}"
 
 
-def imex_dns_name(index: int) -> str:
-    """The IMEX peer DNS name of a daemon slot: ``compute-domain-daemon-%04d``.
+IMEX_UNFILLED_SLOT_ADDRESS: Final = "127.0.0.2"
+"""Where a daemon's hosts block points the IMEX names of unfilled slots by default: upstream's
+sentinel (PR #1465), a loopback address no pod has (the simulator's pods are 127.64.0.0 and
+above), so IMEX's endless dialling of an empty slot never asks cluster DNS."""
+
+IMEX_DNS_INFIX_LENGTH: Final = 10
+"""Hex digits of an IMEX domain's name infix (upstream's names carry ten, e.g.
+``compute-domain-daemon-8585d4965d-0000``)."""
+
+
+def imex_dns_infix(domain: str) -> str:
+    """The name infix of IMEX domain ``domain``: the first ``IMEX_DNS_INFIX_LENGTH`` hex digits
+    of its identity's SHA-256; "" for "".
+
+    ``domain`` is the IMEX domain's identity: a CD's UID for the CD's own IMEX domain, the
+    shared registry's name ``shared-imex.<cliqueID>`` for a clique's shared one. IMEX takes
+    two daemons whose node maps are equal for the same domain (upstream #1447), so the names
+    must differ between domains: a reused pod IP then never makes one domain's message land
+    in another (docs/decisions/0016).
+    """
+    if not domain:
+        return ""
+    digest = hashlib.sha256(domain.encode()).hexdigest()
+    return digest[:IMEX_DNS_INFIX_LENGTH]
+
+
+def imex_dns_name(index: int, domain: str = "") -> str:
+    """The IMEX peer DNS name of a daemon slot of IMEX domain ``domain`` (see
+    :func:`imex_dns_infix`): ``compute-domain-daemon-<infix>-%04d``; without a domain,
+    NVIDIA's ``compute-domain-daemon-%04d`` (the same in every domain).
 
     Raises:
         ValueError: ``index`` is negative (non-fabric nodes have no IMEX peer name).
     """
     if index < 0:
         raise ValueError(f"IMEX daemon index must be >= 0, got {index}")
-    return f"{_IMEX_DNS_PREFIX}{index:04d}"
+    infix = imex_dns_infix(domain)
+    return f"{_IMEX_DNS_PREFIX}{infix}-{index:04d}" if infix else f"{_IMEX_DNS_PREFIX}{index:04d}"
 
 
 CHANNEL_HOLDER_ATTRIBUTE: Final = "domain"

@@ -186,7 +186,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--unfilled-slot-address",),
         "unfilled_slot_address",
-        "Map names of unfilled slots to this address (never a pod's); unset: unresolvable.",
+        "Map names of unfilled slots to this address (never a pod's; upstream's sentinel); "
+        "empty: unresolvable.",
+        default=names.IMEX_UNFILLED_SLOT_ADDRESS,
+        show_default=True,
     ),
     Option(
         ("--kubeconfig",),

@@ -9,7 +9,8 @@ IP) and meanwhile does, in order:
    (a refusal is fatal), nothing else; wait to be cancelled (``/readyz`` passes at once, the
    controller reports the node from the pod);
 2. render ``imexd.cfg`` (command service bound to the pod IP) and the static ``nodes.cfg``
-   (``compute-domain-daemon-0000`` … ``<max-1>``), both atomically;
+   (``compute-domain-daemon-<infix>-0000`` … ``<max-1>``, the infix the IMEX domain's: unique
+   on the network per domain, upstream #1447), both atomically;
 3. run, as named guarded tasks of one TaskGroup: the pod labelling (its clique ID; a refusal is
    fatal), the IMEX supervisor, the peer updater (hosts block, first start, paced SIGUSR1), the
    clique membership (register, follow, report readiness), the own IMEX check, the peer
@@ -169,12 +170,15 @@ class Daemon:
     def _write_imex_files(self) -> None:
         s = self._settings
         imexconfig.write_imex_config(s.imex, pod_ip=s.identity.pod_ip)
-        written = imexconfig.write_nodes_config(s.imex, imexconfig.dns_nodes_config(s.max_nodes))
+        domain = s.imex_domain_identity
+        nodes = imexconfig.dns_nodes_config(s.max_nodes, domain)
+        written = imexconfig.write_nodes_config(s.imex, nodes)
         self._log.info(
-            "wrote %s and %s (%d DNS names%s)",
+            "wrote %s and %s (%d DNS names from %s%s)",
             s.imex.config_path,
             s.imex.nodes_config_path,
             s.max_nodes,
+            names.imex_dns_name(0, domain),
             "" if written else ", unchanged",
         )
 
@@ -232,7 +236,13 @@ class Daemon:
             on_output=on_output,
             programs=self._programs,
         )
-        updater = peers.PeerUpdater(s.peers, imex, max_nodes=s.max_nodes, on_started=on_started)
+        updater = peers.PeerUpdater(
+            s.peers,
+            imex,
+            max_nodes=s.max_nodes,
+            domain=s.imex_domain_identity,
+            on_started=on_started,
+        )
 
         def on_peers(mapping: cliqueentry.PeerMapping) -> None:
             updater.update(mapping)

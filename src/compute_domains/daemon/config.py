@@ -73,9 +73,10 @@ class PeerSettings:
     """Seconds within which IMEX ignores a second SIGUSR1; later changes wait out the window."""
     reload_margin: float = 0.25
     """Extra seconds added to a wait for the window, so clock skew never makes IMEX drop one."""
-    unfilled_address: str | None = None
-    """Address for names of unfilled slots (upstream maps them to a dead address so lookups
-    never reach DNS); None leaves them unresolvable. Must not be any pod's address."""
+    unfilled_address: str | None = names.IMEX_UNFILLED_SLOT_ADDRESS
+    """Address for names of unfilled slots: upstream's sentinel 127.0.0.2 (upstream #1465), so
+    IMEX's endless dialling of an unfilled slot never asks cluster DNS (search-domain
+    floods); None leaves them unresolvable. Must not be any pod's address."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +125,11 @@ class DaemonSettings:
     """Who we are."""
     max_nodes: int = names.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
     """Slots per clique (``MAX_NODES_PER_IMEX_DOMAIN``): indices and names ``0..max_nodes-1``."""
+    imex_domain: str = ""
+    """Identity of the IMEX domain our ``nvidia-imex`` belongs to, which gives its peer names
+    their infix (``names.imex_dns_infix``; unique per domain, so a reused pod IP never carries
+    one domain's messages into another, upstream #1447): "" is the CD's own domain (its UID);
+    a clique's shared IMEX names ``shared-imex.<cliqueID>``."""
     imex: imexconfig.ImexFilesSettings = dataclasses.field(
         default_factory=imexconfig.ImexFilesSettings
     )
@@ -158,6 +164,12 @@ class DaemonSettings:
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )
     """API access: in-cluster from the pod's ServiceAccount unless a kubeconfig is given."""
+
+    @property
+    def imex_domain_identity(self) -> str:
+        """The IMEX domain's identity the names are made from: ``imex_domain``, else the CD's
+        UID."""
+        return self.imex_domain or self.identity.domain_uid
 
     def validate(self) -> None:
         """Reject settings the daemon cannot work with.

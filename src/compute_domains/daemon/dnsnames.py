@@ -1,8 +1,14 @@
 """Stable daemon index → DNS name mapping, and our managed block in a hosts file.
 
-In DNS-names mode every IMEX node is listed by a fixed name, ``compute-domain-daemon-%04d`` of the
-daemon's stable clique index, so ``nodes.cfg`` never changes; which pod answers to a name is decided
-only by hosts-file lines (name → pod IP). This module owns those lines.
+In DNS-names mode every IMEX node is listed by a fixed name of the daemon's stable clique index,
+``compute-domain-daemon-<infix>-%04d``, so ``nodes.cfg`` never changes; which pod answers to a
+name is decided only by hosts-file lines (name → pod IP). This module owns those lines.
+
+The infix is the IMEX domain's (``names.imex_dns_infix``: a CD's UID, or ``shared-imex.<clique>``
+for a clique's shared IMEX), so two domains never list the same names: IMEX takes equal node
+maps for one domain, and with NVIDIA's names (``compute-domain-daemon-%04d`` in every domain, what
+every function here gives without a ``domain``) a pod IP reused by another domain's IMEX received
+the old domain's shutdown message (upstream #1447; docs/decisions/0016).
 
 Invariants of :func:`render_hosts` / :func:`update_hosts_file`:
 
@@ -13,7 +19,8 @@ Invariants of :func:`render_hosts` / :func:`update_hosts_file`:
 * Rewriting is idempotent and does not grow the file: the result depends only on the lines outside
   our block(s) and on the mapping. Duplicate or unterminated blocks left by a crash are folded into
   one, at the position of the first.
-* Mapping lines are ``IP<TAB>name``, sorted by index, so identical mappings give identical files.
+* Mapping lines are ``IP<TAB>name``, sorted by index, so identical mappings give identical files;
+  a block written for another domain (a resident agent's previous CD) is replaced whole.
 * An empty mapping removes the block altogether.
 * The write is atomic (temp file + rename) wherever the file can be renamed over; a container's
   ``/etc/hosts`` is usually a bind mount, which cannot be replaced by rename (EBUSY), and then the
@@ -25,6 +32,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,7 +42,12 @@ from compute_domains.infra import atomicfile
 logger = logging.getLogger(__name__)
 
 NAME_PREFIX = "compute-domain-daemon-"
-"""Prefix of every daemon DNS name; the suffix is the 4-digit zero-padded index."""
+"""Prefix of every daemon DNS name; then the domain's infix and ``-`` (none in NVIDIA's names),
+then the 4-digit zero-padded index."""
+
+_NAME = re.compile(
+    rf"{re.escape(NAME_PREFIX)}(?:([0-9a-f]{{{names.IMEX_DNS_INFIX_LENGTH}}})-)?([0-9]{{4,}})"
+)
 
 BEGIN_MARKER = "# BEGIN compute-domains daemon mappings (managed block, do not edit)"
 """First line of our managed block."""
@@ -43,31 +56,32 @@ END_MARKER = "# END compute-domains daemon mappings"
 """Last line of our managed block."""
 
 
-def dns_name(index: int) -> str:
-    """The DNS name of the daemon with clique index ``index`` (``compute-domain-daemon-0007``).
+def dns_name(index: int, domain: str = "") -> str:
+    """The DNS name of the daemon with clique index ``index`` in IMEX domain ``domain``
+    (``compute-domain-daemon-<infix>-0007``; ``compute-domain-daemon-0007`` without one).
 
     Raises:
         ValueError: ``index`` is negative.
     """
-    return names.imex_dns_name(index)  # the one definition of the name format
+    return names.imex_dns_name(index, domain)  # the one definition of the name format
 
 
 def index_of(name: str) -> int | None:
-    """The index encoded in a daemon DNS name, or None if ``name`` is not one."""
-    if not name.startswith(NAME_PREFIX):
+    """The index encoded in a daemon DNS name of any domain, or None if ``name`` is not one."""
+    match = _NAME.fullmatch(name)
+    if match is None:
         return None
-    suffix = name[len(NAME_PREFIX) :]
-    if len(suffix) < 4 or not suffix.isdigit() or not suffix.isascii():
-        return None
-    value = int(suffix)
-    return value if dns_name(value) == name else None
+    infix, digits = match.groups()
+    value = int(digits)
+    canonical = f"{NAME_PREFIX}{infix}-{value:04d}" if infix else f"{NAME_PREFIX}{value:04d}"
+    return value if canonical == name else None
 
 
-def static_node_names(max_nodes: int) -> list[str]:
-    """All names ``compute-domain-daemon-0000`` … for indices ``0..max_nodes-1``."""
+def static_node_names(max_nodes: int, domain: str = "") -> list[str]:
+    """All names of IMEX domain ``domain`` for indices ``0..max_nodes-1``."""
     if max_nodes < 0:
         raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
-    return [dns_name(i) for i in range(max_nodes)]
+    return [dns_name(i, domain) for i in range(max_nodes)]
 
 
 def with_sentinels(mapping: Mapping[int, str], max_nodes: int, sentinel: str) -> dict[int, str]:
@@ -82,10 +96,10 @@ def with_sentinels(mapping: Mapping[int, str], max_nodes: int, sentinel: str) ->
     return filled
 
 
-def _block_lines(mapping: Mapping[int, str]) -> list[str]:
+def _block_lines(mapping: Mapping[int, str], domain: str) -> list[str]:
     if not mapping:
         return []
-    body = [f"{mapping[i]}\t{dns_name(i)}" for i in sorted(mapping)]
+    body = [f"{mapping[i]}\t{dns_name(i, domain)}" for i in sorted(mapping)]
     return [BEGIN_MARKER, *body, END_MARKER]
 
 
@@ -121,8 +135,9 @@ def _strip_blocks(lines: list[str]) -> tuple[list[str], int | None]:
     return kept, first
 
 
-def render_hosts(existing: str, mapping: Mapping[int, str]) -> str:
-    """The hosts-file text with our block set to ``mapping`` (index → IP); pure.
+def render_hosts(existing: str, mapping: Mapping[int, str], domain: str = "") -> str:
+    """The hosts-file text with our block set to ``mapping`` (index → IP) under the names of
+    IMEX domain ``domain``; pure.
 
     Lines outside our block are kept exactly; the block replaces the first old one in place, or is
     appended at the end when there was none.
@@ -132,7 +147,7 @@ def render_hosts(existing: str, mapping: Mapping[int, str]) -> str:
     if trailing_newline:
         lines.pop()
     kept, first = _strip_blocks(lines) if existing else ([], None)
-    block = _block_lines(mapping)
+    block = _block_lines(mapping, domain)
     position = len(kept) if first is None else first
     result = kept[:position] + block + kept[position:]
     if not result:
@@ -142,14 +157,17 @@ def render_hosts(existing: str, mapping: Mapping[int, str]) -> str:
     return text + "\n" if trailing_newline or block else text
 
 
-def update_hosts_file(path: Path, mapping: Mapping[int, str], *, mode: int = 0o644) -> bool:
-    """Set our block in the hosts file at ``path``; True if the file content changed.
+def update_hosts_file(
+    path: Path, mapping: Mapping[int, str], *, mode: int = 0o644, domain: str = ""
+) -> bool:
+    """Set our block in the hosts file at ``path`` (names of IMEX domain ``domain``); True if
+    the file content changed.
 
     A missing file counts as empty. Nothing is written when the content would not change, so the
     caller can use the result to decide whether IMEX needs a SIGUSR1.
     """
     old = atomicfile.read_text_or_none(path)
-    new = render_hosts(old or "", mapping)
+    new = render_hosts(old or "", mapping, domain)
     if old is not None and new == old:
         return False
     try:

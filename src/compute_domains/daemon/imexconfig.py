@@ -13,8 +13,9 @@ The IMEX config is a ``KEY=value`` file rendered from a template with Go-templat
 Peer traffic binds by matching the nodes file against local addresses (``BIND_INTERFACE_IP`` is
 left empty, as upstream does). An unknown field in a template is a ``ConfigError``.
 
-The nodes config in DNS-names mode is static: ``max_nodes`` lines ``compute-domain-daemon-0000`` …,
-written once per process start; in IP mode it lists the peers' IPs and is rewritten on change.
+The nodes config in DNS-names mode is static: ``max_nodes`` lines of the IMEX domain's names,
+``compute-domain-daemon-<infix>-0000`` … (``dnsnames``: unique per domain), written once per
+process start; in IP mode it lists the peers' IPs and is rewritten on change.
 Both files are written atomically, so ``nvidia-imex`` never reads half a file.
 """
 
@@ -167,11 +168,13 @@ def render_nodes_config(entries: Sequence[str]) -> str:
     return "".join(f"{entry}\n" for entry in entries)
 
 
-def dns_nodes_config(max_nodes: int) -> str:
-    """The static DNS-names-mode nodes config: ``compute-domain-daemon-0000`` … ``<max-1>``."""
+def dns_nodes_config(max_nodes: int, domain: str = "") -> str:
+    """The static DNS-names-mode nodes config of IMEX domain ``domain`` (a CD's UID, or
+    ``shared-imex.<cliqueID>``): ``compute-domain-daemon-<infix>-0000`` … ``<max-1>``;
+    NVIDIA's ``compute-domain-daemon-0000`` … without a domain."""
     if max_nodes < 1:
         raise errors.ConfigError(f"max nodes per IMEX domain must be >= 1, got {max_nodes}")
-    return render_nodes_config(dnsnames.static_node_names(max_nodes))
+    return render_nodes_config(dnsnames.static_node_names(max_nodes, domain))
 
 
 def load_template(settings: ImexFilesSettings) -> str:

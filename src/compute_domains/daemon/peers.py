@@ -1,10 +1,12 @@
 """Apply peer-set changes to the local IMEX daemon: hosts block, first start, paced SIGUSR1.
 
 Each new peer mapping (clique index → pod IP, ours included) is written into our managed block
-of the hosts file. The first mapping starts ``nvidia-imex`` (its nodes file names every slot, and
-it finds its own node ID by resolving those names, so it must not start before our own name
-resolves). After that, a change that altered the file asks IMEX to re-resolve its peers with
-SIGUSR1; IMEX is never restarted for a peer change.
+of the hosts file, under the IMEX domain's names (``dnsnames``), every unfilled slot's name
+mapped to the unfilled-slot address (upstream's sentinel 127.0.0.2 by default), so that no
+name IMEX dials falls through to DNS. The first mapping starts ``nvidia-imex`` (its nodes file
+names every slot, and it finds its own node ID by resolving those names, so it must not start
+before our own name resolves). After that, a change that altered the file asks IMEX to
+re-resolve its peers with SIGUSR1; IMEX is never restarted for a peer change.
 
 SIGUSR1 pacing: IMEX ignores a SIGUSR1 that arrives within ``reload_interval`` (5 s) of the
 previous one, so a second change inside that window must not be signalled at once. Changes are
@@ -76,6 +78,8 @@ class PeerUpdater:
         settings: hosts file and pacing.
         process: the IMEX supervisor.
         max_nodes: slots per clique (for unfilled-slot addresses).
+        domain: the IMEX domain's identity, whose names the hosts block maps (a CD's UID, or
+            ``shared-imex.<cliqueID>``; "" gives NVIDIA's names, the same in every domain).
         clock: monotonic seconds (the loop's time by default); injectable for tests.
         on_started: called once IMEX has been started for the first time.
     """
@@ -86,12 +90,14 @@ class PeerUpdater:
         process: ImexProcess,
         *,
         max_nodes: int,
+        domain: str = "",
         clock: Callable[[], float] | None = None,
         on_started: Callable[[], None] | None = None,
     ) -> None:
         self._settings = settings
         self._process = process
         self._max = max_nodes
+        self._domain = domain
         self._clock = clock
         self._on_started = on_started
         self._pacer = ReloadPacer(settings.reload_interval)
@@ -142,7 +148,7 @@ class PeerUpdater:
         block = dict(mapping)
         if self._settings.unfilled_address:
             block = dnsnames.with_sentinels(block, self._max, self._settings.unfilled_address)
-        return dnsnames.update_hosts_file(self._settings.hosts_file, block)
+        return dnsnames.update_hosts_file(self._settings.hosts_file, block, domain=self._domain)
 
     async def _signal_loop(self) -> None:
         while True:

@@ -8,9 +8,10 @@ service, then one outgoing link per listed node (itself included). The local sta
 as soon as that is done; it never waits for peers (``IMEX_WAIT_FOR_QUORUM`` recovery is not
 simulated: there is no persistence file).
 
-Signals: SIGTERM/SIGINT/SIGQUIT notify every connected peer and exit 0; SIGUSR1, honoured at most
-once per ``reload_interval`` (5 s), restarts all outgoing links, re-resolving names, while the
-node ID and instance stay the same; SIGHUP re-reads the fault flags.
+Signals: SIGTERM/SIGINT/SIGQUIT notify every connected peer and every listed peer's address
+(``imex_peers.announce_shutdown``: whoever holds it now, upstream #1447) and exit 0; SIGUSR1,
+honoured at most once per ``reload_interval`` (5 s), restarts all outgoing links, re-resolving
+names, while the node ID and instance stay the same; SIGHUP re-reads the fault flags.
 
 "Local addresses" are a setting (``--local-address``): simulated pods share the host's loopback
 interface, so every 127.x address is local to every process. A configured ``BIND_INTERFACE_IP``
@@ -153,6 +154,7 @@ class ImexDaemon:
             log=log,
             hanging=lambda: self._faults.hang,
             on_hello=self._peer_seen,
+            on_shutdown=self._peer_left,
         )
         servers = await self._bind(config, bind_ip, resolver, peers, log)
         if servers is None:
@@ -191,7 +193,9 @@ class ImexDaemon:
                 self._state = LocalState.SHUTTING_DOWN
                 for server in servers:
                     server.close()  # no new links while peers are told we are leaving
-                await peers.notify_shutdown(instance)
+                await asyncio.gather(
+                    peers.notify_shutdown(instance), imex_peers.announce_shutdown(ctx)
+                )
                 for task in tasks:
                     task.cancel()
         except asyncio.CancelledError:
@@ -285,6 +289,10 @@ class ImexDaemon:
     def _peer_seen(self, node_id: int) -> None:
         if 0 <= node_id < len(self._links):
             self._links[node_id].peer_seen()
+
+    def _peer_left(self, node_id: int, instance: str) -> None:
+        if 0 <= node_id < len(self._links):
+            self._links[node_id].peer_left(instance)
 
     def deliver(self, sig: int) -> bool:
         """Handle ``sig`` as if the process had received it; False when it would have been

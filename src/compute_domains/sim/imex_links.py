@@ -12,7 +12,10 @@ Each daemon keeps one link to every node of its nodes file, itself included. A l
   as a lost connection (a hung peer); time by which its own event loop woke late does not count
   as silence (a starved loop is not a hung peer);
 * on loss: ``R`` (recovering) while the disconnect grace time runs (-1: forever), then ``D``;
-  a peer's ``shutdown`` notice means clean-up starts at once: ``D``;
+  a peer's ``shutdown`` notice (over the link, or to our server: :meth:`OutgoingLink.peer_left`)
+  means clean-up starts at once: ``D``. Only a notice with our node map's fingerprint counts
+  (``imex_peers``), keyed by node ID alone: with equal maps another domain's node ``k`` takes our
+  link to our node ``k`` down (upstream #1447), which the next attempt finds again;
 * on :meth:`OutgoingLink.restart` (SIGUSR1) closes and re-opens, keeping its state unless the
   reconnect fails; on :meth:`OutgoingLink.poke` re-checks injected faults (drop-link).
 """
@@ -54,6 +57,11 @@ class LinkContext:
     ping_interval: float = 1.0
     ping_timeout: float = 4.0
 
+    @property
+    def domain(self) -> str:
+        """Our node map's fingerprint, which every message we send carries."""
+        return imex_wire.domain_fingerprint(self.entries)
+
 
 class OutgoingLink:
     """This daemon's connection to node ``target``; :attr:`state` is its cell in the table."""
@@ -66,6 +74,7 @@ class OutgoingLink:
         self._wake = asyncio.Event()
         self._restart = False
         self._notified: set[str] = set()
+        self._left = False
         self._loss_generation = 0
 
     @property
@@ -80,6 +89,18 @@ class OutgoingLink:
     def poke(self) -> None:
         """Re-check injected faults now."""
         self._wake.set()
+
+    def peer_left(self, instance: str) -> None:
+        """Node ``target``'s instance ``instance`` announced (to our server) that it is leaving:
+        as the same notice over this link, clean-up starts at once."""
+        if not self._first_notice(instance):
+            return
+        if self.state is Link.CONNECTED:
+            self._left = True  # the session ends as on the notice over the link
+            self._wake.set()
+        elif self.state is Link.RECOVERING:
+            self._loss_generation += 1
+            self.state = Link.DISCONNECTED
 
     def peer_seen(self) -> None:
         """The target node just linked to us: it is up, so a link waiting to retry tries now."""
@@ -109,6 +130,7 @@ class OutgoingLink:
                 await self._wait_wake(self._ctx.reconnect.delay(min(attempt - 1, 8), self._ctx.rng))
                 continue
             attempt = 0
+            self._left = False
             reader, writer, address = session
             self._loss_generation += 1  # cancels a pending grace timer
             self.times_connected += 1
@@ -119,6 +141,8 @@ class OutgoingLink:
                 f"Number of times connected: {self.times_connected}"
             )
             outcome = await self._session(reader, writer)
+            if self._left:
+                outcome = "shutdown"
             if outcome == "restart":
                 continue
             if outcome == "shutdown":
@@ -154,6 +178,7 @@ class OutgoingLink:
                 "from": ctx.node_id,
                 "instance": ctx.instance,
                 "map": list(ctx.entries),
+                "domain": ctx.domain,
                 "version": ctx.version,
             }
             await imex_wire.send(writer, hello)
@@ -204,8 +229,7 @@ class OutgoingLink:
                     return "lost"
                 if message["t"] == "pong":
                     last_pong = loop.time()
-                elif message["t"] == "shutdown":
-                    self._shutdown_notice(message)
+                elif message["t"] == "shutdown" and self._shutdown_notice(message):
                     return "shutdown"
 
         frames = asyncio.create_task(read_frames(), name=f"imex-link-{self.target}-read")
@@ -232,6 +256,8 @@ class OutgoingLink:
                 if wake in done:
                     self._wake.clear()
                     wake = asyncio.create_task(self._wake.wait())
+                    if self._left:
+                        return "shutdown"
                     if ctx.faults().drops(self.target):
                         return "dropped"
                     if self._restart:
@@ -247,13 +273,28 @@ class OutgoingLink:
                 await frames
             await imex_wire.close(writer)
 
-    def _shutdown_notice(self, message: imex_wire.Message) -> None:
-        instance = str(message.get("instance", ""))
-        if self.target != self._ctx.node_id and instance not in self._notified:
-            self._notified.add(instance)
-            self._ctx.log.info(
-                f"Received notification of shutdown from node {self.target} - {self._entry}"
+    def _shutdown_notice(self, message: imex_wire.Message) -> bool:
+        """A notice over the link; False (dropped) when it is another domain's."""
+        theirs = message.get("domain")
+        if theirs != self._ctx.domain:
+            self._ctx.log.warning(
+                f"Dropped a shutdown message from node {self.target} ({self._entry}) of "
+                f"another IMEX domain: its node map {theirs} is not ours ({self._ctx.domain})"
             )
+            return False
+        self._first_notice(str(message.get("instance", "")))
+        return True
+
+    def _first_notice(self, instance: str) -> bool:
+        """Log the first notice of ``instance`` (several come: over the link and on their own
+        connection); False for a repeat, or for a notice naming our own node."""
+        if self.target == self._ctx.node_id or instance in self._notified:
+            return False
+        self._notified.add(instance)
+        self._ctx.log.info(
+            f"Received notification of shutdown from node {self.target} - {self._entry}"
+        )
+        return True
 
     def _lost(self, address: str | None = None) -> None:
         self._ctx.log.error(

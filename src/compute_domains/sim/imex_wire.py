@@ -5,8 +5,11 @@ length-prefixed frames: a 4-byte big-endian length, then a UTF-8 JSON object wit
 key. This stands in for IMEX's gRPC; only the observable behaviour (who is connected to whom, what
 the command service answers) matters.
 
-Peer port messages: ``hello`` (from, instance, map, version) → ``welcome`` (node, instance, map,
-version); then ``ping`` → ``pong``; either side may send ``shutdown`` (from, entry) before closing.
+Peer port messages: ``hello`` (from, instance, map, domain, version) → ``welcome`` (node, map,
+domain, version); then ``ping`` → ``pong``; the server side may send ``shutdown`` (from,
+instance, domain) before closing. A stopping daemon also sends one ``shutdown`` frame, alone on a
+fresh connection, to every listed peer's address. ``domain`` is the sender's node-map
+fingerprint (:func:`domain_fingerprint`): what IMEX keys "same domain" on (upstream #1447).
 Command port messages: ``query`` → ``status`` (this node's row); ``domain`` → ``report`` (every
 node's row, gathered by the local daemon from its peers' command ports).
 """
@@ -21,6 +24,7 @@ import struct
 TYPE_CHECKING = False  # not typing's: `nvidia-imex-ctl -q` never imports typing (a few ms)
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Sequence
     from typing import Any
 # asyncio is imported where it is used at run time: ``nvidia-imex-ctl -q`` is a probe that runs
 # every second on every node and only needs ``encode``/``decode_header`` (tens of ms saved).
@@ -76,6 +80,15 @@ _CODES = {
     Link.NODE_MAP_MISMATCH: "!M!",
     Link.CONNECTED: "C",
 }
+
+
+def domain_fingerprint(entries: Sequence[str]) -> str:
+    """The fingerprint of a node map (the nodes file's entries, in order, id = position): equal
+    maps, equal fingerprints. Two daemons whose maps are equal are one domain to IMEX, whoever
+    they belong to; that is the whole check (upstream #1447)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
 
 
 class ProtocolError(Exception):

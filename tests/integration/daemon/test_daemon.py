@@ -74,8 +74,9 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
     assert {o.kind for o in owners} == {"Pod", "DaemonSet"}  # the CD's DaemonSet keeps it too
     assert all(not o.controller and not o.blockOwnerDeletion for o in owners)
     report = await pods.wait_domain_up(daemon_sim.root, running[0].status.podIP, 3)
+    # The CD's own names (its infix), not NVIDIA's: unique to this IMEX domain.
     assert {n["host"] for n in report["nodes"].values()} == {
-        f"compute-domain-daemon-000{i}" for i in range(3)
+        names.imex_dns_name(i, str(cd.metadata.uid)) for i in range(3)
     }
     await _workload_sees_the_domain(admin, ns, running[0].status.podIP, indices[NODES[0]])
     for pod in running.values():  # each daemon serves its metrics on its pod IP

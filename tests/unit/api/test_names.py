@@ -31,6 +31,18 @@ def test_imex_dns_name_is_zero_padded_to_four_digits(index: int, expected: str) 
     assert names.imex_dns_name(index) == expected
 
 
+def test_imex_dns_names_carry_their_domains_infix() -> None:
+    uid = "0b9e2f8c-5a41-4d2e-9b1c-aaaaaaaaaaaa"
+    infix = names.imex_dns_infix(uid)
+    assert re.fullmatch(r"[0-9a-f]{10}", infix)
+    assert names.imex_dns_name(7, uid) == f"compute-domain-daemon-{infix}-0007"
+    assert names.imex_dns_name(7, uid) == names.imex_dns_name(7, uid)  # stable
+    # Another CD, a clique's shared domain, and none (NVIDIA's names) never meet.
+    others = {names.imex_dns_name(7, d) for d in ("another-uid", "shared-imex.c.1", "")}
+    assert len(others | {names.imex_dns_name(7, uid)}) == 4
+    assert names.imex_dns_infix("") == ""
+
+
 def test_imex_dns_name_rejects_the_non_fabric_index() -> None:
     with pytest.raises(ValueError, match="-1"):
         names.imex_dns_name(names.NON_FABRIC_INDEX)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compute_domains.api import names
 from compute_domains.daemon import dnsnames
 from compute_domains.daemon.dnsnames import BEGIN_MARKER, END_MARKER
 
@@ -53,6 +54,33 @@ def test_negative_index_has_no_name() -> None:
 )
 def test_other_names_have_no_index(name: str) -> None:
     assert dnsnames.index_of(name) is None
+
+
+UID = "0b9e2f8c-5a41-4d2e-9b1c-aaaaaaaaaaaa"
+
+
+def test_a_domains_names_carry_its_infix_and_keep_their_index() -> None:
+    name = dnsnames.dns_name(7, UID)
+    assert name == f"compute-domain-daemon-{names.imex_dns_infix(UID)}-0007"
+    assert dnsnames.index_of(name) == 7
+    assert dnsnames.index_of("compute-domain-daemon-8585d4965d-0017") == 17  # upstream's
+    for odd in ("compute-domain-daemon-8585d4965d-17", "compute-domain-daemon-8585D4965D-0017"):
+        assert dnsnames.index_of(odd) is None
+
+
+def test_two_domains_list_no_name_in_common() -> None:
+    a, b = dnsnames.static_node_names(18, UID), dnsnames.static_node_names(18, "other")
+    assert len(set(a)) == 18 and not set(a) & set(b)
+    assert not set(a) & set(dnsnames.static_node_names(18))
+
+
+def test_a_block_of_another_domain_is_replaced_whole() -> None:
+    """A resident agent serving CD B after CD A keeps one hosts file: no name of A survives."""
+    first = dnsnames.render_hosts(KUBELET_HOSTS, {0: "10.0.0.1", 1: "10.0.0.2"}, "cd-a")
+    second = dnsnames.render_hosts(first, {0: "10.0.0.1"}, UID)
+    assert second == KUBELET_HOSTS + (
+        f"{BEGIN_MARKER}\n10.0.0.1\t{dnsnames.dns_name(0, UID)}\n{END_MARKER}\n"
+    )
 
 
 def test_static_names_cover_every_slot() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from compute_domains.api import names
 from compute_domains.daemon import imexconfig
 from compute_domains.infra import errors
 from compute_domains.sim import imex_config
@@ -132,6 +133,13 @@ def test_dns_nodes_config_lists_every_slot(max_nodes: int, first: str, last: str
     assert lines[-1] == ""  # every line ends in a newline
     assert len(lines) - 1 == max_nodes
     assert (lines[0], lines[-2]) == (first, last)
+
+
+def test_dns_nodes_config_names_the_domains_slots() -> None:
+    uid = "0b9e2f8c-5a41-4d2e-9b1c-aaaaaaaaaaaa"
+    lines = imexconfig.dns_nodes_config(18, uid).splitlines()
+    assert lines == [names.imex_dns_name(i, uid) for i in range(18)]
+    assert not set(lines) & set(imexconfig.dns_nodes_config(18, "another-uid").splitlines())
 
 
 def test_dns_nodes_config_needs_at_least_one_node() -> None:

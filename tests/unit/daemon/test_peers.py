@@ -223,6 +223,28 @@ async def test_unfilled_slots_get_the_configured_address(tmp_path: Path) -> None
     ]
 
 
+async def test_the_block_names_the_domains_slots_and_points_unfilled_ones_at_the_sentinel(
+    tmp_path: Path,
+) -> None:
+    hosts = tmp_path / "hosts"
+    uid = "0b9e2f8c-5a41-4d2e-9b1c-aaaaaaaaaaaa"
+    updater = peers.PeerUpdater(PeerSettings(hosts_file=hosts), FakeImex(), max_nodes=3, domain=uid)
+    task = asyncio.create_task(updater.run())
+    try:
+        updater.update({1: "10.1.1.1"})
+        await _until(_has(hosts, "10.1.1.1"), "the block written")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    lines = [ln for ln in hosts.read_text().splitlines() if not ln.startswith("#")]
+    assert lines == [
+        f"127.0.0.2\t{dnsnames.dns_name(0, uid)}",
+        f"10.1.1.1\t{dnsnames.dns_name(1, uid)}",
+        f"127.0.0.2\t{dnsnames.dns_name(2, uid)}",
+    ]
+
+
 async def test_a_failing_first_start_propagates(tmp_path: Path) -> None:
     class Missing(FakeImex):
         async def start(self) -> bool:
