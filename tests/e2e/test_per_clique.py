@@ -18,6 +18,7 @@ Then CDs A and B each get a pod on each of the two nodes. Shown:
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -40,6 +41,7 @@ AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
 STARTS = re.compile(r"started \S*nvidia-imex \(pid \d+\)")
 SIGNALS = "sent SIGUSR1 to pid"
 CHANNELS = re.compile(r"\bchannel(\d+)\b")
+DOMAINS = "var/lib/kubelet/plugins/compute-domain.nvidia.com/domains"
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +124,12 @@ async def test_two_cds_share_the_clique_each_behind_its_own_channel(
     )
     before = await _counts(admin)
     assert all(starts >= 1 for starts, _ in before.values()), before
+    # The shared IMEX's peer names are the clique's own (upstream #1447: unique per IMEX domain).
+    infix = names.imex_dns_infix(sharedimex.registry_name(cid))
+    for node in (N0, N1):
+        cfg = per_clique.node_root(node) / DOMAINS / "shared-imex" / "nodes.cfg"
+        lines = cfg.read_text().split()
+        assert lines and all(f"-{infix}-" in line for line in lines), (node, lines[:2])
 
     uids = {cd: await helpers.create_cd(admin, cd) for cd in ("cd-a", "cd-b")}
     for cd in uids:
@@ -173,6 +181,15 @@ async def test_two_cds_share_the_clique_each_behind_its_own_channel(
         assert await helpers.pod_ready(admin, f"cd-b-{node[-3:]}")
     assert await _counts(admin) == before, "deleting cd-a restarted or signalled an IMEX"
 
+    # Switching the agents off under cd-b is refused, naming it; nothing changes.
+    with pytest.raises(AssertionError) as refused:
+        helpers.upgrade(per_clique, "imex.agents=perComputeDomain", "imex.scope=perDomain")
+    text = str(refused.value)
+    assert "would remove the resident IMEX agents" in text and uids["cd-b"] in text, text
+    assert uids["cd-a"] not in text, text
+    assert len(await _agents(admin)) == 2
+    assert await _cd_ready(admin, "cd-b", 2) is not None
+
 
 async def test_allocation_mode_all_is_refused_in_this_scope(
     admin: AsyncClient, per_clique: state.SimPaths
@@ -189,3 +206,44 @@ async def test_allocation_mode_all_is_refused_in_this_scope(
     message = await _eventually(refused, 120, "cd-all refused with a reason")
     assert "other ComputeDomain" in message, message
     await admin.delete(computedomain.ComputeDomainResource, "cd-all", namespace="default")
+
+
+async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
+    admin: AsyncClient, per_clique: state.SimPaths
+) -> None:
+    """In this scope every GPU node's IMEX is up before any CD asks, so a spare node needs no
+    annotation: a pod bound to one runs with its CD's channel as soon as its claim is prepared
+    (no IMEX start). Measured from the pod's binding to its Ready, by a watch on the pod."""
+    cid = await _clique_id(admin)
+    await _eventually(lambda: _registry_ready(admin, cid), 180, "the shared registry Ready")
+    before = await _counts(admin)
+    uid = await helpers.create_cd(admin, "cd-grow")
+    await admin.create(helpers.channel_pod("cd-grow-n00", "cd-grow-rct", node=N0))
+    await _eventually(lambda: _cd_ready(admin, "cd-grow", 1), 300, "cd-grow Ready on n00")
+
+    loop = asyncio.get_running_loop()
+    bound: float | None = None
+    running: float | None = None
+    await admin.create(helpers.channel_pod("cd-grow-n01", "cd-grow-rct", node=N1))
+    async with asyncio.timeout(120):
+        async for _, pod in admin.watch(
+            Pod, namespace="default", fields={"metadata.name": "cd-grow-n01"}
+        ):
+            if bound is None and pod.spec is not None and pod.spec.nodeName:
+                bound = loop.time()
+            if bound is not None and helpers.ready(pod):
+                running = loop.time()
+                break
+    assert bound is not None and running is not None
+    took = running - bound
+    print(f"spare node: bound -> Running in {took:.2f}s")
+    reg = await _registry(admin, cid)
+    assert reg is not None
+    channel = sharedimex.channels(reg.metadata.annotations)[uid]
+    assert await _channels_seen(admin, "cd-grow-n01") == {channel}
+    assert took <= 1.0, f"bound -> Running took {took:.2f}s"
+    await _eventually(lambda: _cd_ready(admin, "cd-grow", 2), 60, "cd-grow Ready on both nodes")
+    assert await _counts(admin) == before, "growing onto a spare node started an IMEX"
+    for node in (N0, N1):
+        await admin.delete(Pod, f"cd-grow-{node[-3:]}", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "cd-grow", namespace="default")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Coroutine
@@ -234,7 +235,11 @@ class ResidentAgent:
 
     async def _start_shared(self, wanted: Shared) -> None:
         domain = shared_domain(self._settings, wanted)
-        settings = self._factory(domain)
+        # The names in its nodes.cfg are the clique's own (upstream #1447: no other IMEX
+        # domain, another clique's included, may share them).
+        settings = dataclasses.replace(
+            self._factory(domain), imex_domain=sharedimex.registry_name(wanted.clique_id)
+        )
         await asyncio.to_thread(_make_dir, domain.domain_dir)
         imex = shared.SharedImex(settings, self._client, programs=self._programs, rng=self._rng)
         self.shared, self._running = imex, wanted

@@ -144,7 +144,11 @@ class SharedImex:
         )
         self.imex = imex
         self._updater = peers.PeerUpdater(
-            s.peers, imex, max_nodes=s.max_nodes, on_started=on_started
+            s.peers,
+            imex,
+            max_nodes=s.max_nodes,
+            domain=s.imex_domain_identity,
+            on_started=on_started,
         )
         work: dict[str, Coroutine[Any, Any, None]] = {
             "shared-imex-supervisor": imex.run(),
@@ -160,7 +164,10 @@ class SharedImex:
     def _write_files(self) -> None:
         s = self._settings
         imexconfig.write_imex_config(s.imex, pod_ip=s.identity.pod_ip)
-        imexconfig.write_nodes_config(s.imex, imexconfig.dns_nodes_config(s.max_nodes))
+        # The clique's own names (``imex_domain`` is ``shared-imex.<cliqueID>``): no other IMEX
+        # domain shares them, so no other domain's message can pass for a peer's (#1447).
+        nodes = imexconfig.dns_nodes_config(s.max_nodes, s.imex_domain_identity)
+        imexconfig.write_nodes_config(s.imex, nodes)
         self._log.info(
             "wrote %s and %s (%d DNS names)",
             s.imex.config_path,
