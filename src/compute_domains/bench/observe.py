@@ -4,6 +4,12 @@ Shared by ``formation`` (timings) and ``churn`` (consistency under create/delete
 one ComputeDomain plus the Deployments of its N pods (``placement`` says where they go), an
 ``Observer`` that timestamps each formation milestone when its watch event arrives, and
 ``leftovers`` that lists whatever of a deleted domain is still in the cluster.
+
+In the per-clique scope (the CD's ``compute-domains/imex-scope-fixed`` is ``perClique``) no pod
+and no clique object is made for the CD: the IMEX serving it is the clique's shared one, so the
+daemon and clique milestones are those of the shared registries' entries (``shared-imex.*``:
+Ready entries for as many nodes as the domain has), usually seen at once because the shared
+IMEX runs before the apply.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.bench import placement
 from compute_domains.infra import kube
 
@@ -100,6 +106,8 @@ class Observer:
         self._workloads: dict[str, str] = {}
         self._cliques: dict[str, list[Any]] = {}
         self._cd: dict[str, Any] = {}
+        self._shared: dict[str, list[Any]] = {}
+        self._per_clique = False
         self.marks: dict[str, float] = {}
         self.done = asyncio.Event()
 
@@ -122,6 +130,10 @@ class Observer:
             if counts["ready"] >= want:
                 self.marks.setdefault(f"{prefix}s", now)
         entries = [d for ds in self._cliques.values() for d in ds]
+        if self._per_clique:
+            entries = [d for ds in self._shared.values() for d in ds]
+            if sum(1 for d in entries if d.get("status") == "Ready") >= nodes:
+                self.marks.setdefault("daemons", now)
         if len(entries) >= nodes:
             self.marks.setdefault("cliques_registered", now)
         if sum(1 for d in entries if d.get("status") == "Ready") >= nodes:
@@ -159,16 +171,20 @@ class Observer:
     def _clique_store(self, op: str, obj: Any) -> None:
         data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
         name = str(data["metadata"]["name"])
-        if not name.startswith(self._uid):
+        table = self._shared if sharedimex.is_registry_name(name) else self._cliques
+        if table is self._cliques and not name.startswith(self._uid):
             return
         if op == "DELETED":
-            self._cliques.pop(name, None)
+            table.pop(name, None)
         else:
-            self._cliques[name] = list(data.get("daemons") or [])
+            table[name] = list(data.get("daemons") or [])
 
     def _cd_store(self, op: str, obj: Any) -> None:
         data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
         self._cd = {} if op == "DELETED" else dict(data.get("status") or {})
+        annotations = (data.get("metadata") or {}).get("annotations") or {}
+        fixed = annotations.get(sharedimex.FIXED_SCOPE_ANNOTATION)
+        self._per_clique = self._per_clique or fixed == sharedimex.Scope.PER_CLIQUE.value
 
     async def wait(self, timeout: float) -> None:
         """Return once every milestone was seen; TimeoutError after ``timeout`` seconds."""
