@@ -84,7 +84,10 @@ async def test_a_crashed_shared_imex_is_reported_on_every_cd_of_its_node(
     seen: dict[str, list[dict[str, Any]]] = {cd: [] for cd in CDS}
     watches = [asyncio.create_task(_watch_status(admin, cd, seen[cd])) for cd in CDS]
     try:
-        await _eventually(lambda: all(seen.values()), 30, "both status watches started")
+        async def watching() -> bool:
+            return all(seen.values())
+
+        await _eventually(watching, 30, "both status watches started")
         os.kill(first_n0, signal.SIGKILL)
 
         async def both_reported() -> bool:
