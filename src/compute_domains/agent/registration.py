@@ -16,6 +16,10 @@ watch; no polling) and decides:
   (every entry, Ready or not: a stopped node keeps its slot, and its name resolves to its last
   address); only a change of that mapping is passed on, so an annotation, a status or a
   ``lastIndices`` change never reaches IMEX;
+* our node's reports ride on the same writes (``registry.with_reports``): the peers our IMEX
+  lost (:meth:`Registration.set_lost`, from the peer watch) and why it cannot start
+  (:meth:`Registration.set_blocked`, from the session watch), as annotations of the registry
+  under our index, which the controller reads for every CD our node serves;
 * a full registry (every index taken by other nodes) is logged once until a slot frees up;
 * on cancellation our entry is marked NotReady, bounded by ``stop_timeout`` (the controller
   then reports the node NotReady for every CD it serves; the index is kept for our return).
@@ -35,6 +39,7 @@ from collections.abc import Callable
 from lightkube import AsyncClient
 
 from compute_domains.agent import registry, registrywrites
+from compute_domains.api import sharedimex
 from compute_domains.api.clique import CliqueFullError, ComputeDomainClique
 from compute_domains.api.clique import ComputeDomainCliqueResource as Resource
 from compute_domains.api.computedomain import Readiness
@@ -87,6 +92,8 @@ class Registration:
         self._status = Readiness.NOT_READY
         self._peers: dict[int, str] | None = None
         self._full = False
+        self._lost: dict[int, str] = {}
+        self._blocked: sharedimex.Blocked | None = None
         self.index: int | None = None
         """Our index once registered (kept for good)."""
 
@@ -99,6 +106,20 @@ class Registration:
         """Our shared IMEX's check changed; it is written into our entry."""
         if status is not self._status:
             self._status = status
+            self._kick.set()
+
+    def set_lost(self, lost: dict[int, str]) -> None:
+        """The peers our IMEX lost past the bound changed (index → since); written into our
+        lost-peers annotation of the registry."""
+        if lost != self._lost:
+            self._lost = dict(lost)
+            self._kick.set()
+
+    def set_blocked(self, blocked: sharedimex.Blocked | None) -> None:
+        """Why our IMEX cannot start changed (None: it can); written into our blocked
+        annotation of the registry."""
+        if blocked != self._blocked:
+            self._blocked = blocked
             self._kick.set()
 
     async def run(self) -> None:
@@ -172,6 +193,8 @@ class Registration:
                     max_nodes=self._max,
                     status=self._status,
                     index=self.index,
+                    lost=self._lost,
+                    blocked=self._blocked,
                 )
             except CliqueFullError as err:
                 if not self._full:

@@ -15,6 +15,10 @@ dropped):
   whose IP changes (a new agent pod) is written with our status, not the old pod's. The index
   our running IMEX uses is asked for again when the registry lost our entry (deleted and made
   anew), so it does not move under IMEX while it is free.
+* the plan also carries our node's reports, as annotations keyed by our index
+  (``api.sharedimex``): the peers our IMEX lost (``compute-domains/lost-peers.<index>``, the
+  per-domain daemon's note, ``cliqueentry.lost_peers_of``) and why our IMEX cannot start
+  (``compute-domains/imex-blocked.<index>``); each is removed when there is nothing to report.
 * :func:`plan_stopped`: our entry NotReady, kept (the index stays), when its IP is ours.
 * :func:`is_registered`: the registry lists our node with our IP (IMEX may start: our own name
   resolves once the hosts block is written from it).
@@ -25,11 +29,13 @@ None from a plan means nothing to write.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
+from compute_domains.daemon import cliqueentry
 
 
 def _labels(clique_id: str) -> dict[str, str]:
@@ -81,10 +87,14 @@ def plan(
     max_nodes: int,
     status: Readiness,
     index: int | None = None,
+    lost: Mapping[int, str] | None = None,
+    blocked: sharedimex.Blocked | None = None,
 ) -> ComputeDomainClique | None:
     """The registry with our entry registered and reporting ``status``; None: as stored.
 
-    ``index``: the index our running IMEX uses (None before it first registered).
+    ``index``: the index our running IMEX uses (None before it first registered); ``lost``: the
+    peers our IMEX lost (index → since, ``peerwatch``); ``blocked``: why our IMEX cannot start
+    (None: it can, or we do not know of a reason).
 
     Raises:
         CliqueFullError: our node is new and every index in ``[0, max_nodes)`` is taken.
@@ -98,9 +108,33 @@ def plan(
         )
     wanted = base.with_registered(node, ip, max_nodes)
     wanted = wanted.with_status(node, status)
+    wanted = with_reports(wanted, node=node, ip=ip, lost=lost or {}, blocked=blocked)
     if current is not None and wanted.to_dict() == current.to_dict():
         return None
     return wanted
+
+
+def with_reports(
+    registry: ComputeDomainClique,
+    *,
+    node: str,
+    ip: str,
+    lost: Mapping[int, str],
+    blocked: sharedimex.Blocked | None,
+) -> ComputeDomainClique:
+    """``registry`` with our lost-peers and blocked notes as given (unchanged when we are not
+    listed with ``ip``: a note is only ever written under our own entry's index)."""
+    mine = registry.daemon(node)
+    if mine is None or mine.ip_address != ip:
+        return registry
+    note = cliqueentry.lost_peers_of(registry, node, ip, lost)
+    if note is not None:
+        registry = registry.with_annotation(*note)
+    key = sharedimex.blocked_key(mine.index)
+    value = None if blocked is None else sharedimex.blocked_value(node, ip, blocked)
+    if (registry.metadata.annotations or {}).get(key) != value:
+        registry = registry.with_annotation(key, value)
+    return registry
 
 
 def plan_stopped(

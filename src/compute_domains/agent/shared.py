@@ -16,8 +16,18 @@ timings), and it runs the per-CD daemon's parts:
    the registry's peers change), the registration (``registration``: our entry in
    ``shared-imex.<clique>``, its readiness), the own IMEX check (``daemon.health``:
    ``nvidia-imex-ctl -q`` says READY; an IMEX exit makes it fail at once, so our entry goes
-   NotReady promptly and Ready again once the restarted IMEX passes), and the Event recorder
-   (``ImexRestarted`` on the agent's pod).
+   NotReady promptly and Ready again once the restarted IMEX passes), the peer watch
+   (``daemon.peerwatch``: the peers our IMEX lost past its bound, written by the registration
+   into our ``compute-domains/lost-peers.<index>`` annotation of the registry), and the Event
+   recorder (``ImexRestarted`` on the agent's pod).
+
+When a host ``nvidia-imex.service`` holds the node's IMEX session (upstream #524), our IMEX
+exits with ``NV_ERR_IN_USE``; the per-CD daemon's ``daemon.session`` watch spots it and posts a
+Warning ``ImexSessionInUse`` on the agent's pod (naming the node and the fix; one Event, its
+count growing with each retry), and the registration writes the reason into our
+``compute-domains/imex-blocked.<index>`` annotation of the registry, where the controller reads
+it into the status of every CD our node serves (and posts the Event on each of them); it goes
+once IMEX passes its own check. The supervisor keeps its backoff: nothing retries faster.
 
 On cancellation IMEX is stopped (SIGTERM, ``stop_grace``, SIGKILL) while our entry is marked
 NotReady (bounded); the entry and its index stay. A failing task ends ``run()`` with its error.
@@ -34,8 +44,19 @@ from typing import Any
 from lightkube import AsyncClient
 
 from compute_domains.agent import registration
+from compute_domains.api import sharedimex
 from compute_domains.api.computedomain import Readiness
-from compute_domains.daemon import cliqueentry, events, health, imexconfig, launcher, peers, probe
+from compute_domains.daemon import (
+    cliqueentry,
+    events,
+    health,
+    imexconfig,
+    launcher,
+    peers,
+    peerwatch,
+    probe,
+    session,
+)
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon import supervisor as imex_supervisor
 from compute_domains.daemon.config import DaemonSettings
@@ -99,6 +120,9 @@ class SharedImex:
         self.imex: imex_supervisor.Supervisor | None = None
         """The IMEX supervisor, once built."""
         self._updater: peers.PeerUpdater | None = None
+        self._watch: peerwatch.PeerWatch | None = None
+        self._session = session.SessionWatch(ident.node_name, self._post, on_note=self._blocked)
+        self._recorder = events.PodEvents(client, ident)
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -117,11 +141,25 @@ class SharedImex:
             s.imex.config_path,
         )
         await asyncio.to_thread(self._write_files)  # before IMEX can start
-        recorder = events.PodEvents(self._client, s.identity)
+        recorder = self._recorder
         argv = [*s.imex_command, "-c", str(s.imex.config_path)]
+        watch = peerwatch.PeerWatch(
+            (self._programs or launcher.ProcessLauncher()).run,
+            ctl=s.imex_ctl_command,
+            config=s.imex.config_path,
+            settings=s.peer_loss,
+            on_report=self.registration.set_lost,
+        )
+        self._watch = watch
+
+        def on_output(line: str) -> None:
+            self.health.imex_output()
+            self._session.on_line(line)  # IMEX's refusal to start (NV_ERR_IN_USE)
+            watch.cue(line)  # IMEX's disconnect lines cue the peer watch
 
         def on_restart(exit_: imex_supervisor.ChildExit) -> None:
             self.health.imex_exited()  # our entry goes NotReady now, not at the next check
+            self._session.on_exit()  # before the restart Event: the cause first
             recorder.post(
                 events.WARNING,
                 events.IMEX_RESTARTED,
@@ -139,7 +177,7 @@ class SharedImex:
             settings=s.supervisor,
             rng=self._rng,
             on_restart=on_restart,
-            on_output=lambda _line: self.health.imex_output(),
+            on_output=on_output,
             programs=self._programs,
         )
         self.imex = imex
@@ -155,6 +193,7 @@ class SharedImex:
             "shared-peer-updater": self._updater.run(),
             "shared-registration": self.registration.run(),
             "shared-imex-check": self.health.run(),
+            "shared-peer-watch": watch.run(),
             "shared-events": recorder.run(),
         }
         async with asyncio.TaskGroup() as tg:
@@ -178,6 +217,21 @@ class SharedImex:
     def _peers_changed(self, mapping: cliqueentry.PeerMapping) -> None:
         if self._updater is not None:
             self._updater.update(mapping)
+        if self._watch is not None:
+            self._watch.set_peers(self.registration.index, mapping.keys())
 
     def _check_changed(self, ok: bool) -> None:
+        if ok:
+            self._session.imex_ok()  # the session is ours: the blocked note goes
         self.registration.set_status(Readiness.READY if ok else Readiness.NOT_READY)
+
+    def _post(self, message: str) -> None:
+        """The session-in-use Event, on the agent's pod (the controller posts it on the CDs:
+        only it knows which CDs our node serves)."""
+        self._recorder.post(events.WARNING, events.IMEX_SESSION_IN_USE, message)
+
+    def _blocked(self, note: str) -> None:
+        blocked = (
+            sharedimex.Blocked(reason=events.IMEX_SESSION_IN_USE, message=note) if note else None
+        )
+        self.registration.set_blocked(blocked)

@@ -209,9 +209,11 @@ class ComputeDomainClique:
         )
         return dataclasses.replace(self, metadata=meta)
 
-    def with_annotation(self, key: str, value: str) -> Self:
-        """Set annotation ``key`` to ``value``."""
-        annotations = {**(self.metadata.annotations or {}), key: value}
+    def with_annotation(self, key: str, value: str | None) -> Self:
+        """Set annotation ``key`` to ``value`` (None: remove it)."""
+        annotations = {k: v for k, v in (self.metadata.annotations or {}).items() if k != key}
+        if value is not None:
+            annotations[key] = value
         meta = _wire.object_meta(
             {"metadata": {**self.metadata.to_dict(), "annotations": annotations}}
         )

@@ -23,6 +23,13 @@ Contract between the components (docs/isolation.md, docs/decisions/0015):
   ``compute-domains/channel.<X>=<n>`` (the plugin writes it when it prepares X's first claim on
   the node and removes it with X's last), and the label ``compute-domains/shared-imex=on`` while
   its agent is to run (or runs) the shared IMEX; the plugin sets the label, the agent follows it.
+- **What a node's shared IMEX reports** goes into annotations of the registry, keyed by the
+  node's index there (the entries' schema is strict), each value naming the writer's node and
+  pod IP, so a report of an earlier agent at that index is ignored: ``compute-domains/lost-peers.
+  <index>`` (the peers its IMEX lost, ``names.LOST_PEERS_ANNOTATION_PREFIX``, the per-domain
+  daemon's format) and ``compute-domains/imex-blocked.<index>`` (``BLOCKED_ANNOTATION_PREFIX``:
+  why its ``nvidia-imex`` cannot start, ``Blocked``). The controller reads them for every CD the
+  node serves.
 - **The scheduler sees a node's scope** through the channel slots' ``domain`` attribute
   (``names.CHANNEL_HOLDER_ATTRIBUTE``): ``SHARED_HOLDER`` on a node in the per-clique scope, a
   CD's UID on a node a per-domain CD holds, none on a free node. A per-clique CD's template
@@ -32,7 +39,9 @@ Contract between the components (docs/isolation.md, docs/decisions/0015):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 from collections.abc import Mapping
 from typing import Final
 
@@ -58,6 +67,12 @@ FIRST_CHANNEL: Final = 1
 pod given channel 0 by another driver must not import a per-clique CD's memory."""
 CHANNEL_LIMIT: Final = 2048
 """Channel numbers are ``< CHANNEL_LIMIT`` (the driver's ``channel0`` … ``channel2047``)."""
+BLOCKED_ANNOTATION_PREFIX: Final = "compute-domains/imex-blocked."
+"""On a registry: ``<prefix><index>`` while the shared ``nvidia-imex`` of the node at that index
+cannot start for a reason a person must act on (a host ``nvidia-imex.service`` holding the node's
+IMEX session); JSON ``{"node", "ip", "reason", "message"}`` (``Blocked``), written by that node's
+agent and removed once its IMEX passes its own check. The registry's counterpart of a daemon
+pod's ``names.IMEX_BLOCKED_ANNOTATION``."""
 _REGISTRY_PREFIX: Final = "shared-imex."
 
 
@@ -166,3 +181,44 @@ def channel_selector() -> str:
         f"!has({attr}.{names.CHANNEL_HOLDER_ATTRIBUTE}) || "
         f'{attr}.{names.CHANNEL_HOLDER_ATTRIBUTE} == "{SHARED_HOLDER}"'
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Blocked:
+    """Why a node's shared ``nvidia-imex`` cannot start (``BLOCKED_ANNOTATION_PREFIX``)."""
+
+    reason: str
+    """A CamelCase reason (the Event's), e.g. ``ImexSessionInUse``."""
+    message: str
+    """What is wrong and what to do, without the node (the CD status prefixes it)."""
+
+
+def blocked_key(index: int) -> str:
+    """The annotation key of the blocked note of the node at registry index ``index``."""
+    return f"{BLOCKED_ANNOTATION_PREFIX}{index}"
+
+
+def blocked_value(node: str, ip: str, blocked: Blocked) -> str:
+    """The annotation value (JSON, keys sorted: the same note always reads the same)."""
+    return json.dumps(
+        {"node": node, "ip": ip, "reason": blocked.reason, "message": blocked.message},
+        sort_keys=True,
+    )
+
+
+def blocked_of(
+    annotations: Mapping[str, str] | None, *, index: int, node: str, ip: str
+) -> Blocked | None:
+    """The blocked note of the node at ``index`` when its writer is that node with pod IP ``ip``
+    (None: absent, malformed, or written by an earlier agent)."""
+    raw = (annotations or {}).get(blocked_key(index))
+    try:
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("node") != node or data.get("ip") != ip:
+        return None
+    reason, message = data.get("reason"), data.get("message")
+    if not isinstance(reason, str) or not isinstance(message, str) or not message:
+        return None
+    return Blocked(reason=reason, message=message)

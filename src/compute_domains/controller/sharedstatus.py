@@ -14,8 +14,14 @@ a per-domain CD (``verdict.judge`` decides); what changes is where the entries c
   registered yet"; ``CliqueFull`` when the registry has every slot taken), listed with its
   previous entry or a new one (its clique label, index -1, no IP);
 - a registry entry turning NotReady (its IMEX crashed) makes the entry NotReady, so every CD the
-  node serves turns NotReady (``NodeNotReady`` for a member); peers' lost-peers reports on the
-  registry are judged as on a CD's own clique (``peerloss``), over all of the registry's members;
+  node serves turns NotReady (``NodeNotReady`` for a member); when the node's agent wrote why its
+  IMEX cannot start (``compute-domains/imex-blocked.<index>``, ``sharedimex.Blocked``: a host
+  ``nvidia-imex.service`` holds the session), that is the node's NotReady text (``blocked``
+  also gives it to the status sync, which posts the Event on the CD);
+- the agents' lost-peers reports on the registry (``compute-domains/lost-peers.<index>``, the
+  per-domain daemon's note) are judged as on a CD's own clique (``peerloss``): per registry,
+  over the registry's members that are the CD's nodes, so a node is ``PeerUnreachable`` in
+  every CD that has both it and a Ready peer that lost it, and in no other;
 - the rules for nodes that hold a workload claim (always listed, NotReady without an entry: "no
   IMEX channel of this ComputeDomain on the node yet" before its claim is prepared) and for
   nodes that hold none (listed only while the Node is Ready) are ``status``'s;
@@ -27,9 +33,9 @@ a per-domain CD (``verdict.judge`` decides); what changes is where the entries c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from compute_domains.api import conditions, names
+from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
 from compute_domains.controller import claims, peerloss, pending, status, verdict
@@ -56,20 +62,52 @@ def channels_text(channels: Mapping[str, int]) -> str:
 
 
 def _unreachable(
-    registries: Iterable[ComputeDomainClique], node_ready: Mapping[str, bool]
+    registries: Iterable[ComputeDomainClique],
+    node_ready: Mapping[str, bool],
+    nodes: Collection[str],
 ) -> peerloss.Reports:
+    """Ready entries of the CD (``nodes``) whose IMEX peers in the CD lost them, registry by
+    registry (``status._unreachable``'s rule for a CD's own cliques: a reporter outside the
+    CD neither votes nor counts, as its link to the node carries none of the CD's imports)."""
     out: peerloss.Reports = {}
     for registry in registries:
-        found = peerloss.reports(registry)
-        if not found:
+        members = [d for d in registry.daemons if d.node_name in nodes]
+        found = {
+            reporter: {n: since for n, since in lost.items() if n in nodes}
+            for reporter, lost in peerloss.reports(registry).items()
+            if reporter in nodes
+        }
+        if not any(found.values()):
             continue
         ready = {
             d.node_name: d.status is Readiness.READY and node_ready.get(d.node_name, False)
-            for d in registry.daemons
+            for d in members
         }
         for node, reporters in peerloss.judge(found, list(ready), ready).items():
             if ready.get(node):
                 out[node] = reporters
+    return out
+
+
+def _blocked_of(registry: ComputeDomainClique | None, node: str) -> sharedimex.Blocked | None:
+    entry = registry.daemon(node) if registry is not None else None
+    if registry is None or entry is None or entry.status is Readiness.READY:
+        return None
+    return sharedimex.blocked_of(
+        registry.metadata.annotations, index=entry.index, node=node, ip=entry.ip_address
+    )
+
+
+def blocked(
+    served: Iterable[Served], registries: Mapping[str, ComputeDomainClique]
+) -> dict[str, sharedimex.Blocked]:
+    """Served node → why its shared IMEX cannot start, as its current agent wrote it into the
+    registry (only while its entry is NotReady)."""
+    out = {}
+    for node in served:
+        note = _blocked_of(registries.get(node.clique_id), node.name)
+        if note is not None:
+            out[node.name] = note
     return out
 
 
@@ -121,7 +159,7 @@ def derive(
         entries[node.name] = _unlisted(node.name, node.clique_id, previous)
         if registry is not None and len(registry.daemons) >= max_nodes:
             full.append((node.name, node.clique_id))
-    lost = _unreachable(registries.values(), node_ready)
+    lost = _unreachable(registries.values(), node_ready, entries.keys())
     for node_name in [n for n in lost if n in entries]:
         entries[node_name] = dataclasses.replace(entries[node_name], status=Readiness.NOT_READY)
     workload_nodes = sorted({c.node for c in workload if c.placed})
@@ -224,6 +262,9 @@ def _why(
     entry = registry.daemon(node) if registry is not None else None
     if entry is None:
         return verdict.Why(cause=cause, text=f"{_where(served.clique_id)} has not registered yet")
+    note = _blocked_of(registry, node)
+    if note is not None:  # the agent says why its IMEX cannot start (a held session)
+        return verdict.Why(cause=cause, text=note.message)
     if lost:
         since = min(lost.values())
         return verdict.Why(

@@ -18,7 +18,10 @@ Node transitions between the stored and the written status become Events: ``Node
 
 A per-clique CD (``shared``) is derived by ``sharedstatus`` instead, from the Nodes annotated
 with its channel and their cliques' shared registries (all cached); the write, the pacing and
-the Events are the same.
+the Events are the same. A node of it whose shared IMEX cannot start for a reason its agent
+wrote into the registry (``sharedstatus.blocked``: a host ``nvidia-imex.service`` holding the
+session) gets a Warning with that reason (``ImexSessionInUse``) on the CD, once per CD, node
+and reason while it lasts (the agent's pod Event counts the retries).
 
 Clique entries (indices, and pruning those of dead daemons) are the index assigner's
 (``assigner``); this module only reads them. A CD with a daemon whose clique is full (every
@@ -94,6 +97,8 @@ class StatusSync:
         self._clock = clock or (lambda: asyncio.get_running_loop().time())
         self._written_at: dict[str, float] = {}
         """CD UID → when we last wrote its status (progress writes wait for the interval)."""
+        self._told_blocked: dict[str, set[tuple[str, str, str]]] = {}
+        """CD UID → (node, reason, message) of the blocked notes told on it (while they last)."""
 
     async def sync(
         self,
@@ -137,20 +142,27 @@ class StatusSync:
         nodes = {c.node for c in workload if c.node}
         nodes |= {n.name for n in (previous.nodes if previous is not None else ())}
         full: list[tuple[str, str]] = []
+        blocked: dict[str, sharedimex.Blocked] = {}
         if shared:
             served = self._served(cd.uid)
             nodes |= {s.name for s in served}
             node_ready, node_cliques, held_by = self._node_facts(cd.uid, nodes, workload, True)
             cliques = {s.clique_id for s in served} | set(node_cliques.values())
+            registries = self._registries(cliques)
             derived = sharedstatus.derive(
                 served=served,
-                registries=self._registries(cliques),
+                registries=registries,
                 channels=self._channels(cd.uid),
                 node_ready=node_ready,
                 node_cliques=node_cliques,
                 held_by=held_by,
                 **common,
             )
+            blocked = {
+                n: b
+                for n, b in sharedstatus.blocked(served, registries).items()
+                if n in derived.why
+            }
         else:
             own = self._cliques(cd.uid)
             pods = [
@@ -179,9 +191,26 @@ class StatusSync:
                 f"{full_node} cannot join this ComputeDomain"
             )
             await self._events.emit(target(cd), events.WARNING, events.CLIQUE_FULL, message)
+        await self._tell_blocked(cd, blocked)
         if failures:
             raise failures[0]
         return derived.status
+
+    async def _tell_blocked(
+        self, cd: ComputeDomain, blocked: dict[str, sharedimex.Blocked]
+    ) -> None:
+        """A Warning on the CD for each node newly blocked (its note's reason and message)."""
+        now = {(node, b.reason, b.message) for node, b in blocked.items()}
+        told = self._told_blocked.pop(cd.uid, set())
+        if now:
+            self._told_blocked[cd.uid] = now
+        for node, reason, message in sorted(now - told):
+            text = (
+                f"node {node}: {message}; the node's shared IMEX serves this ComputeDomain, and "
+                "its resident agent keeps retrying with backoff"
+            )
+            logger.warning(text, extra={"cd": f"{cd.namespace}/{cd.name}", "node": node})
+            await self._events.emit(target(cd), events.WARNING, reason or "ImexBlocked", text)
 
     def _node_facts(
         self, domain_uid: str, nodes: set[str], workload: list[Any], shared: bool

@@ -117,17 +117,21 @@ def lost_peers_note(
     out. The value is JSON ``{"node", "ip", "lost": {peer node: since}}``, keys sorted, so the
     same report always reads the same and is never written twice.
     """
-    mine = clique.daemon(ident.node_name)
-    if mine is None or mine.ip_address != ident.pod_ip:
+    return lost_peers_of(clique, ident.node_name, ident.pod_ip, lost)
+
+
+def lost_peers_of(
+    clique: ComputeDomainClique, node: str, ip: str, lost: Mapping[int, str]
+) -> tuple[str, str | None] | None:
+    """:func:`lost_peers_note` of the writer ``node`` with pod IP ``ip`` (a resident agent's
+    shared IMEX writes the same note on its clique's registry)."""
+    mine = clique.daemon(node)
+    if mine is None or mine.ip_address != ip:
         return None
     key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}{mine.index}"
-    by_index = {d.index: d.node_name for d in clique.daemons if d.node_name != ident.node_name}
+    by_index = {d.index: d.node_name for d in clique.daemons if d.node_name != node}
     named = {by_index[i]: since for i, since in lost.items() if i in by_index}
-    value = (
-        json.dumps({"node": ident.node_name, "ip": ident.pod_ip, "lost": named}, sort_keys=True)
-        if named
-        else None
-    )
+    value = json.dumps({"node": node, "ip": ip, "lost": named}, sort_keys=True) if named else None
     if (clique.metadata.annotations or {}).get(key) == value:
         return None
     return key, value

@@ -12,9 +12,11 @@ posts (through ``post``) one Warning Event ``ImexSessionInUse`` on the daemon's 
 its ComputeDomain, naming the node and saying what to do, and logs it. Its ``run()`` task also
 puts what is wrong on our pod (annotation ``compute-domains/imex-blocked``), where the
 controller's status reads it into the node's NotReady text, until :meth:`SessionWatch.imex_ok`
-(IMEX passed its own check) removes it. The message is the same
-on every retry, so the recorder counts repeats on one Event instead of making a new one per
-restart. Supervision goes on: once the host service is stopped, the next restart takes the session.
+(IMEX passed its own check) removes it. The clique's shared IMEX (``agent.shared``) passes
+``on_note`` instead and runs no ``run()``: its note goes into the clique's registry. The
+message is the same on every retry, so the recorder counts repeats on one Event instead of
+making a new one per restart. Supervision goes on: once the host service is stopped, the next
+restart takes the session.
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ def in_use_message(node: str) -> str:
 class SessionWatch:
     """Spots IMEX's ``NV_ERR_IN_USE`` and reports it when that child exits."""
 
-    def __init__(self, node: str, post: Post) -> None:
+    def __init__(
+        self, node: str, post: Post, *, on_note: Callable[[str], None] | None = None
+    ) -> None:
         self._node = node
         self._post = post
+        self._on_note = on_note
         self._seen = False
         self.reports = 0
         """How many exits were reported as session in use."""
@@ -98,6 +103,8 @@ class SessionWatch:
         if note != self.note:
             self.note = note
             self._changed.set()
+            if self._on_note is not None:  # the shared IMEX: into the registry, not a pod
+                self._on_note(note)
 
     async def run(
         self,

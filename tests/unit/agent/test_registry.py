@@ -167,3 +167,77 @@ def test_a_registry_made_anew_gives_our_running_imex_its_index_back() -> None:
     )
     assert again is not None and again.daemon("n1") is not None
     assert again.daemon("n1").index == 1  # type: ignore[union-attr]
+
+
+def _reporting(
+    current: ComputeDomainClique | None,
+    node: str,
+    ip: str,
+    *,
+    lost: dict[int, str] | None = None,
+    blocked: sharedimex.Blocked | None = None,
+) -> ComputeDomainClique | None:
+    return registry.plan(
+        current,
+        node=node,
+        ip=ip,
+        clique_id=CLIQUE,
+        namespace=NS,
+        max_nodes=18,
+        status=NOT_READY,
+        lost=lost,
+        blocked=blocked,
+    )
+
+
+IN_USE = sharedimex.Blocked(reason="ImexSessionInUse", message="nvidia-imex cannot start: held")
+
+
+def test_the_peers_our_imex_lost_are_our_lost_peers_note_by_node_name() -> None:
+    """The per-domain daemon's note, on the registry under our index: the controller judges it
+    for every CD our node serves; written once, removed when no peer is lost."""
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    since = "2026-12-02T05:00:03Z"
+    wanted = _reporting(both, "n1", "10.0.0.2", lost={0: since, 9: since})
+    assert wanted is not None
+    key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}1"
+    note = json.loads((wanted.metadata.annotations or {})[key])
+    assert note == {"node": "n1", "ip": "10.0.0.2", "lost": {"n0": since}}  # index 9: no entry
+    assert wanted.daemons == both.daemons  # nothing else changes
+    assert _reporting(_stored(wanted), "n1", "10.0.0.2", lost={0: since}) is None
+    healed = _reporting(_stored(wanted), "n1", "10.0.0.2", lost={})
+    assert healed is not None and key not in (healed.metadata.annotations or {})
+
+
+def test_why_our_imex_cannot_start_is_our_blocked_note_until_it_can() -> None:
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    wanted = _reporting(both, "n1", "10.0.0.2", blocked=IN_USE)
+    assert wanted is not None
+    annotations = wanted.metadata.annotations or {}
+    assert json.loads(annotations[sharedimex.blocked_key(1)]) == {
+        "node": "n1",
+        "ip": "10.0.0.2",
+        "reason": "ImexSessionInUse",
+        "message": "nvidia-imex cannot start: held",
+    }
+    assert sharedimex.blocked_of(annotations, index=1, node="n1", ip="10.0.0.2") == IN_USE
+    assert _reporting(_stored(wanted), "n1", "10.0.0.2", blocked=IN_USE) is None
+    # Stopping keeps the note (it is still true); IMEX passing its check removes it.
+    assert registry.plan_stopped(_stored(wanted), node="n1", ip="10.0.0.2") is None
+    cleared = _reporting(_stored(wanted), "n1", "10.0.0.2")
+    assert cleared is not None
+    assert sharedimex.blocked_key(1) not in (cleared.metadata.annotations or {})
+
+
+def test_a_new_agent_pod_drops_its_predecessors_notes_and_writes_its_own() -> None:
+    both = _stored(_plan(_stored(_plan(None, "n0", "10.0.0.1")), "n1", "10.0.0.2"))
+    old = _stored(_reporting(both, "n1", "10.0.0.2", blocked=IN_USE, lost={0: "t"}))
+    # Read by the controller with the entry's new IP, the old pod's notes count for nothing.
+    assert (
+        sharedimex.blocked_of(old.metadata.annotations, index=1, node="n1", ip="10.0.0.9") is None
+    )
+    new = _reporting(old, "n1", "10.0.0.9")
+    assert new is not None
+    annotations = new.metadata.annotations or {}
+    assert sharedimex.blocked_key(1) not in annotations
+    assert f"{names.LOST_PEERS_ANNOTATION_PREFIX}1" not in annotations

@@ -53,3 +53,28 @@ def test_the_selector_admits_free_and_shared_nodes_only() -> None:
     cel = sharedimex.channel_selector()
     assert cel.startswith("!has(")
     assert f'== "{sharedimex.SHARED_HOLDER}"' in cel
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        "not json",
+        '["a list"]',
+        '{"node": "n1", "ip": "10.0.0.1", "reason": "R", "message": ""}',
+        '{"node": "n1", "ip": "10.0.0.1", "reason": 3, "message": "m"}',
+        '{"node": "n2", "ip": "10.0.0.2", "reason": "R", "message": "m"}',  # an earlier writer
+    ],
+)
+def test_a_blocked_note_counts_only_when_whole_and_its_writers(raw: str | None) -> None:
+    annotations = {} if raw is None else {sharedimex.blocked_key(4): raw}
+    assert sharedimex.blocked_of(annotations, index=4, node="n1", ip="10.0.0.1") is None
+
+
+def test_a_blocked_note_reads_back_as_written() -> None:
+    note = sharedimex.Blocked(reason="ImexSessionInUse", message="held")
+    value = sharedimex.blocked_value("n1", "10.0.0.1", note)
+    annotations = {sharedimex.blocked_key(4): value}
+    assert sharedimex.blocked_key(4) == "compute-domains/imex-blocked.4"
+    assert sharedimex.blocked_of(annotations, index=4, node="n1", ip="10.0.0.1") == note
+    assert sharedimex.blocked_of(annotations, index=5, node="n1", ip="10.0.0.1") is None

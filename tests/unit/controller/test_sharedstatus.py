@@ -212,3 +212,73 @@ def test_a_refusal_wins_and_no_workload_never_says_nodes() -> None:
     _status, reason, message = _ready(empty)
     assert reason == "NoWorkload" and "nodes" not in message
     assert message.endswith(f"IMEX channel 4 on clique {C1}")
+
+
+def _blocked(registry: ComputeDomainClique, node: str, ip: str) -> ComputeDomainClique:
+    entry = registry.daemon(node)
+    assert entry is not None
+    note = sharedimex.Blocked(
+        reason="ImexSessionInUse", message="nvidia-imex cannot start: the session is held"
+    )
+    return registry.with_annotation(
+        sharedimex.blocked_key(entry.index), sharedimex.blocked_value(node, ip, note)
+    )
+
+
+def test_a_blocked_shared_imex_is_named_on_every_cd_its_node_serves() -> None:
+    """Node b's agent says its IMEX cannot start: CD X on {a, b} and CD Y on {b} both name it;
+    CD Z on {a} does not."""
+    registry = _blocked(_registry(C1, ("a", "1", R), ("b", "2", N)), "b", "2")
+    for served in (_served(("a", C1), ("b", C1)), _served(("b", C1))):
+        st = _derive(
+            served=served,
+            registries={C1: registry},
+            node_ready={"a": True, "b": True},
+            workload=_held(*(s.name for s in served)),
+        )
+        _status, _reason, message = _ready(st)
+        assert "node b: nvidia-imex cannot start: the session is held" in message, message
+        blocked = sharedstatus.blocked(served, {C1: registry})
+        assert {n: b.reason for n, b in blocked.items()} == {"b": "ImexSessionInUse"}
+    only_a = _served(("a", C1))
+    st = _derive(
+        served=only_a, registries={C1: registry}, node_ready={"a": True}, workload=_held("a")
+    )
+    assert st.status is R and sharedstatus.blocked(only_a, {C1: registry}) == {}
+
+
+def test_a_blocked_note_of_an_earlier_agent_or_a_ready_entry_is_not_told() -> None:
+    served = _served(("a", C1), ("b", C1))
+    stale = _blocked(_registry(C1, ("a", "1", R), ("b", "9", N)), "b", "2")  # b's IP is now 9
+    healed = _blocked(_registry(C1, ("a", "1", R), ("b", "2", R)), "b", "2")
+    for registry in (stale, healed):
+        assert sharedstatus.blocked(served, {C1: registry}) == {}
+    st = _derive(
+        served=served,
+        registries={C1: stale},
+        node_ready={"a": True, "b": True},
+        workload=_held("a", "b"),
+    )
+    assert f"node b: its shared IMEX (clique {C1}) is not Ready" in _ready(st)[2]
+
+
+def test_a_peer_outside_the_cd_that_lost_a_node_does_not_count_in_it() -> None:
+    """Judged as on a CD's own clique: c serves other CDs only, so its report of b counts in
+    none of this CD's verdicts, while a's report of b makes b unreachable here."""
+    registry = _registry(C1, ("a", "1", R), ("b", "2", R), ("c", "3", R))
+    by_c = {"node": "c", "ip": "3", "lost": {"b": "2026-12-02T05:00:03Z"}}
+    told = registry.with_annotation(f"{names.LOST_PEERS_ANNOTATION_PREFIX}2", json.dumps(by_c))
+    kw: dict[str, Any] = {
+        "served": _served(("a", C1), ("b", C1)),
+        "node_ready": {"a": True, "b": True, "c": True},
+        "workload": _held("a", "b"),
+    }
+    assert _derive(registries={C1: told}, **kw).status is R
+    by_a = {"node": "a", "ip": "1", "lost": {"b": "2026-12-02T05:00:04Z"}}
+    both = told.with_annotation(f"{names.LOST_PEERS_ANNOTATION_PREFIX}0", json.dumps(by_a))
+    st = _derive(registries={C1: both}, **kw)
+    status, reason, message = _ready(st)
+    assert (status, reason) == ("False", conditions.PEER_UNREACHABLE)
+    assert (
+        "node b: its IMEX peers lost their links to it: a (since 2026-12-02T05:00:04Z)" in message
+    )

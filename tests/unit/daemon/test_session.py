@@ -43,3 +43,16 @@ def test_the_pod_note_is_set_on_a_report_and_cleared_when_imex_passes_its_check(
     assert "host nvidia-imex.service" in watch.note and "NV_ERR_IN_USE" in watch.note
     watch.imex_ok()
     assert watch.note == ""
+
+
+def test_the_shared_imex_gets_each_change_of_the_note_through_on_note() -> None:
+    """The clique's shared IMEX has no pod annotation to write: its note goes to the registry."""
+    notes: list[str] = []
+    watch = session.SessionWatch("n", lambda _: None, on_note=notes.append)
+    watch.imex_ok()  # nothing to clear yet
+    watch.on_line(IN_USE)
+    watch.on_exit()
+    watch.on_line(IN_USE)
+    watch.on_exit()  # the same note again: not passed on twice
+    watch.imex_ok()
+    assert notes == [session.IN_USE_NOTE, ""]
