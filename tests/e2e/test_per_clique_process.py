@@ -84,6 +84,7 @@ async def test_a_crashed_shared_imex_is_reported_on_every_cd_of_its_node(
     seen: dict[str, list[dict[str, Any]]] = {cd: [] for cd in CDS}
     watches = [asyncio.create_task(_watch_status(admin, cd, seen[cd])) for cd in CDS]
     try:
+
         async def watching() -> bool:
             return all(seen.values())
 

@@ -2,12 +2,13 @@
 nodes of one clique.
 
 The test stands in for the kubelet plugin: it labels the nodes ``compute-domains/shared-imex=on``
-by hand and writes a CD's channel annotation on the registry itself. Shown:
+by hand and writes another writer's annotation on the registry itself (not a channel key: the
+controller removes channel annotations of CDs that do not exist, rightly). Shown:
 
 * both agents register in ``shared-imex.<clique>`` (no CD label, no owners) with distinct
   indices, and both entries turn Ready; each node's shared IMEX sees both nodes READY;
-* a channel annotation written on the registry survives the agents' writes;
-* changes that are no peer change (a channel annotation on the Nodes and on the registry, an
+* an annotation another writer puts on the registry survives the agents' writes;
+* changes that are no peer change (another writer's annotation on the Nodes and on the registry, an
   entry's status flipped by someone else) neither restart an IMEX nor send it SIGUSR1 (same
   start count, same SIGUSR1 count, in the agents' logs);
 * removing the label on one node stops its IMEX and leaves its entry NotReady on the same
@@ -41,7 +42,8 @@ SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 NODES_MODE = "virtual"
 A, B = "gb200-r0-n00", "gb200-r0-n01"
 AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
-CHANNEL = sharedimex.channel_key("11111111-2222-3333-4444-555555555555")
+CHANNEL = "example.com/another-writer"
+"""Another writer's annotation (the plugin's channel numbers are written the same way)."""
 STARTS = re.compile(r"started \S*nvidia-imex \(pid \d+\)")
 SIGNALS = "sent SIGUSR1 to pid"
 
