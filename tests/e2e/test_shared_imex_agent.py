@@ -159,8 +159,9 @@ async def test_agents_run_the_cliques_shared_imex(
     assert (reg.metadata.annotations or {}).get(CHANNEL) == "1"
     assert {d.ip_address for d in reg.daemons} == {_ip(agent_a), _ip(agent_b)}
 
-    # Each node's shared IMEX has the other as a READY peer.
-    hosts = {names.imex_dns_name(i) for i in indices.values()}
+    # Each node's shared IMEX has the other as a READY peer, under the clique's own names.
+    domain = sharedimex.registry_name(clique_id)
+    hosts = {names.imex_dns_name(i, domain) for i in indices.values()}
     for pod in (agent_a, agent_b):
 
         async def sees_both(ip: str = _ip(pod)) -> bool:
