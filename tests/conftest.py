@@ -29,12 +29,27 @@ from _pytest.mark.structures import Mark
 from compute_domains.cli import options
 from compute_domains.sim import toolchain
 
+_TOOLSET = pytest.StashKey[toolchain.Toolset]()
 
-@pytest.fixture(scope="session")
-def toolset() -> toolchain.Toolset:
-    """The built upstream tools (`make test` builds them first; this only finds them)."""
+
+def _find_tools() -> toolchain.Toolset:
     built, _ = asyncio.run(toolchain.ensure_built(options.toolchain_settings()))
     return built
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Find the tools before any test runs when some test needs them: checking them reads
+    (checksums) every binary, 18 s from a cold page cache, which must not land in the first
+    unit test's 2 s budget."""
+    if any("toolset" in getattr(item, "fixturenames", ()) for item in session.items):
+        session.config.stash[_TOOLSET] = _find_tools()
+
+
+@pytest.fixture(scope="session")
+def toolset(request: pytest.FixtureRequest) -> toolchain.Toolset:
+    """The built upstream tools (`make test` builds them first; this only finds them)."""
+    found = request.config.stash.get(_TOOLSET, None)
+    return found if found is not None else _find_tools()
 
 
 @pytest.fixture(scope="session")
