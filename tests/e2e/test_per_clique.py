@@ -213,7 +213,8 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
 ) -> None:
     """In this scope every GPU node's IMEX is up before any CD asks, so a spare node needs no
     annotation: a pod bound to one runs with its CD's channel as soon as its claim is prepared
-    (no IMEX start). Measured from the pod's binding to its Ready, by a watch on the pod."""
+    (no IMEX start). The time from the pod's binding to its Ready (a watch on the pod) is
+    printed, not asserted: timings live in docs/benchmarks.md (0.25 s on 2026-12-02)."""
     cid = await _clique_id(admin)
     await _eventually(lambda: _registry_ready(admin, cid), 180, "the shared registry Ready")
     before = await _counts(admin)
@@ -241,7 +242,6 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     assert reg is not None
     channel = sharedimex.channels(reg.metadata.annotations)[uid]
     assert await _channels_seen(admin, "cd-grow-n01") == {channel}
-    assert took <= 1.0, f"bound -> Running took {took:.2f}s"
     await _eventually(lambda: _cd_ready(admin, "cd-grow", 2), 60, "cd-grow Ready on both nodes")
     assert await _counts(admin) == before, "growing onto a spare node started an IMEX"
     for node in (N0, N1):
