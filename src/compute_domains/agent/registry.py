@@ -38,13 +38,6 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import cliqueentry
 
 
-def _labels(clique_id: str) -> dict[str, str]:
-    return {
-        sharedimex.SCOPE_LABEL: sharedimex.Scope.PER_CLIQUE.value,
-        names.CLIQUE_ID_LABEL: clique_id,
-    }
-
-
 def new_registry(clique_id: str, namespace: str) -> ComputeDomainClique:
     """An empty registry of clique ``clique_id`` in ``namespace`` (no CD label, no owners)."""
     return ComputeDomainClique.from_dict(
@@ -54,7 +47,7 @@ def new_registry(clique_id: str, namespace: str) -> ComputeDomainClique:
             "metadata": {
                 "name": sharedimex.registry_name(clique_id),
                 "namespace": namespace,
-                "labels": _labels(clique_id),
+                "labels": sharedimex.registry_labels(clique_id),
             },
         }
     )
@@ -63,7 +56,7 @@ def new_registry(clique_id: str, namespace: str) -> ComputeDomainClique:
 def _labelled(registry: ComputeDomainClique, clique_id: str) -> ComputeDomainClique:
     """``registry`` with the registry labels (made by another writer without them)."""
     have = dict(registry.metadata.labels or {})
-    wanted = {**have, **_labels(clique_id)}
+    wanted = {**have, **sharedimex.registry_labels(clique_id)}
     if wanted == have:
         return registry
     body: dict[str, Any] = registry.to_dict()

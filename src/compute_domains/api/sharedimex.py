@@ -126,6 +126,12 @@ def registry_name(clique_id: str) -> str:
     return f"{_REGISTRY_PREFIX}{clique_id}"
 
 
+def registry_labels(clique_id: str) -> dict[str, str]:
+    """The labels of clique ``clique_id``'s shared registry (whoever creates it: plugin or
+    agent): the scope and the clique ID, never a CD's label."""
+    return {SCOPE_LABEL: Scope.PER_CLIQUE.value, names.CLIQUE_ID_LABEL: clique_id}
+
+
 def is_registry_name(name: str) -> bool:
     """Whether ``name`` is a shared registry's (not a CD's ``<cdUID>.<cliqueID>``)."""
     return name.startswith(_REGISTRY_PREFIX)

@@ -112,10 +112,7 @@ class Registry:
             "metadata": {
                 "name": name,
                 "namespace": self._ns,
-                "labels": {
-                    sharedimex.SCOPE_LABEL: sharedimex.Scope.PER_CLIQUE.value,
-                    names.CLIQUE_ID_LABEL: clique_id,
-                },
+                "labels": sharedimex.registry_labels(clique_id),
                 "annotations": {sharedimex.channel_key(domain_uid): str(channel)},
             },
         }
