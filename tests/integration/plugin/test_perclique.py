@@ -102,9 +102,16 @@ async def test_two_per_clique_cds_share_a_node_each_pod_seeing_only_its_own_chan
             await objects.pod(admin, spaces.user, f"w{name}", SCRIPT, template=name, node=NODE_A)
         for name in ("wx", "wy"):
             await objects.running(admin, spaces.user, name)
-        assert await _channels_listed(admin, spaces.user, "wx") == {"channel1"}
-        assert await _channels_listed(admin, spaces.user, "wy") == {"channel2"}
-        assert _marks(await admin.get(Node, NODE_A)) == ({x: 1, y: 2}, "on", None)
+        # The two prepares run concurrently: which CD gets 1 and which 2 is theirs to race.
+        held, label, rest = _marks(await admin.get(Node, NODE_A))
+        assert (sorted(held), sorted(held.values()), label, rest) == (
+            sorted([x, y]),
+            [1, 2],
+            "on",
+            None,
+        )
+        assert await _channels_listed(admin, spaces.user, "wx") == {f"channel{held[x]}"}
+        assert await _channels_listed(admin, spaces.user, "wy") == {f"channel{held[y]}"}
         await _advertises(admin, NODE_A, sharedimex.SHARED_HOLDER)
         cp = objects.read_checkpoint(plugin_sim, NODE_A)
         assert {e.scope for e in cp.claims.values()} == {sharedimex.Scope.PER_CLIQUE}
@@ -126,7 +133,7 @@ async def test_two_per_clique_cds_share_a_node_each_pod_seeing_only_its_own_chan
 
         # X's last pod goes: its annotation goes, the label (the shared IMEX) stays.
         await admin.delete(Pod, "wx", namespace=spaces.user, grace_period=0)
-        await wait_for(admin, Node, NODE_A, lambda n: _marks(n) == ({y: 2}, "on", None))
+        await wait_for(admin, Node, NODE_A, lambda n: _marks(n) == ({y: held[y]}, "on", None))
         await _advertises(admin, NODE_A, sharedimex.SHARED_HOLDER)
     finally:
         for pod in ("wx", "wy", "wd"):
