@@ -254,7 +254,14 @@ async def test_status_comes_from_channel_annotations_and_the_shared_registry(
         await _registry(client, driver_ns, {uid: 1}, entries)
         for node in (n1, n2, n3):
             await _serve(client, node, {uid: 1})
-        cdo = await _status(client, user_ns, "cd-st", lambda c: len(_nodes(c)) == 3)
+        # Wait for the registry's entries too, not only the Node annotations: the two reach
+        # the controller's caches by different watches.
+        cdo = await _status(
+            client,
+            user_ns,
+            "cd-st",
+            lambda c: len(_nodes(c)) == 3 and _nodes(c)[n1]["index"] == 1,
+        )
         listed = {k: (v["ipAddress"], v["index"], v["status"]) for k, v in _nodes(cdo).items()}
         assert listed == {
             n1: ("10.9.0.1", 1, "NotReady"),
