@@ -145,9 +145,16 @@ async def pod_owner(client: AsyncClient, ns: str) -> Any:
     try:
         return await client.get(ConfigMap, "daemon-pod-owner", namespace=ns)
     except ApiError:
+        pass
+    try:
         return await client.create(
             ConfigMap.from_dict({"metadata": {"name": "daemon-pod-owner", "namespace": ns}})
         )
+    except ApiError as err:
+        # Callers make pods concurrently: another one created it between our get and create.
+        if err.status.code != 409:
+            raise
+        return await client.get(ConfigMap, "daemon-pod-owner", namespace=ns)
 
 
 async def daemon_pod(
