@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,10 +12,18 @@ from lightkube import AsyncClient
 
 from compute_domains.cli import options
 from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, state, toolchain, topology
+from compute_domains.sim import driver, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
 
 DRIVER_NS = "compute-domains"
+
+
+def suite_values() -> tuple[str, ...]:
+    """Chart values every install of this suite adds: ``CD_E2E_SET``, comma-separated
+    ``key=value`` (e.g. ``imex.agents=resident,imex.scope=perClique``), to run the whole
+    acceptance suite on another shape of the driver (issue 26 point 4). A test's own values
+    come after these, so they win."""
+    return tuple(v.strip() for v in os.environ.get("CD_E2E_SET", "").split(",") if v.strip())
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +44,14 @@ def rack_sim(
         nodes_mode=getattr(request.module, "NODES_MODE", "process"),
         patience=getattr(request.module, "PATIENCE", False),
     )
-    yield paths
-    lifecycle.stop(paths, process=started.process, remove=not keep_sims())
+    try:
+        if suite_values():
+            settings = driver.DriverSettings(chart=options.chart_dir(), values=suite_values())
+            helm = Path(state.read_state(paths).bin_dir) / "helm"  # type: ignore[union-attr]
+            asyncio.run(driver.install(settings, helm, paths.kubeconfig))
+        yield paths
+    finally:
+        lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
 @pytest.fixture

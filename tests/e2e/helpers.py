@@ -31,8 +31,11 @@ from compute_domains.cli import options
 from compute_domains.containers import procs
 from compute_domains.plugin import checkpoint, checkpointfile
 from compute_domains.sim import driver, driverroot, state
-from tests.e2e.conftest import DRIVER_NS
+from tests.e2e.conftest import DRIVER_NS, suite_values
 
+# The chart's default names are NVIDIA's (compat.nvidiaNames), whatever the release is called.
+CONTROLLER_DEPLOYMENT = "nvidia-dra-driver-gpu-controller"
+PLUGIN_DAEMONSET = "nvidia-dra-driver-gpu-kubelet-plugin"
 LIST_CHANNELS = "ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
 """The command of upstream's channel-injection pods."""
 
@@ -82,14 +85,14 @@ def upgrade(sim: state.SimPaths, *values: str) -> None:
         "--set",
         f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
     ]
-    for value in values:
+    for value in (*suite_values(), *values):
         argv += ["--set", value]
     _tool(sim, "helm", *argv, timeout=360)
     # helm's --wait lets a one-node DaemonSet (maxUnavailable 1) and a Deployment at minimum
     # availability through; upstream then waits for every plugin and controller pod Ready.
     for workload in (
-        "deployment/compute-domains-controller",
-        "daemonset/compute-domains-kubelet-plugin",
+        f"deployment/{CONTROLLER_DEPLOYMENT}",
+        f"daemonset/{PLUGIN_DAEMONSET}",
     ):
         try:
             kubectl(

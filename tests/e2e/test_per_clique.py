@@ -187,6 +187,14 @@ async def test_two_cds_share_the_clique_each_behind_its_own_channel(
     text = str(refused.value)
     assert "would remove the resident IMEX agents" in text and uids["cd-b"] in text, text
     assert uids["cd-a"] not in text, text
+    # So is renaming the agents' DaemonSet (helm would delete it and its pods).
+    with pytest.raises(AssertionError) as refused:
+        helpers.upgrade(
+            per_clique, "imex.agents=resident", "imex.scope=perClique", "compat.nvidiaNames=false"
+        )
+    text = str(refused.value)
+    assert "rename the resident agents' DaemonSet nvidia-dra-driver-gpu-imex-agent" in text, text
+    assert uids["cd-b"] in text, text
     assert len(await _agents(admin)) == 2
     assert await _cd_ready(admin, "cd-b", 2) is not None
 

@@ -70,7 +70,9 @@ A1 = "imex-channel-injection"
 CHECKOUT_CDCTL = str(Path(sys.executable).parent / "cdctl")
 PLUGIN_DIR = Path("var/lib/kubelet/plugins") / names.DRIVER_NAME
 # Two nodes make a two-node NVLink domain: IMEX lists two peers and reports UP with both.
-VALUES = ("controller.maxNodesPerImexDomain=2",)
+# Two controller replicas on both sides (one is the default now, two at the earlier release):
+# the switch is a leader handover between them.
+VALUES = ("controller.maxNodesPerImexDomain=2", "controller.replicas=2")
 CRDS = ("computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com")
 
 
@@ -448,7 +450,7 @@ async def test_h2_upgrade_last_stable_to_current(
         return not [
             p
             async for p in admin.list(
-                Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/name": "compute-domains"}
+                Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/instance": driver.RELEASE}
             )
         ]
 

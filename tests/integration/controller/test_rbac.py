@@ -45,6 +45,7 @@ CLIQUE = "c0ffee00-0000-0000-0000-000000000002.1"
 
 def _render(helm: Path, namespace: str, *templates: str) -> str:
     argv = [str(helm), "template", RELEASE, str(CHART), "-n", namespace, "--kube-version", "1.34.0"]
+    argv += ["--set", "compat.nvidiaNames=false"]  # names after the release: cdtest-controller
     for template in templates:
         argv += ["--show-only", f"templates/{template}"]
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout

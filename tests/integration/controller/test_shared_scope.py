@@ -254,20 +254,19 @@ async def test_status_comes_from_channel_annotations_and_the_shared_registry(
         await _registry(client, driver_ns, {uid: 1}, entries)
         for node in (n1, n2, n3):
             await _serve(client, node, {uid: 1})
-        # Wait for the registry's entries too, not only the Node annotations: the two reach
-        # the controller's caches by different watches.
-        cdo = await _status(
-            client,
-            user_ns,
-            "cd-st",
-            lambda c: len(_nodes(c)) == 3 and _nodes(c)[n1]["index"] == 1,
-        )
-        listed = {k: (v["ipAddress"], v["index"], v["status"]) for k, v in _nodes(cdo).items()}
-        assert listed == {
+        # Wait for the whole expected listing: the registry's entries and each Node's
+        # annotation reach the controller's caches by different watches, in any order.
+        want = {
             n1: ("10.9.0.1", 1, "NotReady"),
             n2: ("10.9.0.2", 2, "NotReady"),
             n3: ("", -1, "NotReady"),
         }
+
+        def listing(c: Any) -> dict[str, tuple[str, int, str]]:
+            return {k: (v["ipAddress"], v["index"], v["status"]) for k, v in _nodes(c).items()}
+
+        cdo = await _status(client, user_ns, "cd-st", lambda c: listing(c) == want)
+        assert listing(cdo) == want
         ready = _ready(cdo)
         assert ready["reason"] == "Forming"
         assert (

@@ -43,6 +43,10 @@ async def test_the_chart_runs_a_plugin_per_node_with_enough_rights(
         f"nvidiaDriverRoot={driverroot.DRIVER_ROOT}",
         "--set",
         "controller.replicas=0",
+        # Objects named after this release ("cd-..."), not NVIDIA's cluster-wide names: another
+        # install in the sim cannot collide with this one.
+        "--set",
+        "compat.nvidiaNames=false",
     ]
     install += ["--wait", "--timeout", "120s"]
     done = await asyncio.to_thread(subprocess.run, install, capture_output=True, text=True)

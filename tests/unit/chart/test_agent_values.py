@@ -8,7 +8,7 @@ from typing import Any
 from compute_domains.sim import toolchain
 from tests.unit.chart import render
 
-AGENT = "cd-imex-agent"
+AGENT = "nvidia-dra-driver-gpu-imex-agent"
 
 
 def _named(r: render.Rendered, kind: str, name: str) -> list[dict[str, Any]]:
@@ -30,7 +30,9 @@ def test_resident_renders_its_own_daemonset_and_tells_the_controller(
     r = render.render(toolset, "imex.agents=resident")
     assert r.env("Deployment")["IMEX_AGENTS"] == "resident"
     (ds,) = _named(r, "DaemonSet", AGENT)
-    assert _named(r, "DaemonSet", "cd-kubelet-plugin")  # the plugin's stays separate
+    assert _named(
+        r, "DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin"
+    )  # the plugin's stays separate
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
     pod = ds["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == AGENT

@@ -48,17 +48,17 @@ def test_defaults_give_daemon_pods_the_charts_class_and_guaranteed_qos(
 ) -> None:
     r = render.render(toolset)
     (pc,) = r.all("PriorityClass")
-    assert pc["metadata"]["name"] == "cd-daemon"
+    assert pc["metadata"]["name"] == "nvidia-dra-driver-gpu-daemon"
     assert pc["value"] == 1_000_000_000 and pc["globalDefault"] is False
     assert pc["preemptionPolicy"] == "Never"  # scheduled first, never evicts running pods
     env = r.env(DEPLOY)
     assert (env["DAEMON_PRIORITY_CLASS_NAME"], env["DAEMON_CPU"], env["DAEMON_MEMORY"]) == (
-        "cd-daemon",
+        "nvidia-dra-driver-gpu-daemon",
         "1",
         "256Mi",
     )
     pod = _daemon_pod(_daemon_settings(env, monkeypatch))
-    assert pod.priorityClassName == "cd-daemon"
+    assert pod.priorityClassName == "nvidia-dra-driver-gpu-daemon"
     (container,) = pod.containers
     res = container.resources
     # Guaranteed QoS: every container has cpu and memory limits equal to its requests.

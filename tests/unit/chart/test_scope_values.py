@@ -8,8 +8,8 @@ from typing import Any
 from compute_domains.sim import toolchain
 from tests.unit.chart import render
 
-PLUGIN = "cd-kubelet-plugin"
-AGENT = "cd-imex-agent"
+PLUGIN = "nvidia-dra-driver-gpu-kubelet-plugin"
+AGENT = "nvidia-dra-driver-gpu-imex-agent"
 
 
 def _clique_verbs(r: render.Rendered, role: str) -> set[str]:
@@ -84,7 +84,11 @@ def test_with_resident_agents_plugin_and_agent_may_write_the_shared_registries(
 
 def test_the_controller_may_patch_cliques_and_nodes(toolset: toolchain.Toolset) -> None:
     r = render.render(toolset, "imex.agents=resident", "imex.scope=perClique")
-    assert "patch" in _clique_verbs(r, "cd-controller")
-    (cluster,) = [d for d in r.all("ClusterRole") if d["metadata"]["name"] == "cd-cd-controller"]
+    assert "patch" in _clique_verbs(r, "nvidia-dra-driver-gpu-controller")
+    (cluster,) = [
+        d
+        for d in r.all("ClusterRole")
+        if d["metadata"]["name"] == "cd-nvidia-dra-driver-gpu-controller"
+    ]
     (nodes,) = [x for x in cluster["rules"] if x["resources"] == ["nodes"]]
     assert "patch" in nodes["verbs"]

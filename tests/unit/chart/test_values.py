@@ -1,7 +1,7 @@
 """NVIDIA's chart keys that work in ours: each one changes the rendered objects as it does there.
 
-Also: our defaults stay ours (object names from the release, our container names, our selectors:
-the simulator and the tests rely on them), every key NVIDIA documents is known to our schema, and
+Also: the defaults give NVIDIA's names (``compat.nvidiaNames=false`` gives the release's), every
+key NVIDIA documents is known to our schema, and
 NVIDIA's whole default values file (with GPU allocation off) installs.
 """
 
@@ -29,8 +29,31 @@ def _volume(r: render.Rendered, name: str) -> str:
     return str(path)
 
 
-def test_defaults_keep_our_names_and_add_nvidias_pod_label(toolset: toolchain.Toolset) -> None:
+def test_defaults_give_nvidias_names_labels_and_one_controller(
+    toolset: toolchain.Toolset,
+) -> None:
+    """Issue 27 point 1: what NVIDIA's test cases select and exec by, whatever the release."""
     r = render.render(toolset)
+    assert r.one(DEPLOY)["metadata"]["name"] == "nvidia-dra-driver-gpu-controller"
+    assert r.one(DS)["metadata"]["name"] == "nvidia-dra-driver-gpu-kubelet-plugin"
+    assert _container(r, DEPLOY)["name"] == "compute-domain"
+    assert _container(r, DS)["name"] == "compute-domains"
+    assert r.pod_labels(DEPLOY)["nvidia-dra-driver-gpu-component"] == "controller"
+    assert r.pod_labels(DS)["nvidia-dra-driver-gpu-component"] == "kubelet-plugin"
+    for kind in (DEPLOY, DS):
+        assert r.pod_labels(kind)["app.kubernetes.io/name"] == "nvidia-dra-driver-gpu"
+    # One pod, as NVIDIA's (its helpers take the controller pod's name from that label), and
+    # leader election stays on, so an upgrade's surge pod never acts beside the old one.
+    assert r.one(DEPLOY)["spec"]["replicas"] == 1
+    assert r.env(DEPLOY)["LEADER_ELECTION_ENABLED"] == "true"
+    # The Lease keeps the release's name: switching names must not let old and new pods both lead.
+    assert r.env(DEPLOY)["LEADER_ELECTION_LEASE_LOCK_NAME"] == "cd-controller"
+    sa = r.pod(DEPLOY)["serviceAccountName"]
+    assert r.named("ServiceAccount", sa)["metadata"]["namespace"] == "cd"
+
+
+def test_compat_off_gives_release_names_and_ours(toolset: toolchain.Toolset) -> None:
+    r = render.render(toolset, "compat.nvidiaNames=false")
     assert r.one(DEPLOY)["metadata"]["name"] == "cd-controller"
     assert r.one(DS)["metadata"]["name"] == "cd-kubelet-plugin"
     assert (_container(r, DEPLOY)["name"], _container(r, DS)["name"]) == ("controller", "plugin")
@@ -47,23 +70,16 @@ def test_defaults_keep_our_names_and_add_nvidias_pod_label(toolset: toolchain.To
     assert r.pod(DS)["serviceAccountName"] == "cd-kubelet-plugin"
 
 
-def test_compat_switch_gives_nvidias_object_and_container_names(
-    toolset: toolchain.Toolset,
-) -> None:
-    r = render.render(toolset, "compat.nvidiaNames=true")
-    assert r.one(DEPLOY)["metadata"]["name"] == "nvidia-dra-driver-gpu-controller"
-    assert r.one(DS)["metadata"]["name"] == "nvidia-dra-driver-gpu-kubelet-plugin"
-    assert _container(r, DEPLOY)["name"] == "compute-domain"
-    assert _container(r, DS)["name"] == "compute-domains"
-    sa = r.pod(DEPLOY)["serviceAccountName"]
-    assert r.named("ServiceAccount", sa)["metadata"]["namespace"] == "cd"
-
-
 @pytest.mark.parametrize(
     ("sets", "prefix", "app_name", "component_key"),
     [
         (("nameOverride=gpu-dra",), "gpu-dra", "gpu-dra", "gpu-dra-component"),
-        (("fullnameOverride=cds",), "cds", "compute-domains", "nvidia-dra-driver-gpu-component"),
+        (
+            ("fullnameOverride=cds",),
+            "cds",
+            "nvidia-dra-driver-gpu",
+            "nvidia-dra-driver-gpu-component",
+        ),
         (
             ("nameOverride=gpu-dra", "fullnameOverride=cds"),
             "cds",

@@ -10,30 +10,41 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{- /*
 Names (docs/upgrade.md "Names NVIDIA's tooling expects").
-cd.name: the app.kubernetes.io/name label (nameOverride, else compute-domains).
+cd.name: the app.kubernetes.io/name label (nameOverride, else nvidia-dra-driver-gpu as NVIDIA's,
+or compute-domains with compat.nvidiaNames=false).
 cd.fullname: the prefix of every object the chart creates: fullnameOverride, else nameOverride
-(NVIDIA names its objects <nameOverride>-controller), else nvidia-dra-driver-gpu with
-compat.nvidiaNames (NVIDIA's object names), else the release name.
+(NVIDIA names its objects <nameOverride>-controller), else nvidia-dra-driver-gpu (NVIDIA's
+object names, the default), else with compat.nvidiaNames=false the release name.
 cd.namespace: namespaceOverride, else the release namespace.
 */ -}}
 {{- define "cd.name" -}}
-{{- .Values.nameOverride | default "compute-domains" | trunc 63 | trimSuffix "-" -}}
+{{- $compat := (.Values.compat).nvidiaNames | default false -}}
+{{- .Values.nameOverride | default (ternary "nvidia-dra-driver-gpu" "compute-domains" $compat) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "cd.fullname" -}}
-{{- $compat := ((.Values.compat).nvidiaNames) | default false -}}
+{{- $compat := (.Values.compat).nvidiaNames | default false -}}
 {{- $fallback := ternary "nvidia-dra-driver-gpu" .Release.Name $compat -}}
 {{- .Values.fullnameOverride | default .Values.nameOverride | default $fallback | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /*
+The controllers' Lease: <release>-controller (or the override's prefix), whatever
+compat.nvidiaNames says. Switching the names renames the Deployment, and helm starts the new
+pods while the old ones still run: a Lease named after the Deployment would let both lead.
+*/ -}}
+{{- define "cd.leaseName" -}}
+{{- .Values.fullnameOverride | default .Values.nameOverride | default .Release.Name | trunc 52 | trimSuffix "-" -}}-controller
 {{- end -}}
 
 {{- define "cd.namespace" -}}
 {{- .Values.namespaceOverride | default .Release.Namespace -}}
 {{- end -}}
 
-{{- /* Container names: ours, or NVIDIA's with compat.nvidiaNames. Argument: (list . component). */ -}}
+{{- /* Container names: NVIDIA's, or ours with compat.nvidiaNames=false. Argument: (list . component). */ -}}
 {{- define "cd.containerName" -}}
 {{- $ctx := index . 0 -}}
-{{- $compat := (($ctx.Values.compat).nvidiaNames) | default false -}}
+{{- $compat := ($ctx.Values.compat).nvidiaNames | default false -}}
 {{- if eq (index . 1) "controller" -}}
 {{- ternary "compute-domain" "controller" $compat -}}
 {{- else -}}
