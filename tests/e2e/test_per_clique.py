@@ -255,3 +255,35 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     for node in (N0, N1):
         await admin.delete(Pod, f"cd-grow-{node[-3:]}", namespace="default")
     await admin.delete(computedomain.ComputeDomainResource, "cd-grow", namespace="default")
+
+
+async def test_status_follows_the_workload_as_in_the_per_domain_scope(
+    admin: AsyncClient, per_clique: state.SimPaths
+) -> None:
+    """NVIDIA's D1/G3 (``numNodes: 1``, its one pod deleted) in this scope: the node's entry
+    goes and the CD turns NotReady (``NoWorkload``), as docs/status.md says for any scope, while
+    the shared IMEX keeps running. Upstream's limit is 3 s; the time is printed, and the bound
+    here is 30 s (the plugin's unprepare, its Node patch and the controller's status write)."""
+    cid = await _clique_id(admin)
+    await _eventually(lambda: _registry_ready(admin, cid), 180, "the shared registry Ready")
+    before = await _counts(admin)
+    await helpers.create_cd(admin, "cd-d1", num_nodes=1)
+    await admin.create(helpers.channel_pod("cd-d1-n00", "cd-d1-rct", node=N0))
+    await _eventually(lambda: _cd_ready(admin, "cd-d1", 1), 300, "cd-d1 Ready on n00")
+    await admin.delete(Pod, "cd-d1-n00", namespace="default", grace_period=0)
+
+    async def no_workload() -> dict[str, Any] | None:
+        st = await helpers.cd_status(admin, "cd-d1")
+        ready = [c for c in st.get("conditions") or [] if c["type"] == "Ready"]
+        ok = (
+            st.get("status") == "NotReady"
+            and not st.get("nodes")
+            and bool(ready)
+            and ready[0]["reason"] == "NoWorkload"
+        )
+        return st if ok else None
+
+    took = await helpers.within(30, no_workload, "cd-d1 NotReady (NoWorkload) without nodes")
+    print(f"per clique: pod deleted -> CD NotReady without nodes in {took:.1f}s")
+    assert await _counts(admin) == before, "the workload's departure restarted an IMEX"
+    await admin.delete(computedomain.ComputeDomainResource, "cd-d1", namespace="default")
