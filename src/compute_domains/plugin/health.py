@@ -135,7 +135,10 @@ def health_messages() -> tuple[type[message.Message], type[message.Message]]:
 
 def health_server(probe: Callable[[], Awaitable[bool]]) -> grpc.aio.Server:
     """A gRPC server with ``grpc.health.v1.Health/Check`` backed by ``probe`` (not listening)."""
-    request_cls, response_cls = health_messages()
+    request_cls, response_type = health_messages()
+    # Fields of a message class made from a descriptor at run time are unknown to the stubs
+    # (types-protobuf >= 7.35 types ``Message.__init__`` without keyword fields).
+    response_cls: Any = response_type
 
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if request.service not in _ACCEPTED_SERVICES:
