@@ -43,6 +43,12 @@ test-integration: setup
 image:
 	PYTHON=$(PYTHON) bash scripts/build-image.sh $(IMAGE_ARGS)
 
+## chart: the versioned chart archive a user pins, build/compute-domains-<version>.tgz (CRDs in
+## crds/; lints the chart first): helm install compute-domains ./build/compute-domains-<version>.tgz
+.PHONY: chart
+chart: $(STAMP)
+	$(BIN)/cdctl chart package --out build
+
 ## demo: the main job (see README)
 demo: setup
 	$(BIN)/cdctl demo

@@ -1,4 +1,8 @@
-"""The full system on simulated nodes: the chart-installed driver on a GB200 rack shape."""
+"""The full system on simulated nodes: the chart-installed driver on a GB200 rack shape.
+
+The driver is installed from the chart archive ``make chart`` writes (packaged from this
+checkout once per session), as a user who pins a version installs it.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from lightkube import AsyncClient
 
 from compute_domains.cli import options
 from compute_domains.infra import kube
-from compute_domains.sim import driver, lifecycle, state, toolchain, topology
+from compute_domains.sim import chart_archive, driver, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
 
 DRIVER_NS = "compute-domains"
@@ -26,9 +30,18 @@ def suite_values() -> tuple[str, ...]:
     return tuple(v.strip() for v in os.environ.get("CD_E2E_SET", "").split(",") if v.strip())
 
 
+@pytest.fixture(scope="session")
+def packaged_chart(toolset: toolchain.Toolset, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout's chart as ``make chart`` packages it: ``compute-domains-<version>.tgz``."""
+    settings = chart_archive.ChartSettings(
+        chart=options.chart_dir(), out=tmp_path_factory.mktemp("chart")
+    )
+    return chart_archive.package(settings, toolset.path("helm")).path
+
+
 @pytest.fixture(scope="module")
 def rack_sim(
-    toolset: toolchain.Toolset, sim_home: Path, request: pytest.FixtureRequest
+    toolset: toolchain.Toolset, packaged_chart: Path, sim_home: Path, request: pytest.FixtureRequest
 ) -> Iterator[state.SimPaths]:
     """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18),
     node mode from its ``NODES_MODE`` (default ``process``), upstream's node-lifecycle timings
@@ -40,13 +53,13 @@ def rack_sim(
         toolset.bin_dir,
         die_with_parent=True,
         shape=shape,
-        chart=options.chart_dir(),
+        chart=packaged_chart,
         nodes_mode=getattr(request.module, "NODES_MODE", "process"),
         patience=getattr(request.module, "PATIENCE", False),
     )
     try:
         if suite_values():
-            settings = driver.DriverSettings(chart=options.chart_dir(), values=suite_values())
+            settings = driver.DriverSettings(chart=packaged_chart, values=suite_values())
             helm = Path(state.read_state(paths).bin_dir) / "helm"  # type: ignore[union-attr]
             asyncio.run(driver.install(settings, helm, paths.kubeconfig))
         yield paths

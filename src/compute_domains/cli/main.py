@@ -14,6 +14,7 @@ from compute_domains.infra import errors, logs
 _COMMANDS = {
     "sim": ("compute_domains.cli.sim", "group"),
     "tools": ("compute_domains.cli.tools", "group"),
+    "chart": ("compute_domains.cli.chart", "group"),
     "demo": ("compute_domains.cli.demo", "demo"),
     "controller": ("compute_domains.cli.controller", "group"),
     "plugin": ("compute_domains.cli.plugin", "group"),

@@ -25,6 +25,11 @@ from compute_domains.sim import errors as sim_errors
 
 KUBERNETES_VERSION = "v1.34.4"
 HELM_VERSION = "v3.19.0"
+HELM_COMMIT = "3d8990f0836691f0229297773f3524598f46bda6"
+"""The commit helm's ``HELM_VERSION`` tag names (the Go proxy's ``.info`` ``Origin.Hash``)."""
+HELM_CLIENT_GO = "v0.34.0"
+"""The ``k8s.io/client-go`` in ``tools/helm/go.mod``; helm's Makefile turns it into the Kubernetes
+version ``helm template`` and ``helm lint`` assume without ``--kube-version`` (v0.34 → 1.34)."""
 ETCD_VERSION = "v3.6.6"
 
 _BUILD_LOCK_TIMEOUT = 3600.0
@@ -42,6 +47,25 @@ _K8S_LDFLAGS = " ".join(
         "-X k8s.io/client-go/pkg/version.gitMinor=34",
     ]
 )
+
+
+def _helm_ldflags() -> str:
+    # Helm's own Makefile stamps these; without the kube version stamps helm falls back to
+    # v1.20, and our chart (kubeVersion >=1.32) fails ``helm template`` unless given
+    # ``--kube-version``. Major is client-go's 0 plus 1, as the Makefile computes it.
+    _, minor, _ = HELM_CLIENT_GO.removeprefix("v").split(".")
+    flags = ["-s -w"]
+    for var, value in (
+        ("internal/version.version", HELM_VERSION),
+        ("internal/version.gitCommit", HELM_COMMIT),
+        ("internal/version.gitTreeState", "clean"),
+        ("pkg/chartutil.k8sVersionMajor", "1"),
+        ("pkg/chartutil.k8sVersionMinor", minor),
+        ("pkg/lint/rules.k8sVersionMajor", "1"),
+        ("pkg/lint/rules.k8sVersionMinor", minor),
+    ):
+        flags.append(f"-X helm.sh/helm/v3/{var}={value}")
+    return " ".join(flags)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +103,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="helm",
         packages=("helm.sh/helm/v3/cmd/helm",),
         outputs=("helm",),
-        ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        ldflags=_helm_ldflags(),
     ),
 )
 

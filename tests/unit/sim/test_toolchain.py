@@ -146,3 +146,22 @@ def test_a_second_build_waits_for_the_first_and_finds_its_tools(tmp_path: Path) 
     toolset = asyncio.run(scenario())
     assert [p.step for p in seen] == ["cached"]
     assert toolset.path("fake").read_bytes() == b"built by the first"
+
+
+def test_helms_version_stamps_follow_its_go_mod() -> None:
+    """The stamps helm's Makefile derives from tools/helm/go.mod: a pin bump that forgets them
+    would make ``helm template`` assume another Kubernetes (v1.20 unstamped)."""
+    gomod = (Path(__file__).resolve().parents[3] / "tools" / "helm" / "go.mod").read_text()
+    pins = {}
+    for line in gomod.splitlines():
+        words = line.removeprefix("require ").split()
+        if len(words) >= 2 and words[1].startswith("v"):
+            pins[words[0]] = words[1]
+    assert pins.get("helm.sh/helm/v3") == toolchain.HELM_VERSION
+    assert pins.get("k8s.io/client-go") == toolchain.HELM_CLIENT_GO
+    (helm,) = [spec for spec in toolchain.TOOLS if spec.name == "helm"]
+    minor = toolchain.HELM_CLIENT_GO.split(".")[1]
+    for var in ("pkg/chartutil", "pkg/lint/rules"):
+        assert f"-X helm.sh/helm/v3/{var}.k8sVersionMajor=1 " in helm.ldflags
+        assert f"-X helm.sh/helm/v3/{var}.k8sVersionMinor={minor}" in helm.ldflags
+    assert f"internal/version.gitCommit={toolchain.HELM_COMMIT}" in helm.ldflags
