@@ -198,6 +198,34 @@ async def test_two_cds_share_the_clique_each_behind_its_own_channel(
     assert len(await _agents(admin)) == 2
     assert await _cd_ready(admin, "cd-b", 2) is not None
 
+    # A second CD onto the clique while cd-b runs there: no IMEX start, no SIGUSR1, cd-b's
+    # channel untouched. Its apply -> Ready with both pods Ready is printed (docs/benchmarks.md).
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    uids["cd-c"] = await helpers.create_cd(admin, "cd-c")
+    await _pods(admin, "cd-c")
+    want = {f"cd-c-{node[-3:]}" for node in (N0, N1)}
+    seen: set[str] = set()
+    async with asyncio.timeout(300):
+        async for _, pod in admin.watch(Pod, namespace="default"):
+            if pod.metadata is not None and pod.metadata.name in want and helpers.ready(pod):
+                seen.add(pod.metadata.name)
+            if seen == want:
+                break
+    took = loop.time() - started
+    print(f"second CD on a serving clique: apply -> its pods Ready in {took:.2f}s")
+    await _eventually(lambda: _cd_ready(admin, "cd-c", 2), 120, "cd-c Ready")
+    reg = await _registry(admin, cid)
+    assert reg is not None
+    held = sharedimex.channels(reg.metadata.annotations)
+    assert held[uids["cd-b"]] == channel["cd-b"] and held[uids["cd-c"]] != channel["cd-b"], held
+    for node in (N0, N1):
+        assert await _channels_seen(admin, f"cd-c-{node[-3:]}") == {held[uids["cd-c"]]}
+    assert await _counts(admin) == before, "a second CD restarted or signalled an IMEX"
+    for node in (N0, N1):
+        await admin.delete(Pod, f"cd-c-{node[-3:]}", namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, "cd-c", namespace="default")
+
 
 async def test_allocation_mode_all_is_refused_in_this_scope(
     admin: AsyncClient, per_clique: state.SimPaths
