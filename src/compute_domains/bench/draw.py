@@ -48,7 +48,8 @@ def _curve_panel(
     ax: Axes, title: str, found: Sequence[figures.Source], hue: dict[str, str]
 ) -> None:
     partial = False
-    for line in figures.lines(found):
+    drawn = figures.lines(found)
+    for line in drawn:
         alpha = 1.0 if line.run == 0 else 0.45  # later repeats drawn fainter
         colour = hue[line.label]
         if line.partial:
@@ -74,9 +75,10 @@ def _curve_panel(
             )
     ax.set_title(title, fontsize=10, loc="left")
     ax.set_xlabel("seconds since the apply")
-    ax.set_ylabel("how many")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("pods or entries")
+    # The last arrival and the full count stay inside the frame (autoscaling clips them).
+    ax.set_xlim(0, 1.04 * max((x for line in drawn for x in line.xs), default=1.0) or 1.0)
+    ax.set_ylim(0, 1.04 * max((line.total for line in drawn), default=1))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # pods and entries come whole
     ax.grid(True, alpha=0.3)
     if partial:
@@ -99,14 +101,18 @@ def _legend(fig: Figure, hue: dict[str, str], series: Sequence[str]) -> None:
         for s in series
     ]
     fig.legend(
-        handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=8, frameon=False
+        handles=handles,
+        loc="outside lower center",  # below the panels (constrained layout makes room)
+        ncol=min(len(handles), 3),
+        fontsize=8,
+        frameon=False,
     )
 
 
 def curve_figure(title: str, panels: Sequence[Panel]) -> Figure:
     """The formation curve, one panel per entry of ``panels`` (one N each)."""
     hue = colours(panels)
-    fig = Figure(figsize=(_WIDTH_IN, 1.2 + 3.2 * len(panels)), dpi=_DPI)
+    fig = Figure(figsize=(_WIDTH_IN, 1.2 + 3.2 * len(panels)), dpi=_DPI, layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     shown: set[str] = set()
     for ax, (heading, found) in zip(axes, panels, strict=True):
@@ -114,7 +120,6 @@ def curve_figure(title: str, panels: Sequence[Panel]) -> Figure:
         shown |= {line.series for line in figures.lines(found)}
     fig.suptitle(title, fontsize=11)
     _legend(fig, hue, [key for key, _, _ in figures.SERIES if key in shown])
-    fig.tight_layout(rect=(0, 0.09 if len(panels) == 1 else 0.05, 1, 1))
     return fig
 
 
@@ -148,13 +153,14 @@ def phases_figure(title: str, panels: Sequence[Panel]) -> Figure:
     """The phase bars, one panel per entry of ``panels``; median, whiskers min..max."""
     hue = colours(panels)
     rows = [len({b.phase for b in figures.bars(found)}) for _, found in panels]
-    fig = Figure(figsize=(_WIDTH_IN, 1.0 + sum(0.3 * r + 1.0 for r in rows)), dpi=_DPI)
+    fig = Figure(
+        figsize=(_WIDTH_IN, 1.0 + sum(0.3 * r + 1.0 for r in rows)), dpi=_DPI, layout="constrained"
+    )
     axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=[r + 3 for r in rows])[:, 0]
     for ax, (heading, found) in zip(axes, panels, strict=True):
         _bars_panel(ax, heading, found, hue)
     fig.suptitle(title, fontsize=11)
     _legend(fig, hue, [])
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 
