@@ -13,6 +13,10 @@ from compute_domains.bench import draw, figures, pictures
 from compute_domains.cli import benchpictures
 from tests.unit.bench.test_figures import DOC, RUNNING
 
+pytestmark = pytest.mark.slow_unit(
+    8, "draws PNGs with matplotlib: about 0.5 s a picture, and 1 s for its first import"
+)
+
 _PNG = b"\x89PNG\r\n\x1a\n"
 
 
