@@ -42,7 +42,12 @@ def after_run(console: Console, result: Path) -> None:
     if not available():
         console.print(f"no pictures drawn: {INSTALL_HINT}, then `cdctl bench pictures {result}`")
         return
-    for path in module().for_file(result):
+    try:
+        drawn = module().for_file(result)
+    except (OSError, ValueError, KeyError) as err:  # the result is written; say, do not fail
+        console.print(f"no pictures drawn for {result}: {err!r}")
+        return
+    for path in drawn:
         console.print(f"picture written to {path}")
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from compute_domains.bench import draw, figures, pictures
 from compute_domains.cli import benchpictures
@@ -128,3 +130,14 @@ def test_the_command_draws_each_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sidebyside-20261206-000000.curve.png").exists()
     assert "picture written to" in result.output
+
+
+def test_a_new_run_gets_its_pictures_and_a_bad_file_only_a_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    benchpictures.after_run(console, _result(tmp_path))
+    assert (tmp_path / "sidebyside-20261206-000000.phases.png").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": [{"driver": "ours"}]}))  # no N
+    benchpictures.after_run(console, bad)
+    assert "no pictures drawn for" in out.getvalue() and "KeyError" in out.getvalue()
