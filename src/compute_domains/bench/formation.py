@@ -62,6 +62,10 @@ class Run:
     patch tests, ...), most frequent first; empty when none was refused."""
     milestones: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
+    curves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    """Seconds from the apply at which each workload pod was first Running, each daemon pod
+    Ready and each clique entry Ready, sorted (``observe.Observer.curves``; result files before
+    2026-12-06 have none): the formation curve."""
     load_start: float = 0.0
     """The machine's 1-minute load average at the apply (a loaded machine runs slower)."""
     load_end: float = 0.0
@@ -178,6 +182,7 @@ async def one_run(
         requests_teardown=dict((after - mid).most_common()),
         failed_formation=dict((failed_mid - failed_before).most_common()),
         milestones=dict(sorted(marks.items(), key=lambda kv: kv[1])),
+        curves=observer.curves(),
         load_start=load_start,
         load_end=os.getloadavg()[0],
         channel_problems=missing_channels,

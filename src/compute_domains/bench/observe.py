@@ -3,7 +3,10 @@
 Shared by ``formation`` (timings) and ``churn`` (consistency under create/delete load): applying
 one ComputeDomain plus the Deployments of its N pods (``placement`` says where they go), an
 ``Observer`` that timestamps each formation milestone when its watch event arrives, and
-``leftovers`` that lists whatever of a deleted domain is still in the cluster.
+``leftovers`` that lists whatever of a deleted domain is still in the cluster. Besides the
+milestones (when *every* pod or entry reached a stage) the observer keeps when *each* workload
+pod was first seen Running, each daemon pod Ready and each clique entry Ready: the points of
+the formation curve (``Observer.curves``, drawn by ``bench.draw``).
 
 In the per-clique scope (the CD's ``compute-domains/imex-scope-fixed`` is ``perClique``) no pod
 and no clique object is made for the CD: the IMEX serving it is the clique's shared one, so the
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient
@@ -39,6 +43,10 @@ def ready(pod: Any) -> bool:
 
 _STAGES = ("created", "scheduled", "running", "ready")
 """How far a pod got, in order (a pod at one stage has passed the earlier ones)."""
+
+CURVES = ("workloads_running", "daemons_ready", "entries_ready")
+"""The formation curve's series (``Observer.curves``): workload pods Running, daemon pods Ready,
+the domain's clique entries Ready (in the per-clique scope: its nodes' shared-registry entries)."""
 
 
 def stage(pod: Any) -> str:
@@ -97,8 +105,11 @@ class Observer:
         name: str,
         uid: str,
         t0: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
+        self._clock = clock
+        """Where ``t0`` and every timestamp come from (tests give their own)."""
         self._nodes = n if nodes is None else nodes
         """Domain nodes: daemons, clique entries and CD nodes expected (pods ÷ pods per node)."""
         self._name, self._uid, self._t0 = name, uid, t0
@@ -110,9 +121,32 @@ class Observer:
         self._per_clique = False
         self.marks: dict[str, float] = {}
         self.done = asyncio.Event()
+        self._arrived: dict[str, dict[str, float]] = {
+            k: {} for k in ("workloads_running", "daemons_ready", "entries", "registry")
+        }
+        """Per series, each pod's (each entry's node's) first time in that state: the curve."""
+        self._workload_nodes: dict[str, str] = {}
+        """Workload pod → its node: the domain's nodes, whose registry entries count."""
+
+    def _now(self) -> float:
+        return self._clock() - self._t0
+
+    def curves(self) -> dict[str, list[float]]:
+        """Per series of ``CURVES``, the seconds after the apply at which each pod or entry first
+        got there, sorted, to the millisecond: the k-th value is when k of them had."""
+        entries = self._arrived["entries"]
+        if self._per_clique:  # the clique's registry lists every node of it, not only ours
+            domain = set(self._workload_nodes.values())
+            entries = {n: t for n, t in self._arrived["registry"].items() if n in domain}
+        found = {
+            "workloads_running": self._arrived["workloads_running"],
+            "daemons_ready": self._arrived["daemons_ready"],
+            "entries_ready": entries,
+        }
+        return {k: sorted(round(t, 3) for t in found[k].values()) for k in CURVES}
 
     def _evaluate(self) -> None:
-        now = time.monotonic() - self._t0
+        now = self._now()
         n, nodes = self._n, self._nodes
         # Intermediate milestones, for the phase breakdown: every stage reached by all of them.
         # One count per stage per event (an event at N = 288 rescanned each table per stage:
@@ -159,12 +193,23 @@ class Observer:
             store(op, obj)
             self._evaluate()
 
-    def _pod_store(self, table: dict[str, str]) -> Any:
+    def _pod_store(self, table: dict[str, str], arrived: str, at: str) -> Any:
+        """Keeps each pod's stage in ``table``, and in ``self._arrived[arrived]`` when it first
+        reached stage ``at`` (or a later one)."""
+        first = self._arrived[arrived]
+        later = set(_STAGES[_STAGES.index(at) :])
+        workloads = table is self._workloads
+
         def store(op: str, pod: Any) -> None:
+            name = pod.metadata.name
             if op == "DELETED":
-                table.pop(pod.metadata.name, None)
-            else:
-                table[pod.metadata.name] = stage(pod)
+                table.pop(name, None)
+                return
+            table[name] = reached = stage(pod)
+            if reached in later and name not in first:
+                first[name] = self._now()
+            if workloads and pod.spec and pod.spec.nodeName:
+                self._workload_nodes[name] = pod.spec.nodeName
 
         return store
 
@@ -176,8 +221,13 @@ class Observer:
             return
         if op == "DELETED":
             table.pop(name, None)
-        else:
-            table[name] = list(data.get("daemons") or [])
+            return
+        table[name] = list(data.get("daemons") or [])
+        first = self._arrived["registry" if table is self._shared else "entries"]
+        for entry in table[name]:
+            node = entry.get("nodeName")
+            if entry.get("status") == "Ready" and node and node not in first:
+                first[node] = self._now()
 
     def _cd_store(self, op: str, obj: Any) -> None:
         data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
@@ -191,13 +241,13 @@ class Observer:
         follows = [
             self._follow(
                 Pod,
-                self._pod_store(self._daemons),
+                self._pod_store(self._daemons, "daemons_ready", "ready"),
                 namespace=self._driver_ns,
                 labels={names.COMPUTE_DOMAIN_LABEL: self._uid},
             ),
             self._follow(
                 Pod,
-                self._pod_store(self._workloads),
+                self._pod_store(self._workloads, "workloads_running", "running"),
                 namespace=self._ns,
                 labels={"bench": self._name},
             ),

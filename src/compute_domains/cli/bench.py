@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compute_domains.bench import churn, compare, drivers, report, rounds, scale, writes
-from compute_domains.cli import benchbundle, benchdrivers, options, simoptions, tools
+from compute_domains.cli import benchbundle, benchdrivers, benchpictures, options, simoptions, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
 
@@ -201,6 +201,8 @@ def formation_cmd(
     if side:
         written = json.loads(out.read_text())  # with the machine and the final load
         console.print(compare.side_by_side(written, out.name), markup=False)
+    if doc["results"]:
+        benchpictures.after_run(console, out)
     if doc["failures"]:
         raise click.ClickException(f"not every run formed: {'; '.join(doc['failures'])}")
 
@@ -310,27 +312,49 @@ def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool
     default=None,
     help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).",
 )
-def report_cmd(doc_path: Path | None) -> None:
+@click.option(
+    "--pictures/--no-pictures",
+    default=True,
+    show_default=True,
+    help="Also draw the formation curve and phase bars (PNG, beside the result files; needs "
+    "matplotlib, the `bench` extra) and show them in the blocks.",
+)
+def report_cmd(doc_path: Path | None, pictures: bool) -> None:
     """Rewrite the tables in docs/benchmarks.md from the newest results of each kind (and the
-    writes-per-kind block from the two result files its marker names)."""
+    writes-per-kind block from the two result files its marker names); draw the pictures of
+    those results and of every `bench:figures` block's files."""
     console = Console()
     root = options.repo_root()
+    results = root / "bench" / "results"
     doc_path = doc_path or root / "docs" / "benchmarks.md"
+    drawing = benchpictures.module() if pictures else None  # refused before anything is written
     blocks = {}
-    for kind in report.KINDS:
-        found = report.latest(root / "bench" / "results", kind)
-        if found is None:
-            console.print(f"no {kind} results under bench/results/: its table is left as it is")
-            continue
-        path, doc = found
-        blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
-    blocks["scale"] = scale.table(root / "bench" / "results")  # every scale run, issue 15
+    drawn: list[Path] = []
     try:
+        for kind in report.KINDS:
+            found = report.latest(results, kind)
+            if found is None:
+                console.print(f"no {kind} results under bench/results/: its table is left as it is")
+                continue
+            path, doc = found
+            blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
+            if drawing is not None and kind != "churn":
+                shown = drawing.for_file(path)
+                blocks[kind] += "\n\n" + drawing.links(shown, doc_path.parent)
+                drawn += shown
+        blocks["scale"] = scale.table(results)  # every scale run, issue 15
         text = report.update_doc(doc_path.read_text(), blocks)
-        doc_path.write_text(writes.update_doc(text, root / "bench" / "results"))
-    except (OSError, ValueError) as err:
-        raise click.ClickException(f"{doc_path}: {err}") from err
+        text = writes.update_doc(text, results)
+        if drawing is not None:
+            text, across = drawing.update_doc(text, results, doc_path.parent)
+            drawn += across
+        doc_path.write_text(text)
+    except (OSError, ValueError, KeyError) as err:
+        raise click.ClickException(f"{doc_path}: {err!r}") from err
     console.print(f"{doc_path}: {', '.join(blocks) or 'nothing'} updated")
+    for p in drawn:
+        console.print(f"picture written to {p.relative_to(root)}")
 
 
 group.add_command(benchbundle.bundle_cmd)
+group.add_command(benchpictures.pictures_cmd)
