@@ -198,3 +198,29 @@ def test_every_named_reason_exists() -> None:
     assert len(words) >= 30
     unknown = sorted(w for w in words if not quotes.emitted(_quote(w), source))
     assert unknown == []
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return kept.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {
+        _slug(line.lstrip("#"))
+        for line in path.read_text().splitlines()
+        if re.match(r"#{1,6} ", line)
+    }
+
+
+def test_links_to_sections_resolve() -> None:
+    text = DOC.read_text()
+    links = re.findall(r"\]\(([\w.-]*\.md)?#([^)]+)\)", text)
+    assert len(links) >= 10
+    broken = [
+        f"{target or 'troubleshooting.md'}#{anchor}"
+        for target, anchor in links
+        if anchor not in _anchors(DOC.parent / target if target else DOC)
+    ]
+    assert broken == []
