@@ -224,3 +224,18 @@ def test_links_to_sections_resolve() -> None:
         if anchor not in _anchors(DOC.parent / target if target else DOC)
     ]
     assert broken == []
+
+
+def test_placeholders_in_running_text_are_escaped() -> None:
+    """Outside code, ``<claim>`` would be read as an HTML tag and vanish: write ``\\<claim>``."""
+    bare = []
+    inside = False
+    for number, line in enumerate(DOC.read_text().splitlines(), start=1):
+        if line.startswith("```"):
+            inside = not inside
+            continue
+        spans = [(start, end) for start, end, _ in quotes.code_spans(line)]
+        for found in re.finditer(r"(?<!\\)<[^<>\n]+>", line):
+            if not inside and not any(s <= found.start() < e for s, e in spans):
+                bare.append(f"docs/troubleshooting.md:{number}: {found.group()}")
+    assert bare == []
