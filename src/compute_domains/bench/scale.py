@@ -76,8 +76,8 @@ def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def _watches(run: dict[str, Any], nodes: int) -> str:
-    """"idle per sim node / added per domain node" of the API server's open watches, "-" for a
-    result file from before issue 28 (no watch count)."""
+    """The API server's open watches as "per sim node before the apply / added per domain node
+    once formed"; "-" for a result file from before issue 28 (no watch count)."""
     idle, formed = run.get("watches_idle"), run.get("watches_formed")
     sim_nodes = run.get("sim_nodes", 0)
     if not idle or not sim_nodes:
