@@ -114,9 +114,12 @@ class Domains:
         """
         if self._domains is not None:
             await self._domains.synced.wait()
-            for obj in self._domains.by_index(UID_INDEX, domain_uid):
-                if namespace in (ALL_NS, obj.metadata.namespace):
+            cached = self._domains.by_index(UID_INDEX, domain_uid)
+            for obj in cached:
+                if namespace in (ALL_NS, (obj.get("metadata") or {}).get("namespace")):
                     return _without_nodes(dict(obj))
+            if cached:
+                return None  # a UID names one object: it is in another namespace
         # The plugin's policy: any failure to read is temporary (the kubelet retries the claim).
         try:
             with kube.translated("listing ComputeDomains"):
@@ -295,8 +298,9 @@ UID_INDEX = "uid"
 
 
 def _uid_of(obj: Any) -> list[str]:
-    uid = obj.metadata.uid if obj.metadata is not None else None
-    return [uid] if uid else []
+    # The raw field: a generic resource decodes all of ObjectMeta on every ``.metadata``.
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [str(uid)] if uid else []
 
 
 def _without_nodes(item: dict[str, Any]) -> ComputeDomain:
