@@ -93,7 +93,11 @@ async def _settled(fetch: formation.MetricsFetch, ok: Check, what: str) -> Count
         last[0] = await formation.watch_counts(fetch)
         return ok(last[0])
 
-    await helpers.within(90, check, what, interval=1.0)
+    try:
+        await helpers.within(90, check, what, interval=1.0)
+    except AssertionError as err:
+        counts = {k: last[0][k] for k in KINDS}
+        raise AssertionError(f"{err}; watches of the node components' kinds: {counts}") from err
     return last[0]
 
 
