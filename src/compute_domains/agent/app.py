@@ -61,6 +61,7 @@ from compute_domains.daemon import app as daemon_app
 from compute_domains.daemon import launcher
 from compute_domains.infra import errors, tasks
 from compute_domains.infra import metrics as infra_metrics
+from compute_domains.infra.kube import informers as kube_informers
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +87,11 @@ class ResidentAgent:
         daemon_settings: DaemonFactory,
         programs: launcher.Launcher | None = None,
         rng: random.Random | None = None,
+        informers: kube_informers.Informers | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
+        self._informers = informers
         self._factory = daemon_settings
         self._programs = programs
         self._rng = rng or random.Random()
@@ -137,7 +140,9 @@ class ResidentAgent:
 
     async def _follow_node(self) -> None:
         listed = False
-        async for wanted in kubeops.node_wants(self._client, self._settings, self._rng):
+        async for wanted in kubeops.node_wants(
+            self._client, self._settings, self._rng, self._informers
+        ):
             if wanted != self._wanted or not listed:
                 # Node status writes and annotations are frequent; only a change of what it
                 # asks wakes us (a CD's channel annotation never restarts the shared IMEX).
@@ -224,7 +229,13 @@ class ResidentAgent:
         settings = self._factory(domain)
         await asyncio.to_thread(_make_dir, domain.domain_dir)
         await self._label(uid)
-        daemon = daemon_app.Daemon(settings, self._client, rng=self._rng, programs=self._programs)
+        daemon = daemon_app.Daemon(
+            settings,
+            self._client,
+            rng=self._rng,
+            programs=self._programs,
+            informers=self._informers,
+        )
         self.serving, self.daemon, self._running = domain, daemon, wanted
         self._log.info(
             "serving CD %s/%s (uid %s, clique %r)", namespace, name, uid, wanted.clique_id
@@ -241,7 +252,13 @@ class ResidentAgent:
             self._factory(domain), imex_domain=sharedimex.registry_name(wanted.clique_id)
         )
         await asyncio.to_thread(_make_dir, domain.domain_dir)
-        imex = shared.SharedImex(settings, self._client, programs=self._programs, rng=self._rng)
+        imex = shared.SharedImex(
+            settings,
+            self._client,
+            programs=self._programs,
+            rng=self._rng,
+            informers=self._informers,
+        )
         self.shared, self._running = imex, wanted
         self._log.info("running the shared IMEX of clique %r", wanted.clique_id)
         self._task = asyncio.create_task(

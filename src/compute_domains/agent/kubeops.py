@@ -31,15 +31,23 @@ from compute_domains.api import names
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.daemon import kubeio
 from compute_domains.infra import errors
-from compute_domains.infra.kube import watch
+from compute_domains.infra.kube import informers, watch
 
 logger = logging.getLogger(__name__)
 
 
 async def node_wants(
-    client: AsyncClient, settings: AgentSettings, rng: random.Random
+    client: AsyncClient,
+    settings: AgentSettings,
+    rng: random.Random,
+    shared: informers.Informers | None = None,
 ) -> AsyncIterator[Wants]:
-    """What our Node asks, now and after every change (see the module docstring)."""
+    """What our Node asks, now and after every change (see the module docstring); from the
+    host's Node cache when ``shared`` is given (a virtual node)."""
+    if shared is not None:
+        async for node in informers.follow(informers.nodes(shared), ("", settings.node_name)):
+            yield labels.wants_of(labels.node_labels(node))
+        return
     async for item in watch.stream(
         client,
         Node,

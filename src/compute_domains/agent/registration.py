@@ -46,6 +46,7 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import cliqueentry, kubeio, metrics
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
+from compute_domains.infra.kube import informers
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,10 @@ class Registration:
         meter: metrics.DaemonMetrics,
         stop_timeout: float = 10.0,
         rng: random.Random | None = None,
+        shared: informers.Informers | None = None,
     ) -> None:
         self._client = client
+        self._shared = shared
         self._ident = ident
         self._max = max_nodes
         self._retry = retry
@@ -143,6 +146,7 @@ class Registration:
             namespace=self._ident.pod_namespace,
             retry=self._retry,
             rng=self._rng,
+            shared=self._shared,
         ):
             try:
                 self._observe(registrywrites.decode(raw), fresh=False)

@@ -61,6 +61,7 @@ from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon import supervisor as imex_supervisor
 from compute_domains.daemon.config import DaemonSettings
 from compute_domains.infra import tasks
+from compute_domains.infra.kube import informers as kube_informers
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class SharedImex:
         *,
         programs: launcher.Launcher | None = None,
         rng: random.Random | None = None,
+        informers: kube_informers.Informers | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
@@ -115,6 +117,7 @@ class SharedImex:
             meter=self.metrics,
             stop_timeout=settings.deregister_timeout,
             rng=self._rng,
+            shared=informers,
         )
         """Our entry in the registry."""
         self.imex: imex_supervisor.Supervisor | None = None

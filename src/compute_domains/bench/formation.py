@@ -15,8 +15,10 @@ then check from each workload container's log that it saw its channel (``bench.c
 read the daemons' own start-up step timings from their logs (``bench.daemonsteps``), then
 delete both and measure until no daemon pod, clique, node label or claim remains. API
 requests are counted per phase from the kube-apiserver's own ``apiserver_request_total`` (by
-verb and resource). Formation timestamps are taken when watch events arrive, so the numbers are
-what a user watching the cluster would see, without a sampling period.
+verb and resource), and the API server's open watches (``apiserver_longrunning_requests`` with
+verb WATCH, by resource) are read just before the apply and once formed. Formation timestamps
+are taken when watch events arrive, so the numbers are what a user watching the cluster would
+see, without a sampling period.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
 
 from compute_domains.bench import channels, daemonsteps, observe
+from compute_domains.infra import kube
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -78,6 +82,13 @@ class Run:
     empty for a driver whose daemons do not log them."""
     pods_per_node: int = 1
     """Workload pods per domain node (NVIDIA's issue #816 shape: 4); N is the pod count."""
+    watches_idle: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Watches open in the API server just before the apply, by resource (issue 28: every
+    node's plugin and kubelet, the controller, the bench's own observers)."""
+    watches_formed: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The same once formed (the daemons' or agents' watches added)."""
+    sim_nodes: int = 0
+    """Nodes in the sim (the idle watches grow with them, not with N)."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -96,6 +107,28 @@ def _request_lines(text: str) -> list[tuple[dict[str, str], int]]:
         )
         out.append((labels, int(float(value))))
     return out
+
+
+def watch_counts_of(text: str) -> Counter[str]:
+    """resource → watches open now, from ``apiserver_longrunning_requests{verb="WATCH"}``
+    (a gauge the kube-apiserver keeps per group, resource, scope and subresource)."""
+    counts: Counter[str] = Counter()
+    prefix = "apiserver_longrunning_requests{"
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        labels_part, value = line.rsplit(" ", 1)
+        labels = dict(
+            kv.split("=", 1) for kv in labels_part[len(prefix) : -1].replace('"', "").split(",")
+        )
+        if labels.get("verb") == "WATCH" and float(value) > 0:
+            counts[labels.get("resource", "?")] += int(float(value))
+    return counts
+
+
+async def watch_counts(fetch: MetricsFetch) -> Counter[str]:
+    """resource → watches open now (``watch_counts_of`` on the API server's ``/metrics``)."""
+    return watch_counts_of(await fetch())
 
 
 async def request_counts(fetch: MetricsFetch) -> Counter[str]:
@@ -142,6 +175,8 @@ async def one_run(
     """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
     between the two (e.g. to sample CPU use per phase)."""
     load_start = os.getloadavg()[0]
+    watches_idle = await watch_counts(fetch)
+    sim_nodes = len(await kube.list_raw(client, Node))
     before = await request_counts(fetch)
     failed_before = await failure_counts(fetch)
     uid, observer, waiting = await observe.apply(
@@ -158,6 +193,7 @@ async def one_run(
     if on_formed is not None:
         on_formed()
     mid = await request_counts(fetch)
+    watches_formed = await watch_counts(fetch)
     failed_mid = await failure_counts(fetch)
     # After the formation's request count: reading logs must not count as formation work.
     missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
@@ -188,6 +224,9 @@ async def one_run(
         channel_problems=missing_channels,
         daemon_steps=steps,
         pods_per_node=pods_per_node,
+        watches_idle=dict(watches_idle.most_common()),
+        watches_formed=dict(watches_formed.most_common()),
+        sim_nodes=sim_nodes,
     )
 
 
@@ -212,4 +251,19 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
     for f in fields:
         values = [float(getattr(r, f)) for r in runs]
         out[f] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    out["watches"] = watch_summary(runs[0])
     return out
+
+
+def watch_summary(run: Run) -> dict[str, float]:
+    """The API server's open watches of one run: in all before the apply and once formed, per
+    sim node before the apply, and added per domain node by the formation (daemons, agents)."""
+    idle, formed = sum(run.watches_idle.values()), sum(run.watches_formed.values())
+    nodes = max(1, run.n // run.pods_per_node)
+    return {
+        "idle": idle,
+        "formed": formed,
+        "sim_nodes": run.sim_nodes,
+        "idle_per_sim_node": round(idle / run.sim_nodes, 2) if run.sim_nodes else 0.0,
+        "added_per_domain_node": round((formed - idle) / nodes, 2),
+    }

@@ -69,9 +69,21 @@ def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
                         / nodes,
                         "apiserver_cpu_ms_per_node": 1000 * cpu.get("kube-apiserver", 0.0) / nodes,
                         "load": run.get("load_start", 0.0),
+                        "watches": _watches(run, nodes),
                     }
                 )
     return sorted(out, key=lambda r: (r["per_node"], r["nodes"], r["source"]))
+
+
+def _watches(run: dict[str, Any], nodes: int) -> str:
+    """The API server's open watches as "per sim node before the apply / added per domain node
+    once formed"; "-" for a result file from before issue 28 (no watch count)."""
+    idle, formed = run.get("watches_idle"), run.get("watches_formed")
+    sim_nodes = run.get("sim_nodes", 0)
+    if not idle or not sim_nodes:
+        return "-"
+    before, after = sum(idle.values()), sum((formed or {}).values())
+    return f"{before / sim_nodes:.2f} / {(after - before) / nodes:+.2f}"
 
 
 def failures(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -107,8 +119,9 @@ def table(results_dir: Path) -> str:
     lines = [
         "| pods (per node) | nodes | apply → CD Ready | apply → pods Running | teardown | "
         "last daemon Ready → CD Ready | non-Lease writes / node | clique conflicts / join | "
-        "controller CPU / node | apiserver CPU / node | load | targets missed | source |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "controller CPU / node | apiserver CPU / node | watches / sim node, + / domain node | "
+        "load | targets missed | source |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in found:
         missed = verdicts(r, base if r["per_node"] == 1 else None)
@@ -117,7 +130,7 @@ def table(results_dir: Path) -> str:
             f"{r['pods_running_s']:.1f} s | {r['teardown_s']:.1f} s | "
             f"{r['status_path_s']:.2f} s | {r['writes_per_node']:.1f} | "
             f"{r['conflicts_per_join']:.2f} | {r['controller_cpu_ms_per_node']:.0f} ms | "
-            f"{r['apiserver_cpu_ms_per_node']:.0f} ms | {r['load']:.1f} | "
+            f"{r['apiserver_cpu_ms_per_node']:.0f} ms | {r['watches']} | {r['load']:.1f} | "
             f"{'; '.join(missed) or 'none'} | `{r['source']}` |"
         )
     if failed:

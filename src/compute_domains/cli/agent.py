@@ -30,6 +30,7 @@ from compute_domains.cli import daemonopts, serving
 from compute_domains.daemon import launcher
 from compute_domains.daemon.config import DaemonSettings
 from compute_domains.infra import kube, tasks
+from compute_domains.infra.kube import informers as kube_informers
 
 logger = logging.getLogger(__name__)
 
@@ -119,14 +120,18 @@ async def run_agent(
     settings: AgentSettings,
     build: DaemonFactory,
     programs: launcher.Launcher | None = None,
+    informers: kube_informers.Informers | None = None,
 ) -> None:
-    """Run the agent with its own API client until cancelled.
+    """Run the agent with its own API client until cancelled (``informers``: the host's shared
+    caches of an in-process agent; None: its own watches).
 
     Raises:
         ComputeDomainsError: a task failed (one line naming every cause).
     """
     client = kube.client(settings.kube)
-    agent = app.ResidentAgent(settings, client, daemon_settings=build, programs=programs)
+    agent = app.ResidentAgent(
+        settings, client, daemon_settings=build, programs=programs, informers=informers
+    )
     try:
         await agent.run()
     except ExceptionGroup as group_:

@@ -138,6 +138,12 @@ def group() -> None:
     help="Result file name prefix (e.g. scale): keeps one-off runs out of `bench report`.",
 )
 @simoptions.NODES_MODE
+@click.option(
+    "--own-watches",
+    is_flag=True,
+    help="Virtual nodes: every in-process component opens its own watches instead of its "
+    "node host's one watch per kind (the baseline of issue 28's comparison).",
+)
 @benchdrivers.driver_options
 def formation_cmd(
     sizes: str,
@@ -147,6 +153,7 @@ def formation_cmd(
     keep: bool,
     prefix: str,
     nodes_mode: str,
+    own_watches: bool,
     driver_args: tuple[str, ...],
     set_args: tuple[str, ...],
     namespace_args: tuple[str, ...],
@@ -190,10 +197,12 @@ def formation_cmd(
                 say=console.print,
                 nodes_mode=nodes_mode,
                 pods_per_node=pods_per_node,
+                shared_informers=not own_watches,
             )
         )
     doc = rounds.document(specs, done)
     doc["nodes_mode"] = nodes_mode
+    doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
     doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
     console.print(_table(doc["results"]))
     side = len(specs) > 1 or specs[0].name != drivers.OURS

@@ -115,6 +115,7 @@ def fresh_sim(
     spec: drivers.DriverSpec,
     keep: bool,
     nodes_mode: str = "process",
+    shared_informers: bool = True,
 ) -> Iterator[rounds.SimHandle]:
     """A new sim without any driver for one round (the round installs it); stopped afterwards."""
     paths = state.SimPaths(options.sim_home(), name)
@@ -134,6 +135,7 @@ def fresh_sim(
         patience=True,
         image_map=spec.image_map,
         nodes_mode=nodes_mode,
+        shared_informers=shared_informers,
     )
     try:
         recorded = state.read_state(paths)
@@ -161,11 +163,12 @@ def run_round(
     say: rounds.Say,
     nodes_mode: str = "process",
     pods_per_node: int = 1,
+    shared_informers: bool = True,
 ) -> rounds.RoundResult:
     """One round in its own sim; a sim that does not start fails this round, not the rest."""
     load = os.getloadavg()[0]
     try:
-        with fresh_sim(name, bin_dir, racks, rnd.driver, keep, nodes_mode) as sim:
+        with fresh_sim(name, bin_dir, racks, rnd.driver, keep, nodes_mode, shared_informers) as sim:
             return asyncio.run(rounds.run_round(rnd, sim, sizes, say, pods_per_node))
     except errors.SimError as err:
         say(f"round {rnd.index + 1} ({rnd.driver.name}): the sim did not start: {err}")

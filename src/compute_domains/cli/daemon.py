@@ -31,6 +31,7 @@ from compute_domains.daemon import app, imexconfig, launcher, steps, supervisor
 from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings, Identity, PeerSettings
 from compute_domains.infra import kube, logs, tasks
+from compute_domains.infra.kube import informers as kube_informers
 
 AGENT_IMEX_CONFIG = "imexd.agent.cfg"
 """Name of a resident agent's own IMEX config in a CD's per-CD folder."""
@@ -213,15 +214,24 @@ async def run_daemon(
     metrics: daemon_metrics.DaemonMetrics,
     timeline: steps.Steps,
     programs: launcher.Launcher | None = None,
+    informers: kube_informers.Informers | None = None,
 ) -> None:
     """Run the daemon with its own API client until cancelled; ``programs`` is how it runs
-    ``nvidia-imex`` (child processes when None).
+    ``nvidia-imex`` (child processes when None); ``informers`` the host's shared caches (an
+    in-process daemon of a virtual node; None: its own watches).
 
     Raises:
         ComputeDomainsError: a task failed (one line naming every cause).
     """
     client = kube.client(settings.kube)
-    daemon = app.Daemon(settings, client, metrics=metrics, timeline=timeline, programs=programs)
+    daemon = app.Daemon(
+        settings,
+        client,
+        metrics=metrics,
+        timeline=timeline,
+        programs=programs,
+        informers=informers,
+    )
     try:
         await daemon.run()
     except ExceptionGroup as group_:

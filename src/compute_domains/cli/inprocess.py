@@ -16,7 +16,9 @@ the same command as in a process:
    the same component classes run, awaited in the container's task. What only a process has
    is replaced by an object with the same role: the plugin's NVML is the node's own library file
    (``plugin.nvmllib``, found on the container's ``LD_LIBRARY_PATH`` as the loader would), and
-   the daemon's ``nvidia-imex`` is the IMEX stand-in in-process (``sim.imex_inproc``). Logging
+   the daemon's ``nvidia-imex`` is the IMEX stand-in in-process (``sim.imex_inproc``); what
+   a process watches on its own, an in-process component follows in its host's shared caches
+   (``View.informers``: one watch per kind for the whole host, issue 28). Logging
    is not set up (the process's is); the container's log sink takes the command's level and
    format.
 
@@ -161,7 +163,7 @@ async def run_plugin(view: virtual.View) -> int:
         strict_fabric=settings.strict_fabric,
         nvml=nvmllib.LibraryNvml(library),
     )
-    await plugin_app.Plugin(settings, nvml).run()
+    await plugin_app.Plugin(settings, nvml, informers=view.informers).run()
     return 0
 
 
@@ -182,7 +184,7 @@ async def run_daemon(view: virtual.View) -> int:
     settings = daemon_cli.daemon_settings(opts)
     timeline.mark(steps.SETTINGS_LOADED)
     imex = imex_inproc.InProcessImex(view.host_path)
-    await daemon_cli.run_daemon(settings, metrics, timeline, imex)
+    await daemon_cli.run_daemon(settings, metrics, timeline, imex, informers=view.informers)
     return 0
 
 
@@ -203,7 +205,7 @@ async def run_agent(view: virtual.View) -> int:
     settings = agent_cli.agent_settings(opts, domains_dir=view.host_path(container_dir))
     build = agent_cli.factory(opts, seen_as=lambda d: container_dir / d.assignment.domain_uid)
     imex = imex_inproc.InProcessImex(view.host_path)
-    await agent_cli.run_agent(settings, build, imex)
+    await agent_cli.run_agent(settings, build, imex, informers=view.informers)
     return 0
 
 

@@ -221,6 +221,12 @@ def status(name: str, output: str) -> None:
 @simoptions.IMAGE_MAP
 @simoptions.NODES_MODE
 @simoptions.RACKS_PER_HOST
+@click.option(
+    "--own-watches",
+    is_flag=True,
+    help="Virtual nodes: every in-process component opens its own watches instead of its "
+    "node host's shared caches (a measurement's baseline).",
+)
 @simoptions.shape_options
 def serve(
     home: Path,
@@ -233,6 +239,7 @@ def serve(
     image_map: tuple[str, ...],
     nodes_mode: str,
     racks_per_host: int | None,
+    own_watches: bool,
     racks: int,
     nodes_per_rack: int,
     gpus_per_node: int,
@@ -269,6 +276,7 @@ def serve(
         programs=inprocess.programs(Path(sys.executable).parent)
         if nodes_mode == "virtual"
         else None,
+        shared_informers=not own_watches,
     )
     if racks_per_host is not None:
         settings = dataclasses.replace(settings, racks_per_host=racks_per_host)

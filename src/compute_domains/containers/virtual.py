@@ -38,6 +38,7 @@ from typing import Any
 
 from compute_domains.containers import procs, runtime
 from compute_domains.infra import logroute
+from compute_domains.infra.kube import informers as kube_informers
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class View:
     """The container's host name (its pod's name)."""
     log: logroute.Sink | None = None
     """The container's log (the program sets its level and format from its flags)."""
+    informers: kube_informers.Informers | None = None
+    """The host's shared caches (one watch per kind for every in-process component of the
+    host, issue 28); None: each program opens its own watches, as in its own process."""
 
     def host_path(self, path: str | Path) -> Path:
         """Where ``path`` (inside the container) is on the node (see the module docstring)."""
@@ -192,9 +196,11 @@ class VirtualRuntime(runtime.Runtime):
         settings: runtime.RuntimeSettings,
         state_dir: Path,
         programs: Programs | None = None,
+        informers: kube_informers.Informers | None = None,
     ) -> None:
         super().__init__(settings, state_dir)
         self._programs = programs
+        self._informers = informers
         self._pids = itertools.count(_FIRST_PID)
         logroute.install()
 
@@ -215,6 +221,7 @@ class VirtualRuntime(runtime.Runtime):
             devices=cfg.devices,
             hostname=cfg.hostname,
             log=sink,
+            informers=self._informers,
         )
 
     async def start(

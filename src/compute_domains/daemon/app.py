@@ -58,6 +58,7 @@ from compute_domains.daemon import metrics as daemon_metrics
 from compute_domains.daemon.config import DaemonSettings
 from compute_domains.infra import metrics as infra_metrics
 from compute_domains.infra import tasks
+from compute_domains.infra.kube import informers as kube_informers
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +85,11 @@ class Daemon:
         metrics: daemon_metrics.DaemonMetrics | None = None,
         timeline: steps.Steps | None = None,
         programs: launcher.Launcher | None = None,
+        informers: kube_informers.Informers | None = None,
     ) -> None:
         self._settings = settings
         self._programs = programs
+        self._informers = informers
         self._client = client
         self._rng = rng or random.Random()
         self._log = logging.LoggerAdapter(
@@ -259,6 +262,7 @@ class Daemon:
             rng=self._rng,
             meter=self.metrics,
             on_entry=self._entry_seen,
+            shared=self._informers,
         )
 
         async def label() -> None:
@@ -273,7 +277,12 @@ class Daemon:
             member.set_status(value)
 
         pod = readiness.PodReadiness(
-            self._client, ident, on_change=on_readiness, retry=s.retry, own_check=True
+            self._client,
+            ident,
+            on_change=on_readiness,
+            retry=s.retry,
+            own_check=True,
+            shared=self._informers,
         )
         self.imex, self.membership, self._pod = imex, member, pod
         work: dict[str, Coroutine[Any, Any, None]] = {

@@ -4,7 +4,9 @@
 and after every change (None after a deletion), over ``infra.kube.watch.stream``: the one
 list+watch loop, which resumes, re-lists on 410 and backs off on errors. So a consumer sees the
 current state first and then each change, possibly repeated after a re-list, and must treat a
-snapshot as idempotent. There is no polling.
+snapshot as idempotent. There is no polling. Given the host's shared caches
+(``infra.kube.informers``, a virtual node's components), it follows the object in the host's one
+cache of its kind instead of opening a watch of its own; what it yields is the same.
 
 :func:`classify` is where the daemon chooses its policy on top of ``infra.kube``'s classifier:
 the default table, except that 401/403 are permanent. A daemon whose RBAC is missing can never
@@ -19,9 +21,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
 
 from compute_domains.infra import backoff, errors, kube
-from compute_domains.infra.kube import watch
+from compute_domains.infra.kube import informers, watch
 
 
 def status_code(err: BaseException) -> int | None:
@@ -58,12 +61,23 @@ async def follow(
     namespace: str,
     retry: backoff.Backoff,
     rng: random.Random | None = None,
+    shared: informers.Informers | None = None,
 ) -> AsyncIterator[Any | None]:
     """Yield object ``namespace/name`` of kind ``res`` now and after every change (None: absent).
 
     Runs until the consumer stops iterating or the task is cancelled; API failures are logged
-    and retried, never raised.
+    and retried, never raised. With ``shared``, from the host's cache of the kind (a Pod from
+    its cache of bound pods).
     """
+    if shared is not None:
+        cache = (
+            informers.bound_pods(shared)
+            if res is Pod
+            else shared.informer(res, namespace=namespace)
+        )
+        async for obj in informers.follow(cache, (namespace, name)):
+            yield obj
+        return
     kind = getattr(res, "__name__", str(res))
     async for item in watch.stream(
         client,

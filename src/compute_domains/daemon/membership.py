@@ -53,6 +53,7 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import cliqueentry, cliquewrites, events, kubeio, metrics
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
+from compute_domains.infra.kube import informers
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class Membership:
         rng: random.Random | None = None,
         meter: metrics.DaemonMetrics | None = None,
         on_entry: Callable[[CliqueDaemon], None] | None = None,
+        shared: informers.Informers | None = None,
     ) -> None:
         self._client = client
+        self._shared = shared
         self._ident = ident
         self._max = max_nodes
         self._retry = retry
@@ -143,6 +146,7 @@ class Membership:
             namespace=self._ident.pod_namespace,
             retry=self._retry,
             rng=self._rng,
+            shared=self._shared,
         ):
             self._observe(None if raw is None else ComputeDomainClique.from_resource(raw), raw)
             self._kick.set()

@@ -29,6 +29,7 @@ from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import kubeio
 from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff, errors
+from compute_domains.infra.kube import informers
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +133,10 @@ class PodReadiness:
         on_change: Callable[[Readiness], None],
         retry: backoff.Backoff,
         own_check: bool = False,
+        shared: informers.Informers | None = None,
     ) -> None:
         self._client = client
+        self._shared = shared
         self._ident = ident
         self._on_change = on_change
         self._retry = retry
@@ -158,6 +161,7 @@ class PodReadiness:
             self._ident.pod_name,
             namespace=self._ident.pod_namespace,
             retry=self._retry,
+            shared=self._shared,
         ):
             if pod is not None and pod.metadata.uid != self._ident.pod_uid:
                 continue  # a namesake pod (StatefulSet-style reuse of the name): not us

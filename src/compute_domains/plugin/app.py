@@ -32,6 +32,7 @@ from lightkube import AsyncClient
 
 from compute_domains.infra import bootid, errors, kube, tasks
 from compute_domains.infra import metrics as infra_metrics
+from compute_domains.infra.kube import informers as kube_informers
 from compute_domains.plugin import (
     basespec,
     cdi,
@@ -60,9 +61,17 @@ logger = logging.getLogger(__name__)
 class Plugin:
     """The DRA kubelet plugin of one node."""
 
-    def __init__(self, settings: PluginSettings, hardware: discovery.Discovery) -> None:
-        """Args: settings: everything configurable; hardware: discovery (NVML in production)."""
+    def __init__(
+        self,
+        settings: PluginSettings,
+        hardware: discovery.Discovery,
+        informers: kube_informers.Informers | None = None,
+    ) -> None:
+        """Args: settings: everything configurable; hardware: discovery (NVML in production);
+        informers: the host's shared caches (a virtual node's plugin: one watch per kind for
+        every node of the host, issue 28), None to open this plugin's own watches."""
         self._s = settings
+        self._informers = informers
         self._discovery = hardware
         self.metrics = metrics.PluginMetrics(settings.node_name)
         self.ready = asyncio.Event()
@@ -133,9 +142,14 @@ class Plugin:
         publisher: resourceslice.SlicePublisher | None = None
         joiner: eager.SharedLabel | None = None
         domains = computedomain.Domains(
-            client, node=s.node_name, driver_namespace=s.driver_namespace
+            client,
+            node=s.node_name,
+            driver_namespace=s.driver_namespace,
+            shared=self._informers,
         )
-        shared_imex = shared.Shared(client, node=s.node_name, driver_namespace=s.driver_namespace)
+        shared_imex = shared.Shared(
+            client, node=s.node_name, driver_namespace=s.driver_namespace, cliques=domains.cliques
+        )
         facts = edits.NodeFacts(
             clique_id=info.clique_id, channel_major=info.channel_major, caps_major=info.caps_major
         )
@@ -165,6 +179,7 @@ class Plugin:
             node=s.node_name,
             channel_slots=s.channel_slots,
             holder=lambda: device_state.holder,
+            shared=self._informers,
         )
         sweeper = cleanup.Cleanup(
             client=client,
@@ -184,7 +199,12 @@ class Plugin:
         )
         # The Node's labels before the first prepare: a warm node refuses other CDs' claims, a
         # node in the per-clique scope per-domain ones.
-        warm = nodewatch.NodeWatch(client, node=s.node_name, on_change=device_state.set_node_labels)
+        warm = nodewatch.NodeWatch(
+            client,
+            node=s.node_name,
+            on_change=device_state.set_node_labels,
+            shared=self._informers,
+        )
         warm_task = asyncio.create_task(warm.run(), name="node-watch")
         try:
             await warm.synced.wait()

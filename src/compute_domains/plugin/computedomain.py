@@ -1,7 +1,12 @@
 """Node-side ComputeDomain checks: find a CD by UID, own the node label, wait for readiness.
 
-- Lookups are fresh reads (a list in the claim's namespace, filtered by UID), not an informer
-  cache: a CD created a moment ago is found, and a deleted one is not. A channel claim whose CD
+- Lookups are fresh reads (a list in the claim's namespace, filtered by UID) for a plugin in its
+  own process. A plugin given its host's shared caches (a virtual node, ``infra.kube.informers``)
+  finds the CD in the host's one ComputeDomain cache, indexed by UID, and lists only when the
+  cache does not hold it (a CD created a moment ago, not yet seen by the watch), so a CD that
+  exists is always found; one deleted a moment ago may still be found, as it may be between a
+  fresh read and its use. Either way every prepare no longer lists every ComputeDomain of the
+  cluster on a host of hundreds of nodes. A channel claim whose CD
   does not exist, or lives in another namespace than the claim, fails permanently; a daemon
   claim (which lives in the driver namespace) finds its CD in any namespace and retries while
   it is missing, as upstream does.
@@ -11,7 +16,8 @@
   under the same precondition by ``shared``), refuses the claim with a retryable error.
   Removing it only ever removes our own value (a newer CD's label is left alone).
 - Readiness is watched, not polled: read the node's entry once, then follow a watch from that
-  read's resourceVersion until the entry is Ready or the attempt's time runs out. On a node with
+  read's resourceVersion until the entry is Ready or the attempt's time runs out (with shared
+  caches: wait on the host's clique or CD cache, no watch of its own). On a node with
   a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
   written by the daemon; on a node without one it is the CD's ``status.nodes`` entry, which the
   controller derives from the daemon pod.
@@ -35,6 +41,7 @@ from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
+from compute_domains.infra.kube import cache, informers
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +85,24 @@ class DomainPort(Protocol):
 class Domains:
     """ComputeDomain reads and node-label writes for one node (the ``DomainPort`` in use)."""
 
-    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver_namespace: str,
+        shared: informers.Informers | None = None,
+    ) -> None:
         self._client = client
         self._node = node
         self._driver_ns = driver_namespace
+        self._domains = (
+            None
+            if shared is None
+            else shared.informer(ComputeDomainResource, indexers={UID_INDEX: _uid_of})
+        )
+        self.cliques = None if shared is None else cliques(shared, driver_namespace)
+        """The host's clique cache of the driver namespace (None: watch on our own)."""
 
     async def find(self, domain_uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
         """The CD with ``domain_uid`` in ``namespace`` (all namespaces by default), or None;
@@ -91,6 +112,14 @@ class Domains:
         entries: every prepare looks its CD up, and decoding a 1,152-entry status (and every
         other CD of the list) for each of 2,304 prepares was most of a loaded node's CPU.
         """
+        if self._domains is not None:
+            await self._domains.synced.wait()
+            cached = self._domains.by_index(UID_INDEX, domain_uid)
+            for obj in cached:
+                if namespace in (ALL_NS, (obj.get("metadata") or {}).get("namespace")):
+                    return _without_nodes(dict(obj))
+            if cached:
+                return None  # a UID names one object: it is in another namespace
         # The plugin's policy: any failure to read is temporary (the kubelet retries the claim).
         try:
             with kube.translated("listing ComputeDomains"):
@@ -101,10 +130,7 @@ class Domains:
             raise errors.TemporaryError(str(err)) from err
         for item in items:
             if (item.get("metadata") or {}).get("uid") == domain_uid:
-                status = item.get("status")
-                if isinstance(status, dict):
-                    item = item | {"status": {k: v for k, v in status.items() if k != "nodes"}}
-                return ComputeDomain.from_dict(item)
+                return _without_nodes(item)
         return None
 
     async def for_channel(self, domain_uid: str, claim_namespace: str) -> ComputeDomain:
@@ -222,7 +248,12 @@ class Domains:
                 return entry is not None and entry.status is Readiness.READY
 
             waiting = follow(
-                self._client, ComputeDomainCliqueResource, name, self._driver_ns, clique_ready
+                self._client,
+                ComputeDomainCliqueResource,
+                name,
+                self._driver_ns,
+                clique_ready,
+                self.cliques,
             )
         else:
             where = f"status of ComputeDomain {cd.namespace}/{cd.name}"
@@ -232,7 +263,9 @@ class Domains:
                 entry = status.node(node) if status is not None else None
                 return entry is not None and entry.status is Readiness.READY
 
-            waiting = follow(self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready)
+            waiting = follow(
+                self._client, ComputeDomainResource, cd.name, cd.namespace, cd_ready, self._domains
+            )
         try:
             async with asyncio.timeout(timeout):
                 with kube.translated(f"watching {where}"):
@@ -260,10 +293,43 @@ class Domains:
         return next((p for p in ready.message.split("; ") if p.startswith(mine)), "")
 
 
+UID_INDEX = "uid"
+"""The index of the host's ComputeDomain cache by UID."""
+
+
+def _uid_of(obj: Any) -> list[str]:
+    # The raw field: a generic resource decodes all of ObjectMeta on every ``.metadata``.
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [str(uid)] if uid else []
+
+
+def _without_nodes(item: dict[str, Any]) -> ComputeDomain:
+    """The CD decoded without its ``status.nodes`` (no caller here reads them, and decoding a
+    1,152-entry status for each of 2,304 prepares was most of a loaded node's CPU)."""
+    status = item.get("status")
+    if isinstance(status, dict):
+        item = item | {"status": {k: v for k, v in status.items() if k != "nodes"}}
+    return ComputeDomain.from_dict(item)
+
+
+def cliques(shared: informers.Informers, driver_namespace: str) -> cache.Cache[Any]:
+    """The host's cache of the cliques (and shared registries) of the driver namespace."""
+    return shared.informer(ComputeDomainCliqueResource, namespace=driver_namespace)
+
+
 async def follow(
-    client: AsyncClient, res: Any, name: str, namespace: str, ready: Callable[[Any], bool]
+    client: AsyncClient,
+    res: Any,
+    name: str,
+    namespace: str,
+    ready: Callable[[Any], bool],
+    shared: cache.Cache[Any] | None = None,
 ) -> None:
-    """Read ``name`` once, then follow a watch from that read until ``ready`` holds."""
+    """Read ``name`` once, then follow a watch from that read until ``ready`` holds; with the
+    host's cache of the kind (``shared``), wait on it instead."""
+    if shared is not None:
+        await informers.wait_until(shared, (namespace, name), ready)
+        return
     version: str | None = None
     try:
         with kube.translated(f"reading {name}"):

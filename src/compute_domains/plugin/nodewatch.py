@@ -10,6 +10,8 @@ The plugin learns both from one list+watch of its own Node (field selector ``met
 chart RBAC: nodes get/list/watch), never by polling: ``infra.kube.watch.stream`` resumes and
 re-lists, and each state seen is passed on, so a label set or removed reaches the
 ResourceSlice within one watch event. The Node gone (a re-list without it) means no labels.
+Given the host's shared caches (a virtual node), it follows the Node in the host's one Node
+cache instead (``infra.kube.informers.follow``), with the same outcome.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from compute_domains.api import names, sharedimex
+from compute_domains.infra.kube import informers
 from compute_domains.infra.kube import watch as kube_watch
 from compute_domains.plugin import holder
 
@@ -48,8 +51,10 @@ class NodeWatch:
         *,
         node: str,
         on_change: Callable[[holder.NodeLabels], None],
+        shared: informers.Informers | None = None,
     ) -> None:
         self._client = client
+        self._shared = shared
         self._node = node
         self._on_change = on_change
         self._value: holder.NodeLabels | None = None
@@ -79,6 +84,11 @@ class NodeWatch:
 
     async def run(self) -> None:
         """Follow the Node until cancelled."""
+        if self._shared is not None:
+            nodes = informers.nodes(self._shared)
+            async for node in informers.follow(nodes, ("", self._node)):
+                self._seen(node_labels(node))
+            return
         async for item in kube_watch.stream(
             self._client,
             Node,

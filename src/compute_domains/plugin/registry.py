@@ -34,6 +34,7 @@ from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, Readiness
 from compute_domains.infra import errors, kube
+from compute_domains.infra.kube import cache
 from compute_domains.plugin import computedomain
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,19 @@ ALLOCATE_ATTEMPTS = 12
 class Registry:
     """Channel allocation in, and readiness from, the shared registries (one node's view)."""
 
-    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver_namespace: str,
+        cliques: cache.Cache[Any] | None = None,
+    ) -> None:
         self._client = client
         self._node = node
         self._ns = driver_namespace
+        self._cliques = cliques
+        """The host's clique cache (``computedomain.cliques``); None: watch on our own."""
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in clique ``clique_id``'s registry (allocated now if it has none).
@@ -154,7 +164,12 @@ class Registry:
             async with asyncio.timeout(timeout):
                 with kube.translated(f"watching {where}"):
                     await computedomain.follow(
-                        self._client, ComputeDomainCliqueResource, name, self._ns, ready
+                        self._client,
+                        ComputeDomainCliqueResource,
+                        name,
+                        self._ns,
+                        ready,
+                        self._cliques,
                     )
         except TimeoutError as err:
             raise errors.TemporaryError(

@@ -7,7 +7,9 @@ the Node. A watch on the slices of our driver and node (field selectors ``spec.n
 slices when it restarts or after a plugin has been gone for 30 s), changed by someone else, or
 when a foreign slice of ours appears (an older plugin's, deleted as obsolete); ``poke`` marks it
 dirty when the node's holder changed. One reconcile task brings the API to the wanted state,
-bumping the pool generation on every content change; failures retry with backoff. Slices are
+bumping the pool generation on every content change; failures retry with backoff. A plugin
+given its host's shared caches (a virtual node) follows the slices of its node in the host's one
+cache of our driver's slices (indexed by node) instead of its own watch. Slices are
 left in place at shutdown, as upstream does: a restarting plugin must not flap its devices.
 """
 
@@ -24,6 +26,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.api import names
 from compute_domains.infra import backoff, kube
+from compute_domains.infra.kube import cache, informers
 from compute_domains.infra.kube import watch as kube_watch
 from compute_domains.plugin import devices
 
@@ -36,9 +39,16 @@ class SlicePublisher:
     """Keeps one node's ResourceSlice equal to the wanted content."""
 
     def __init__(
-        self, client: AsyncClient, *, node: str, channel_slots: int, holder: Callable[[], str]
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        channel_slots: int,
+        holder: Callable[[], str],
+        shared: informers.Informers | None = None,
     ) -> None:
         self._client = client
+        self._shared = shared
         self._node = node
         self._slots = channel_slots
         self._holder = holder
@@ -155,6 +165,9 @@ class SlicePublisher:
         }
 
     async def _watch_loop(self) -> None:
+        if self._shared is not None:
+            await self._follow_shared(self._shared)
+            return
         # infra.kube.watch.stream lists, watches, resumes and re-lists; we only judge states.
         async for item in kube_watch.stream(
             self._client, ResourceSlice, name=f"resourceslices:{self._node}", fields=self._fields
@@ -168,6 +181,33 @@ class SlicePublisher:
             else:
                 self._judge(item.type, item.obj)
 
+    async def _follow_shared(self, shared: informers.Informers) -> None:
+        slices = shared.informer(
+            ResourceSlice,
+            namespace=None,
+            fields={"spec.driver": names.DRIVER_NAME},
+            indexers={informers.NODE_INDEX: cache.field_indexer(_node_of)},
+        )
+
+        def changed(old: ResourceSlice | None, new: ResourceSlice | None) -> None:
+            if new is None:
+                if old is not None:
+                    self._judge("DELETED", old)
+            else:
+                self._judge("MODIFIED", new)
+
+        unsubscribe = slices.subscribe(changed, index=informers.NODE_INDEX, value=self._node)
+        try:
+            await slices.synced.wait()
+            mine = slices.by_index(informers.NODE_INDEX, self._node)
+            if self._name not in [o.metadata.name if o.metadata else None for o in mine]:
+                self._dirty.set()
+            for obj in mine:
+                self._judge("ADDED", obj)
+            await asyncio.Event().wait()  # changes arrive through ``changed``
+        finally:
+            unsubscribe()
+
     def _judge(self, op: str, obj: ResourceSlice) -> None:
         """Mark the slice dirty when a change leaves ours missing, stale, or not alone."""
         name = obj.metadata.name if obj.metadata else None
@@ -175,6 +215,10 @@ class SlicePublisher:
             return
         if op == "DELETED" or name != self._name or not self._matches(obj, self._wanted()):
             self._dirty.set()
+
+
+def _node_of(obj: ResourceSlice) -> str | None:
+    return obj.spec.nodeName if obj.spec is not None else None
 
 
 def _slice(body: dict[str, Any]) -> ResourceSlice:

@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 from compute_domains.api import names, sharedimex
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors, kube
+from compute_domains.infra.kube import cache
 from compute_domains.plugin import computedomain, registry
 
 logger = logging.getLogger(__name__)
@@ -74,10 +75,19 @@ class SharedPort(Protocol):
 class Shared:
     """The ``SharedPort`` in use: our Node's per-clique marks and the shared registries."""
 
-    def __init__(self, client: AsyncClient, *, node: str, driver_namespace: str) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver_namespace: str,
+        cliques: cache.Cache[Any] | None = None,
+    ) -> None:
         self._client = client
         self._node = node
-        self._registry = registry.Registry(client, node=node, driver_namespace=driver_namespace)
+        self._registry = registry.Registry(
+            client, node=node, driver_namespace=driver_namespace, cliques=cliques
+        )
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """See ``registry.Registry.allocate``."""

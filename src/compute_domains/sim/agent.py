@@ -4,8 +4,20 @@ For each node of the shape it prepares the node's "host" filesystem (kubelet fol
 folders, a boot id, and the NVIDIA driver installation with its procfs stand-ins as a GB200 host
 has them, ``sim.driverroot``), issues the node's client and serving certificates from the sim's CA,
 and runs a ``SimNode``. Node faults (stop, start, reboot) act on one node without touching the
-others. Node roots live under a short ``/tmp/cd-<hash>/`` folder because unix socket paths of
-kubelet plugins must stay under 108 bytes.
+others.
+
+With virtual nodes the agent is the node host that owns the process's shared caches
+(``infra.kube.informers.Informers``, issue 28): one list+watch per kind (bound pods, Nodes, our
+driver's ResourceSlices, cliques, ComputeDomains) serves every simulated kubelet and every
+in-process plugin, daemon and agent of the host, as controller-runtime's manager serves every
+controller of a process. It reads with the host's own identity (a client certificate of the
+sim's CA in ``system:masters``, as kwok reads with its own), since one watch cannot carry the
+credentials of each node and pod it serves; each component still writes, and reads what it
+does not follow, with its own credentials, so the Node authorizer, NodeRestriction and the
+chart's RBAC still apply to every write. Process-mode nodes keep one watch per component.
+
+Node roots live under a short ``/tmp/cd-<hash>/`` folder because unix socket paths of kubelet
+plugins must stay under 108 bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +27,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +36,7 @@ from lightkube import AsyncClient
 
 from compute_domains.containers import runtime, virtual
 from compute_domains.infra import atomicfile, kube
+from compute_domains.infra.kube import informers as kube_informers
 from compute_domains.sim import driverroot, images, pki, topology
 from compute_domains.sim.kubelet import config, node, server
 from compute_domains.sim.nvml import config as nvml_config
@@ -63,6 +77,10 @@ class AgentSettings:
     """With ``virtual_nodes``: the in-process programs (``pause`` always is one)."""
     nodes: frozenset[str] | None = None
     """The nodes this agent runs (a node host's share, ``sim.hosts``); None: the whole shape."""
+    shared_informers: bool = True
+    """With ``virtual_nodes``: one watch per kind for the whole host (the module docstring);
+    False: every in-process component opens its own, as in process mode (a measurement's
+    baseline)."""
 
 
 def nodes_base(sim_root: Path) -> Path:
@@ -94,6 +112,8 @@ class NodeAgent:
         }
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, AsyncClient] = {}
+        self.informers: kube_informers.Informers | None = None
+        """The host's shared caches, once ``run`` built them (virtual nodes only)."""
         self.nodes: dict[str, node.SimNode] = {}
         self._credentialed: set[str] = set()
         self._registry = images.ImageRegistry(
@@ -192,7 +212,9 @@ class NodeAgent:
             isolate=self._s.isolate, extra_system_dirs=extra, node_proc=root / "proc"
         )
         rt = (
-            virtual.VirtualRuntime(rt_settings, root / "containers", self._s.programs)
+            virtual.VirtualRuntime(
+                rt_settings, root / "containers", self._s.programs, informers=self.informers
+            )
             if self._s.virtual_nodes
             else runtime.Runtime(rt_settings, root / "containers")
         )
@@ -203,7 +225,7 @@ class NodeAgent:
             api_port=int(self._api_port),
             kubelet=self._s.kubelet,
         )
-        return node.SimNode(settings, client, rt, self._registry, tls)
+        return node.SimNode(settings, client, rt, self._registry, tls, shared=self.informers)
 
     async def start_node(self, name: str, new_boot: bool = False) -> None:
         """Start (or restart) one node's kubelet."""
@@ -268,9 +290,40 @@ class NodeAgent:
         else:
             raise ValueError(f"unknown operation {op!r}")
 
+    def _host_client(self) -> AsyncClient:
+        """The client of the host's shared caches (see the module docstring)."""
+        ca = pki.KeyPair(
+            (self._s.pki_dir / "ca.crt").read_bytes(), (self._s.pki_dir / "ca.key").read_bytes()
+        )
+        ident = f"compute-domains:node-host:{os.getpid()}"
+        kc = self.base / f"node-host-{os.getpid()}.conf"
+        kc.touch(mode=0o600)
+        kc.write_text(
+            pki.kubeconfig(
+                server=self._s.api_server,
+                ca_pem=ca.cert_pem,
+                client=pki.issue(ca, ident, organizations=("system:masters",), client=True),
+                user=ident,
+            )
+        )
+        return kube.client(kube.KubeSettings(kubeconfig=kc, field_manager="node-host"))
+
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Start every node (a few at a time), then serve until cancelled."""
         prepare_base(self._s.sim_root)
+        if self._s.virtual_nodes and self._s.shared_informers:
+            host_client = await asyncio.to_thread(self._host_client)
+            self.informers = kube_informers.Informers(host_client, name="node-host")
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self.informers.run(), name="host-informers")
+                    await self._serve(ready)  # ends only by cancellation
+            finally:
+                await host_client.close()
+        else:
+            await self._serve(ready)
+
+    async def _serve(self, ready: asyncio.Event | None) -> None:
         sem = asyncio.Semaphore(8)
 
         async def one(name: str) -> None:

@@ -84,6 +84,9 @@ class SimSettings:
     programs: virtual.Programs | None = None
     """Virtual mode: which containers run in-process (the CLI's table of the project's
     commands); None runs only ``pause`` in-process."""
+    shared_informers: bool = True
+    """Virtual mode: each node host serves its in-process components from one watch per kind
+    (``sim.agent``, issue 28); False: each component opens its own, as in a process."""
     racks_per_host: int | None = None
     """Virtual mode: run the nodes in node host processes of this many racks each
     (``sim.hosts``); None: of ``hosts.DEFAULT_RACKS_PER_HOST`` racks each when the shape has
@@ -259,6 +262,7 @@ class SimCluster:
             if self._s.patience
             else self._s.kubelet,
             virtual_nodes=self._s.nodes_mode == "virtual",
+            shared_informers=self._s.shared_informers,
             programs=self._s.programs,
         )
         per_host = hosts.racks_per_host(

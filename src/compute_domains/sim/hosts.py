@@ -84,6 +84,7 @@ def plan_json(settings: agent.AgentSettings) -> str:
             "releases": {k: str(v) for k, v in s.releases.items()},
             "kubelet": dataclasses.asdict(s.kubelet),
             "virtual_nodes": s.virtual_nodes,
+            "shared_informers": s.shared_informers,
             "nodes": None if s.nodes is None else sorted(s.nodes),
         },
         indent=1,
@@ -112,6 +113,7 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
         releases={k: Path(v) for k, v in d["releases"].items()},
         kubelet=config.KubeletSettings(**d["kubelet"]),
         virtual_nodes=d["virtual_nodes"],
+        shared_informers=d.get("shared_informers", True),
         programs=programs,
         nodes=None if d["nodes"] is None else frozenset(d["nodes"]),
     )

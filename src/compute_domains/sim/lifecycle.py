@@ -57,6 +57,7 @@ def _supervisor_argv(
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
+    shared_informers: bool = True,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -95,6 +96,8 @@ def _supervisor_argv(
         argv += ["--nodes-mode", nodes_mode]
     if racks_per_host is not None:
         argv += ["--racks-per-host", str(racks_per_host)]
+    if not shared_informers:
+        argv.append("--own-watches")
     return argv
 
 
@@ -148,13 +151,16 @@ def start(
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
+    shared_informers: bool = True,
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
     ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``);
     ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``), and
     ``racks_per_host`` how many racks each node host process runs in virtual mode (None: the
-    supervisor's default, ``cluster.SimSettings.racks_per_host``).
+    supervisor's default, ``cluster.SimSettings.racks_per_host``); ``shared_informers=False``
+    gives each in-process component of a virtual node its own watches (a measurement's baseline,
+    ``cluster.SimSettings.shared_informers``).
     ``timeout_s`` defaults to 300 s plus helm's wait for the shape (``progress.helm_timeout_s``);
     ``on_wait`` is called with the phase and the supervisor's progress line while it starts.
     """
@@ -181,6 +187,7 @@ def start(
                 image_map,
                 nodes_mode,
                 racks_per_host,
+                shared_informers,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

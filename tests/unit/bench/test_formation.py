@@ -56,3 +56,20 @@ def test_summary_is_median_and_spread() -> None:
     assert summary["daemons_ready_s"] == {"median": 2.0, "min": 1.0, "max": 3.0}
     assert summary["teardown_s"] == {"median": 4.0, "min": 2.0, "max": 6.0}
     assert summary["writes_formation_no_leases"]["median"] == 60.0
+
+
+def test_watch_counts_sum_open_watches_by_resource() -> None:
+    text = "\n".join(
+        [
+            "# TYPE apiserver_longrunning_requests gauge",
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",'
+            'scope="cluster",subresource="",verb="WATCH"} 3',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",'
+            'scope="namespace",subresource="",verb="WATCH"} 2',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="nodes",'
+            'scope="resource",subresource="",verb="WATCH"} 0',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",'
+            'scope="namespace",subresource="log",verb="GET"} 4',
+        ]
+    )
+    assert formation.watch_counts_of(text) == {"pods": 5}

@@ -148,3 +148,46 @@ async def test_run_recovers_from_errors_and_expired_watches() -> None:
         (False, "a"),
         (True, "b"),
     ]
+
+
+def test_keyed_and_indexed_subscribers_get_only_their_changes() -> None:
+    inf = _cache([])
+    mine: list[str] = []
+    on_n1: list[tuple[str | None, str | None]] = []
+    inf.subscribe(
+        lambda _o, n: mine.append(n.metadata.resourceVersion if n else "gone"), key=("ns", "a")
+    )
+
+    def node_change(old: Any, new: Any) -> None:
+        on_n1.append((old and old.metadata.name, new and new.metadata.name))
+
+    stop = inf.subscribe(node_change, index="node", value="n1")
+    inf._apply("ADDED", cm("a", "1", data="n1"))
+    inf._apply("ADDED", cm("b", "2", data="n2"))  # another object, another node: nobody
+    inf._apply("MODIFIED", cm("a", "3", data="n2"))  # leaves n1: n1's subscriber hears it
+    inf._apply("MODIFIED", cm("a", "4", data="n2"))  # on n2 only now
+    inf._apply("DELETED", cm("a", "5", data="n2"))
+    stop()
+    inf._apply("ADDED", cm("c", "6", data="n1"))  # unsubscribed
+    assert mine == ["1", "3", "4", "gone"]
+    assert on_n1 == [(None, "a"), ("a", "a")]
+
+
+def test_relist_differences_reach_keyed_subscribers() -> None:
+    inf = _cache([])
+    seen: list[Any] = []
+    inf.subscribe(lambda _o, n: seen.append(n), key=("ns", "a"))
+    inf._replace([cm("a", "1"), cm("b", "1")])
+    inf._replace([cm("b", "2")])  # a deleted while the watch was down (410, re-list)
+    assert [n and n.metadata.resourceVersion for n in seen] == ["1", None]
+
+
+def test_added_indexer_covers_objects_already_stored() -> None:
+    inf = _cache([])
+    inf._apply("ADDED", cm("a", "1", ns="x"))
+    inf.add_indexer("name", lambda o: [o.metadata.name])
+    inf._apply("ADDED", cm("b", "2", ns="x"))
+    assert _names(inf.by_index("name", "a")) == ["a"]
+    assert _names(inf.by_index("name", "b")) == ["b"]
+    with pytest.raises(ValueError, match="no index"):
+        inf.subscribe(lambda _o, _n: None, index="missing", value="v")

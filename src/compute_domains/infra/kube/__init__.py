@@ -6,6 +6,8 @@ One package, one module per job:
 - ``errors``: the one classifier of API failures (typed, temporary or permanent);
 - ``watch``: one resumable list+watch stream (resourceVersion resume, 410 → re-list);
 - ``cache``: an indexed, read-your-writes cache over that stream, shared by subscribers;
+- ``informers``: one such cache per kind per process, which a host hands to every component
+  it builds (the simulator's node hosts), and followers of one object in it;
 - ``events``: a bounded Event recorder that aggregates repeats as the kubelet's does;
 - ``raw``: one object's JSON as the API server sent it (repeated keys kept); a list as plain
   dicts, undecoded (``cdctl topology`` at 1,152 nodes).

@@ -10,7 +10,12 @@ Invariants:
 - Indexes map an index value to store keys and are updated with every store change.
 - Every change is reported to every subscriber as ``handler(old, new)`` (``new`` None for a
   deletion), in subscription order; handlers must not block (they only enqueue work). A handler
-  that raises is logged and does not stop the others or the cache.
+  that raises is logged and does not stop the others or the cache. A subscriber may ask for the
+  changes of one object only (``key``) or of one index value only (``index``/``value``, e.g.
+  the pods of one node): those are routed by dictionary, so a cache shared by hundreds of
+  consumers does not call each of them for every change.
+- A re-list (after 410 Gone or a failure) reports the differences to the stored state as
+  changes, so subscribers never see a re-list as such, only what changed meanwhile.
 - ``observe(obj)`` puts an object a consumer itself just wrote into the store unless the store
   already holds a newer version, so the next read sees that write even before the watch
   delivers it (client-go's mutation cache). Versions compare as integers, which is what the
@@ -102,21 +107,51 @@ class Cache(Generic[R]):
         self._fields = fields
         self._indexers = dict(indexers or {})
         self._handlers: list[ChangeHandler] = []
+        self._by_key: dict[Key, list[ChangeHandler]] = {}
+        self._by_value: dict[str, dict[str, list[ChangeHandler]]] = {}
         self._watch_timeout_s = watch_timeout_s
         self._backoff = relist_backoff or backoff.Backoff(initial=0.2, maximum=10.0)
         self._store: dict[Key, R] = {}
         self._index: dict[str, dict[str, set[Key]]] = {n: {} for n in self._indexers}
         self.synced = asyncio.Event()
 
-    def subscribe(self, handler: ChangeHandler) -> Callable[[], None]:
-        """Report every later change to ``handler``; returns the call that unsubscribes it."""
-        self._handlers.append(handler)
+    def subscribe(
+        self,
+        handler: ChangeHandler,
+        *,
+        key: Key | None = None,
+        index: str | None = None,
+        value: str | None = None,
+    ) -> Callable[[], None]:
+        """Report later changes to ``handler``: every change, or only those of the object
+        ``key``, or only those of objects whose indexer ``index`` yields ``value`` (before or
+        after the change). Returns the call that unsubscribes it."""
+        if key is not None:
+            handlers = self._by_key.setdefault(key, [])
+        elif index is not None:
+            if index not in self._indexers or value is None:
+                raise ValueError(f"informer {self.name}: no index {index!r} (or no value)")
+            handlers = self._by_value.setdefault(index, {}).setdefault(value, [])
+        else:
+            handlers = self._handlers
+        handlers.append(handler)
 
         def unsubscribe() -> None:
-            if handler in self._handlers:
-                self._handlers.remove(handler)
+            if handler in handlers:
+                handlers.remove(handler)
 
         return unsubscribe
+
+    def add_indexer(self, index: str, indexer: Indexer) -> None:
+        """Index the store by ``indexer`` too (a consumer joining a shared cache); an index
+        of that name already there is kept (consumers name indexes by what they compute)."""
+        if index in self._indexers:
+            return
+        self._indexers[index] = indexer
+        self._index[index] = {}
+        for key, obj in self._store.items():
+            for value in indexer(obj):
+                self._index[index].setdefault(value, set()).add(key)
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -166,8 +201,20 @@ class Cache(Generic[R]):
                     self._index[index].setdefault(value, set()).add(key)
         return old
 
+    def _routed(self, old: R | None, new: R | None) -> list[ChangeHandler]:
+        handlers = list(self._handlers)
+        some = new if new is not None else old
+        if some is not None and self._by_key:
+            handlers += self._by_key.get(object_key(some), [])
+        for index, routes in self._by_value.items():
+            fn = self._indexers[index]
+            values = {v for obj in (old, new) if obj is not None for v in fn(obj)}
+            for value in sorted(values):
+                handlers += routes.get(value, [])
+        return handlers
+
     def _notify(self, old: R | None, new: R | None) -> None:
-        for handler in list(self._handlers):
+        for handler in self._routed(old, new):
             try:
                 handler(old, new)
             except Exception:

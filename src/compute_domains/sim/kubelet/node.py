@@ -8,6 +8,11 @@ finished. Pod addresses come from the node's range, rotating as a CNI's IPAM doe
 with its own credentials (``system:node:<name>``), so the Node authorizer and NodeRestriction
 admission apply as they do to a real kubelet. Cancelling ``run()`` is a node stop: heartbeats
 end and every container is killed at once, as when a machine loses power.
+
+On a node host (virtual nodes) the pods come from the host's one cache of bound pods
+(``infra.kube.informers.bound_pods``), routed to this node by its ``spec.nodeName`` index:
+kwok's one pod watch for every simulated node; a re-list there reports what changed meanwhile.
+Without it (process mode) the node opens its own watch, as a kubelet does.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
+from compute_domains.infra.kube import informers
 from compute_domains.sim import images
 from compute_domains.sim.kubelet import config, dra, events, nodestatus, pods, server, services
 
@@ -38,8 +44,10 @@ class SimNode:
         rt: runtime.Runtime,
         registry: images.ImageRegistry,
         tls: server.TlsFiles,
+        shared: informers.Informers | None = None,
     ) -> None:
         self._s = settings
+        self._shared = shared
         self._client = client
         self._runtime = rt
         self._tls = tls
@@ -146,7 +154,29 @@ class SimNode:
             self._workers.pop(worker.uid, None)
             self._tasks.pop(worker.uid, None)
 
+    async def _shared_pods(self, shared: informers.Informers) -> None:
+        pods_cache = informers.bound_pods(shared)
+
+        def changed(old: Pod | None, new: Pod | None) -> None:
+            if new is None:
+                if old is not None:
+                    self._on_pod("DELETED", old)
+            elif (new.spec.nodeName if new.spec else None) == self.name:
+                self._on_pod("ADDED" if old is None else "MODIFIED", new)
+
+        unsubscribe = pods_cache.subscribe(changed, index=informers.NODE_INDEX, value=self.name)
+        try:
+            await pods_cache.synced.wait()
+            for pod in pods_cache.by_index(informers.NODE_INDEX, self.name):
+                self._on_pod("ADDED", pod)
+            await asyncio.Event().wait()  # later changes arrive through ``changed``
+        finally:
+            unsubscribe()
+
     async def _pod_watch(self) -> None:
+        if self._shared is not None:
+            await self._shared_pods(self._shared)
+            return
         fields: dict[str, Any] = {"spec.nodeName": self.name}
         while True:
             try:
