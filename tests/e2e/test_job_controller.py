@@ -32,7 +32,6 @@ from compute_domains.jobs import kubeio, launcher, plan
 from compute_domains.jobs import spec as specs
 from compute_domains.sim import control, state, topology
 from tests.e2e import helpers
-from tests.e2e.test_seed_example import _follow_log
 
 pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=3)
@@ -59,7 +58,7 @@ async def _racks(admin: AsyncClient) -> dict[str, str]:
     """Node name → its ``nvidia.com/gpu.clusteruuid``."""
     return {
         str(n.metadata.name): (n.metadata.labels or {})[specs.CLUSTER_UUID_LABEL]  # type: ignore[union-attr]
-        async for n in admin.list(Node)
+        async for n in admin.list(Node, labels={specs.CLUSTER_UUID_LABEL: None})
     }
 
 
@@ -67,12 +66,12 @@ def _running(pod: Pod | None) -> bool:
     return bool(pod and pod.status and pod.status.phase == "Running" and helpers.ready(pod))
 
 
-async def _shows_channel(admin: AsyncClient, pod: str, peers: str) -> str:
-    """The workload's log once it reported its channel and ``peers`` in its IMEX domain."""
-    log = await _follow_log(admin, pod, peers, stop_on_not_ready=False)
-    assert "IMEX channels: 1" in log and "channel0" in log, log
-    assert peers in log, log
-    return log
+async def _shows_channel(admin: AsyncClient, pod: str, rank: int, peers: str) -> str:
+    """The workload's log once it reported its channel, its rank (from the pod's ``RANK``) and
+    ``peers`` in its IMEX domain (a domain of 2 of the 18 configured nodes reports DEGRADED,
+    as the real service does, so the program says NOT READY after its short ``--wait``)."""
+    texts = ("IMEX channels: 1", "channel0", f"rank: {rank} (from RANK)", peers)
+    return await helpers.log_with(admin, pod, texts, timeout=180)
 
 
 async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_domain(
@@ -104,6 +103,10 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
         "--no-rdma",
         "--",
         "mnnvl-workload",
+        "--wait",
+        "5",
+        "--watch",
+        "2",
     ).stdout
     assert f"created ComputeDomain default/{JOB}-cd" in out, out
     assert all(f"created Pod default/{JOB}-{r}" in out for r in range(4)), out
@@ -129,8 +132,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
         cliques[entry["cliqueID"]] = cliques.get(entry["cliqueID"], 0) + 1
     assert sorted(cliques.values()) == [2, 2], cliques
     for rank in range(4):
-        log = await _shows_channel(admin, f"{JOB}-{rank}", "2/18 configured nodes READY")
-        assert f"rank: {rank} (from RANK)" in log, log
+        await _shows_channel(admin, f"{JOB}-{rank}", rank, "2/18 configured nodes READY")
 
     # 3. A deleted rank is replaced in its domain; a live one only with --force.
     res = cdctl(rack_sim, "replace-rank", JOB, "0", check=False)
@@ -147,7 +149,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     new = await replaced(1, f"{JOB}-1-r1")
     assert new is not None and node_uuid[str(new.spec.nodeName)] == uuid_a  # type: ignore[union-attr]
     assert new.metadata.labels[plan.DOMAIN_LABEL] == uuid_a  # type: ignore[union-attr,index]
-    await _shows_channel(admin, f"{JOB}-1-r1", "configured nodes READY")
+    await _shows_channel(admin, f"{JOB}-1-r1", 1, "configured nodes READY")
 
     # 4. A failed rank (its node stops) is found lost and replaced on its rack's spare.
     victim = nodes[2]
@@ -166,7 +168,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     await helpers.within(180, lambda: replaced(2, f"{JOB}-2-r1"), "rank 2's replacement Running")
     new = await replaced(2, f"{JOB}-2-r1")
     assert new is not None and str(new.spec.nodeName) == spare_b  # type: ignore[union-attr]
-    await _shows_channel(admin, f"{JOB}-2-r1", "configured nodes READY")
+    await _shows_channel(admin, f"{JOB}-2-r1", 2, "configured nodes READY")
     assert not any(s.is_lost for s in await launcher.status(api, job))
     await asyncio.to_thread(
         control.request, rack_sim.root / "control.sock", {"op": "start", "node": victim}

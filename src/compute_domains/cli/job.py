@@ -46,6 +46,8 @@ def _run(kubeconfig: Path | None, work: Callable[[kubeio.Api], Awaitable[T]]) ->
     if kubeconfig is None:
         default = Path.home() / ".kube" / "config"
         kubeconfig = default if default.exists() else None
+    elif not kubeconfig.is_file():
+        raise click.ClickException(f"kubeconfig {kubeconfig} not found")
 
     async def main() -> T:
         client = kube.client(kube.KubeSettings(kubeconfig=kubeconfig, field_manager="cdctl-job"))
