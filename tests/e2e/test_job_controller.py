@@ -8,7 +8,8 @@ Two racks of three virtual nodes; the job gets two nodes of each (``cdctl job la
    names the problem;
 2. the job forms: one ComputeDomain over both racks, Ready with 4 nodes in two cliques; pods
    ``e2e-job-0..3`` all Running, ranks 0-1 on rack 0's nodes and 2-3 on rack 1's, one per node;
-   each pod's program sees the CD's channel and an IMEX domain of its own rack's two nodes;
+   each pod's program sees the CD's channel, its rank and an IMEX domain of its own rack's two
+   nodes; launching again keeps all of it, and another job under the same name is refused;
 3. a deleted rank (rank 1's pod deleted) is replaced by ``cdctl job replace-rank``: the new pod
    runs on rack 0 with its channel; a live rank is not replaced without ``--force``;
 4. a failed rank (rank 2's node stopped, the pod's node NotReady) is found lost and replaced by
@@ -92,7 +93,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     assert await helpers.gone(admin, computedomain.ComputeDomainResource, f"{JOB}-cd")
 
     # 2. The job forms over both racks, ranks in domain order.
-    out = cdctl(
+    launch_argv = (
         rack_sim,
         "launch",
         JOB,
@@ -107,7 +108,8 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
         "5",
         "--watch",
         "2",
-    ).stdout
+    )
+    out = cdctl(*launch_argv).stdout
     assert f"created ComputeDomain default/{JOB}-cd" in out, out
     assert all(f"created Pod default/{JOB}-{r}" in out for r in range(4)), out
     job = await launcher.load(api, JOB, "default")
@@ -133,6 +135,12 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     assert sorted(cliques.values()) == [2, 2], cliques
     for rank in range(4):
         await _shows_channel(admin, f"{JOB}-{rank}", rank, "2/18 configured nodes READY")
+
+    # A second launch keeps everything; another job under the same name is refused.
+    again = cdctl(*launch_argv).stdout
+    assert "created" not in again and again.count("kept") == 5, again
+    res = cdctl(rack_sim, "launch", JOB, "--domain", f"{uuid_a}:1", "--no-rdma", check=False)
+    assert res.returncode == 1 and "exists with another job's record" in res.stderr, res
 
     # 3. A deleted rank is replaced in its domain; a live one only with --force.
     res = cdctl(rack_sim, "replace-rank", JOB, "0", check=False)
