@@ -14,12 +14,15 @@ Two racks of three virtual nodes; the job gets two nodes of each (``cdctl job la
    runs on rack 0 with its channel; a live rank is not replaced without ``--force``;
 4. a failed rank (rank 2's node stopped, the pod's node NotReady) is found lost and replaced by
    ``launcher.replace_lost``: the new pod runs on rack 1's spare with its channel;
-5. ``cdctl job delete`` removes the pods and the ComputeDomain.
+5. with ``jobs.keeper.Keeper`` running, rank 3's pod deleted is replaced at once (and only
+   once) in rack 1;
+6. ``cdctl job delete`` removes the pods and the ComputeDomain.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,7 +32,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.api import computedomain
-from compute_domains.jobs import kubeio, launcher, plan
+from compute_domains.jobs import keeper, kubeio, launcher, plan
 from compute_domains.jobs import spec as specs
 from compute_domains.sim import control, state, topology
 from tests.e2e import helpers
@@ -181,6 +184,24 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     await asyncio.to_thread(
         control.request, rack_sim.root / "control.sock", {"op": "start", "node": victim}
     )
+
+    # 4b. The keeper replaces a rank as soon as it is lost (its pod deleted), once.
+    kept: list[launcher.Replaced] = []
+    keeping = asyncio.create_task(keeper.Keeper(api, job, on_replaced=kept.append).run())
+    try:
+        await admin.delete(Pod, f"{JOB}-3", namespace="default")
+        await helpers.within(
+            180, lambda: replaced(3, f"{JOB}-3-r1"), "rank 3 replaced by the keeper, Running"
+        )
+    finally:
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
+    assert [(r.rank, r.cluster_uuid, r.pod) for r in kept] == [(3, uuid_b, f"{JOB}-3-r1")], kept
+    new = await replaced(3, f"{JOB}-3-r1")
+    assert new is not None and node_uuid[str(new.spec.nodeName)] == uuid_b  # type: ignore[union-attr]
+    rank3 = (await launcher.status(api, job))[3]
+    assert [p.metadata.name for p in rank3.pods] == [f"{JOB}-3-r1"]  # type: ignore[union-attr]
 
     # 5. Delete.
     out = cdctl(rack_sim, "delete", JOB).stdout

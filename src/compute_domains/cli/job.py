@@ -1,11 +1,12 @@
-"""``cdctl job launch|status|replace-rank|replace-lost|delete``: the platform job controller.
+"""``cdctl job launch|status|replace-rank|replace-lost|keep|delete``: the platform job controller.
 
 The command line of ``compute_domains.jobs`` (docs/jobs.md): ``launch`` takes the domains a
 platform scheduler allocated (``--domain <clusterUUID>:<nodes>``, in rank order) and creates
 the job's ComputeDomain, shared RDMA template and one pod per node; ``replace-rank`` and
-``replace-lost`` give lost ranks new pods in their own domain. Every command talks to the
-cluster of ``--kubeconfig`` (default ``$KUBECONFIG``, then ``~/.kube/config``) and prints text
-or, with ``-o json``, one JSON document. Bad input is one clear line and exit status 1.
+``replace-lost`` give lost ranks new pods in their own domain, once; ``keep`` does it whenever
+a rank is lost, until stopped. Every command talks to the cluster of ``--kubeconfig`` (default
+``$KUBECONFIG``, then ``~/.kube/config``) and prints text or, with ``-o json``, one JSON
+document. Bad input is one clear line and exit status 1.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compute_domains.infra import kube
-from compute_domains.jobs import kubeio, launcher, ranks
+from compute_domains.jobs import keeper, kubeio, launcher, ranks
 from compute_domains.jobs import spec as specs
 
 T = TypeVar("T")
@@ -209,8 +210,7 @@ def _print_replaced(done: list[launcher.Replaced], output: str) -> None:
     if not done:
         click.echo("no rank is lost")
     for r in done:
-        removed = f" (removed {'; '.join(r.removed)})" if r.removed else ""
-        click.echo(f"rank {r.rank}: created pod {r.pod} in domain {r.cluster_uuid}{removed}")
+        _echo_replaced(r)
 
 
 @group.command("replace-rank")
@@ -244,6 +244,26 @@ def replace_lost(name: str, namespace: str, kubeconfig: Path | None, output: str
         return await launcher.replace_lost(api, await launcher.load(api, name, namespace))
 
     _print_replaced(_run(kubeconfig, work), output)
+
+
+def _echo_replaced(r: launcher.Replaced) -> None:
+    removed = f" (removed {'; '.join(r.removed)})" if r.removed else ""
+    click.echo(f"rank {r.rank}: created pod {r.pod} in domain {r.cluster_uuid}{removed}")
+
+
+@group.command("keep")
+@click.argument("name")
+@_NAMESPACE
+@_KUBECONFIG
+def keep(name: str, namespace: str, kubeconfig: Path | None) -> None:
+    """Keep job NAME whole: replace each rank in its own domain as it is lost (until Ctrl-C)."""
+
+    async def work(api: kubeio.Api) -> None:
+        job = await launcher.load(api, name, namespace)
+        click.echo(f"keeping {job.world_size} ranks of job {namespace}/{name}")
+        await keeper.Keeper(api, job, on_replaced=_echo_replaced).run()
+
+    _run(kubeconfig, work)
 
 
 @group.command("delete")

@@ -12,7 +12,8 @@ Modules, one role each:
 - ``plan``: pure builders of the job's objects (ComputeDomain, RDMA template, rank pods);
 - ``ranks``: pure derivation of each rank's state from pods and nodes (live, lost, why);
 - ``kubeio``: the door to the API server (every request translated once);
-- ``launcher``: the operations (preflight, launch, status, replace a rank, delete).
+- ``launcher``: the operations (preflight, launch, status, replace a rank, delete);
+- ``keeper``: ``Keeper.run()``, replacing lost ranks as they are lost (watch-driven).
 
 It is a client of the API server like any platform controller: it imports ``api`` and
 ``infra`` only, and no component of the driver.

@@ -178,7 +178,9 @@ async def status(api: kubeio.Api, spec: specs.JobSpec) -> list[ranks.RankState]:
     return ranks.rank_states(uuids, pods, nodes)
 
 
-async def _replace(api: kubeio.Api, spec: specs.JobSpec, state: ranks.RankState) -> Replaced:
+async def replace(api: kubeio.Api, spec: specs.JobSpec, state: ranks.RankState) -> Replaced:
+    """Force-delete ``state``'s lost pods and create the rank's next pod (module docstring);
+    the caller decided that the rank needs it (``replace_rank``, ``replace_lost``, ``keeper``)."""
     removed = []
     for pod, why in state.lost:
         name = str(pod.metadata.name) if pod.metadata else ""
@@ -221,12 +223,12 @@ async def replace_rank(
                 "replace it anyway with --force"
             )
         state = dataclasses.replace(state, lost=(*state.lost, (pod, "replaced on request")))
-    return await _replace(api, spec, state)
+    return await replace(api, spec, state)
 
 
 async def replace_lost(api: kubeio.Api, spec: specs.JobSpec) -> list[Replaced]:
     """Replace every lost rank (``ranks`` module docstring), each in its own domain."""
-    return [await _replace(api, spec, s) for s in await status(api, spec) if s.is_lost]
+    return [await replace(api, spec, s) for s in await status(api, spec) if s.is_lost]
 
 
 async def delete(api: kubeio.Api, spec: specs.JobSpec) -> list[str]:
