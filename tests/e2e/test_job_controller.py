@@ -85,6 +85,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     uuid_a = node_uuid["gb200-r0-n00"]
     uuid_b = node_uuid["gb200-r1-n00"]
     api = kubeio.Api(admin)
+    took: dict[str, float] = {}
 
     # 1. Bad input creates nothing.
     res = cdctl(rack_sim, "launch", JOB, "--domain", f"{uuid_a}:4", "--no-rdma", check=False)
@@ -126,7 +127,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
             and all(_running(s.live) for s in states)
         )
 
-    await helpers.within(300, formed, "CD Ready with 4 nodes and 4 ranks Running")
+    took["formed"] = await helpers.within(300, formed, "CD Ready with 4 nodes and 4 ranks Running")
     states = await launcher.status(api, job)
     nodes = [str(s.live.spec.nodeName) for s in states]  # type: ignore[union-attr]
     assert [node_uuid[n] for n in nodes] == [uuid_a, uuid_a, uuid_b, uuid_b], nodes
@@ -156,7 +157,9 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
         pod = (await launcher.status(api, job))[rank].live
         return pod if _running(pod) and pod.metadata.name == name else None  # type: ignore[union-attr]
 
-    await helpers.within(180, lambda: replaced(1, f"{JOB}-1-r1"), "rank 1's replacement Running")
+    took["rank 1 replaced"] = await helpers.within(
+        180, lambda: replaced(1, f"{JOB}-1-r1"), "rank 1's replacement Running"
+    )
     new = await replaced(1, f"{JOB}-1-r1")
     assert new is not None and node_uuid[str(new.spec.nodeName)] == uuid_a  # type: ignore[union-attr]
     assert new.metadata.labels[plan.DOMAIN_LABEL] == uuid_a  # type: ignore[union-attr,index]
@@ -172,11 +175,15 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     async def rank2_lost() -> bool:
         return (await launcher.status(api, job))[2].is_lost
 
-    await helpers.within(120, rank2_lost, f"rank 2 lost after node {victim} stopped")
+    took["rank 2 lost"] = await helpers.within(
+        120, rank2_lost, f"rank 2 lost after node {victim} stopped"
+    )
     done = await launcher.replace_lost(api, job)
     assert [(r.rank, r.cluster_uuid, r.pod) for r in done] == [(2, uuid_b, f"{JOB}-2-r1")], done
     assert done[0].removed == (f"{JOB}-2: node {victim} not Ready",), done
-    await helpers.within(180, lambda: replaced(2, f"{JOB}-2-r1"), "rank 2's replacement Running")
+    took["rank 2 replaced"] = await helpers.within(
+        180, lambda: replaced(2, f"{JOB}-2-r1"), "rank 2's replacement Running"
+    )
     new = await replaced(2, f"{JOB}-2-r1")
     assert new is not None and str(new.spec.nodeName) == spare_b  # type: ignore[union-attr]
     await _shows_channel(admin, f"{JOB}-2-r1", 2, "configured nodes READY")
@@ -190,7 +197,7 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     keeping = asyncio.create_task(keeper.Keeper(api, job, on_replaced=kept.append).run())
     try:
         await admin.delete(Pod, f"{JOB}-3", namespace="default")
-        await helpers.within(
+        took["rank 3 kept"] = await helpers.within(
             180, lambda: replaced(3, f"{JOB}-3-r1"), "rank 3 replaced by the keeper, Running"
         )
     finally:
@@ -213,4 +220,5 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
             admin, computedomain.ComputeDomainResource, f"{JOB}-cd"
         )
 
-    await helpers.within(180, job_gone, "the job's pods and ComputeDomain gone")
+    took["deleted"] = await helpers.within(180, job_gone, "the job's pods and ComputeDomain gone")
+    print("job controller e2e (s):", ", ".join(f"{k} {v:.1f}" for k, v in took.items()))
