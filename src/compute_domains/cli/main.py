@@ -21,6 +21,7 @@ _COMMANDS = {
     "daemon": ("compute_domains.cli.daemon", "group"),
     "agent": ("compute_domains.cli.agent", "group"),
     "validate": ("compute_domains.cli.validate", "group"),
+    "job": ("compute_domains.cli.job", "group"),
     "status": ("compute_domains.cli.views", "status"),
     "topology": ("compute_domains.cli.views", "topology"),
     "bench": ("compute_domains.cli.bench", "group"),
