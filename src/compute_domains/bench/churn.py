@@ -131,9 +131,11 @@ async def one_cycle(
     """Run one cycle in namespace ``ns``; never raises for a failed check (it is recorded)."""
     name = f"churn-{lane}-{cycle}"
     problems: list[str] = []
-    uid, observer, waiting = await observe.apply(
+    made, observer, waiting = await observe.apply(
         client, n, ns=ns, driver_ns=driver_ns, name=name, timeout=timeout
     )
+    assert made is not None  # the claims workload (the default) always has its CD
+    uid = made
     formation = float("inf")
     claim_uids: set[str] = set()
     try:

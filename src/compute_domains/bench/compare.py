@@ -168,7 +168,8 @@ def side_by_side(doc: dict[str, Any], source: str) -> str:
         text += ["", "Failures:", "", *(f"- {f}" for f in doc["failures"])]
     text += [
         "",
-        f"Source: `{source}` ({doc.get('machine', '?')}, load average "
+        f"Source: `{source}` ({doc.get('machine', '?')}, workload "
+        f"{doc.get('workload', 'claims')}, load average "
         f"{doc.get('load_at_end', 0):.1f} at the end).",
     ]
     return "\n".join(text)

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -166,5 +167,10 @@ def phases_figure(title: str, panels: Sequence[Panel]) -> Figure:
 
 def save(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a PNG without metadata (same figure, same bytes)."""
-    fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
+    # Drawn into memory and written here: given a path, the PNG writer opens a file of its own
+    # that it left to the garbage collector now and then (an unclosed-file warning, an error
+    # under pytest's filterwarnings = error).
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    path.write_bytes(buf.getvalue())
     return path

@@ -19,6 +19,11 @@ verb and resource), and the API server's open watches (``apiserver_longrunning_r
 verb WATCH, by resource) are read just before the apply and once formed. Formation timestamps
 are taken when watch events arrive, so the numbers are what a user watching the cluster would
 see, without a sampling period.
+
+Without a ComputeDomain (``placement.Workload`` ``affinity`` or ``plain``) the run measures the
+same pods from the apply to every pod Running and Ready, and the teardown until no pod is left;
+the CD's, daemons' and cliques' timings are None (not measured, not zero), and there is no
+channel to check and no daemon log to read.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from compute_domains.bench import channels, daemonsteps, observe
+from compute_domains.bench import channels, daemonsteps, observe, placement
 from compute_domains.infra import kube
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -44,12 +49,13 @@ class Run:
     """One formation + teardown of N pods."""
 
     n: int
-    daemons_ready_s: float
+    daemons_ready_s: float | None
+    """Every daemon pod Ready; None for a workload without a CD (so are the next three's)."""
     workloads_running_s: float
-    cd_ready_s: float
-    entries_ready_s: float
+    cd_ready_s: float | None
+    entries_ready_s: float | None
     """Every daemon reported Ready in its clique entry (the daemon's own word)."""
-    last_daemon_to_cd_ready_s: float
+    last_daemon_to_cd_ready_s: float | None
     """From the last daemon's Ready report to the CD ``Ready``: the status path's latency."""
     teardown_s: float
     writes_formation: int
@@ -89,6 +95,8 @@ class Run:
     """The same once formed (the daemons' or agents' watches added)."""
     sim_nodes: int = 0
     """Nodes in the sim (the idle watches grow with them, not with N)."""
+    workload: str = placement.Workload.CLAIMS.value
+    """What the pods asked for (``placement.Workload``); result files without it are claims."""
 
 
 MetricsFetch = Callable[[], Awaitable[str]]
@@ -171,9 +179,10 @@ async def one_run(
     timeout: float = 600,
     on_formed: Callable[[], object] | None = None,
     pods_per_node: int = 1,
+    workload: placement.Workload = placement.Workload.CLAIMS,
 ) -> Run:
-    """Form a domain of ``n`` pods, tear it down, return the timings; ``on_formed`` is called
-    between the two (e.g. to sample CPU use per phase)."""
+    """Form a domain of ``n`` pods (or, without a CD, start them), tear it down, return the
+    timings; ``on_formed`` is called between the two (e.g. to sample CPU use per phase)."""
     load_start = os.getloadavg()[0]
     watches_idle = await watch_counts(fetch)
     sim_nodes = len(await kube.list_raw(client, Node))
@@ -187,6 +196,7 @@ async def one_run(
         name=name,
         timeout=timeout,
         pods_per_node=pods_per_node,
+        workload=workload,
     )
     await waiting
     marks = observer.marks
@@ -196,20 +206,24 @@ async def one_run(
     watches_formed = await watch_counts(fetch)
     failed_mid = await failure_counts(fetch)
     # After the formation's request count: reading logs must not count as formation work.
-    missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
-    steps = await daemonsteps.collect(client, driver_ns=driver_ns, uid=uid)
+    missing_channels: list[str] = []
+    steps: dict[str, dict[str, float]] = {}
+    if uid is not None:  # without a CD no pod has a channel and no daemon ran
+        missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
+        steps = await daemonsteps.collect(client, driver_ns=driver_ns, uid=uid)
     teardown = await observe.delete_and_wait(
         client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
     )
     after = await request_counts(fetch)
     form_delta = mid - before
+    domain = uid is not None  # without a CD its marks are absent: None, not zero
     return Run(
         n=n,
-        daemons_ready_s=marks["daemons"],
+        daemons_ready_s=marks["daemons"] if domain else None,
         workloads_running_s=marks["workloads"],
-        cd_ready_s=marks["cd"],
-        entries_ready_s=marks["cliques"],
-        last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"],
+        cd_ready_s=marks["cd"] if domain else None,
+        entries_ready_s=marks["cliques"] if domain else None,
+        last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"] if domain else None,
         teardown_s=teardown,
         writes_formation=_writes(form_delta),
         writes_formation_no_leases=_writes(form_delta, leases=False),
@@ -227,11 +241,13 @@ async def one_run(
         watches_idle=dict(watches_idle.most_common()),
         watches_formed=dict(watches_formed.most_common()),
         sim_nodes=sim_nodes,
+        workload=workload.value,
     )
 
 
 def summarize(runs: list[Run]) -> dict[str, Any]:
-    """Median and spread (min..max) of every timing of the runs of one N."""
+    """Median and spread (min..max) of every timing of the runs of one N; a timing the runs
+    did not measure (None: no CD) is None."""
     fields = (
         "daemons_ready_s",
         "workloads_running_s",
@@ -247,9 +263,14 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
         "n": runs[0].n,
         "nodes": runs[0].n // runs[0].pods_per_node,
         "repeats": len(runs),
+        "workload": runs[0].workload,
     }
     for f in fields:
-        values = [float(getattr(r, f)) for r in runs]
+        measured = [getattr(r, f) for r in runs]
+        if any(v is None for v in measured):
+            out[f] = None
+            continue
+        values = [float(v) for v in measured]
         out[f] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
     out["watches"] = watch_summary(runs[0])
     return out

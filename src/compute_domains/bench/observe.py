@@ -13,6 +13,9 @@ and no clique object is made for the CD: the IMEX serving it is the clique's sha
 daemon and clique milestones are those of the shared registries' entries (``shared-imex.*``:
 Ready entries for as many nodes as the domain has), usually seen at once because the shared
 IMEX runs before the apply.
+
+A workload without a ComputeDomain (``placement.Workload`` ``affinity`` or ``plain``) has only
+the workload milestones: no daemon, clique or CD is watched, and their marks stay absent.
 """
 
 from __future__ import annotations
@@ -103,10 +106,11 @@ class Observer:
         ns: str,
         driver_ns: str,
         name: str,
-        uid: str,
+        uid: str | None,
         t0: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``uid`` is the CD's; None when the run made no CD (only the workload is watched)."""
         self._client, self._n, self._ns, self._driver_ns = client, n, ns, driver_ns
         self._clock = clock
         """Where ``t0`` and every timestamp come from (tests give their own)."""
@@ -175,7 +179,8 @@ class Observer:
         listed = self._cd.get("nodes") or []
         if self._cd.get("status") == "Ready" and len(listed) == nodes:
             self.marks.setdefault("cd", now)
-        if {"daemons", "workloads", "cliques", "cd"} <= set(self.marks):
+        wanted = {"daemons", "workloads", "cliques", "cd"} if self._uid else {"workloads"}
+        if wanted <= set(self.marks):
             self.done.set()
 
     async def _follow(
@@ -217,7 +222,7 @@ class Observer:
         data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
         name = str(data["metadata"]["name"])
         table = self._shared if sharedimex.is_registry_name(name) else self._cliques
-        if table is self._cliques and not name.startswith(self._uid):
+        if table is self._cliques and not (self._uid and name.startswith(self._uid)):
             return
         if op == "DELETED":
             table.pop(name, None)
@@ -241,26 +246,31 @@ class Observer:
         follows = [
             self._follow(
                 Pod,
-                self._pod_store(self._daemons, "daemons_ready", "ready"),
-                namespace=self._driver_ns,
-                labels={names.COMPUTE_DOMAIN_LABEL: self._uid},
-            ),
-            self._follow(
-                Pod,
                 self._pod_store(self._workloads, "workloads_running", "running"),
                 namespace=self._ns,
                 labels={"bench": self._name},
-            ),
-            self._follow(
-                clique.ComputeDomainCliqueResource, self._clique_store, namespace=self._driver_ns
-            ),
-            self._follow(
-                computedomain.ComputeDomainResource,
-                self._cd_store,
-                namespace=self._ns,
-                fields={"metadata.name": self._name},
-            ),
+            )
         ]
+        if self._uid:
+            follows += [
+                self._follow(
+                    Pod,
+                    self._pod_store(self._daemons, "daemons_ready", "ready"),
+                    namespace=self._driver_ns,
+                    labels={names.COMPUTE_DOMAIN_LABEL: self._uid},
+                ),
+                self._follow(
+                    clique.ComputeDomainCliqueResource,
+                    self._clique_store,
+                    namespace=self._driver_ns,
+                ),
+                self._follow(
+                    computedomain.ComputeDomainResource,
+                    self._cd_store,
+                    namespace=self._ns,
+                    fields={"metadata.name": self._name},
+                ),
+            ]
         tasks = [asyncio.create_task(f) for f in follows]
         try:
             await asyncio.wait_for(self.done.wait(), timeout)
@@ -279,26 +289,29 @@ async def _names(client: AsyncClient, res: Any, **where: Any) -> list[str]:
 
 
 async def leftovers(
-    client: AsyncClient, *, uid: str, ns: str, name: str, driver_ns: str
+    client: AsyncClient, *, uid: str | None, ns: str, name: str, driver_ns: str
 ) -> list[str]:
-    """What of the deleted domain ``name`` (``uid``) and its workload is still there."""
-    mine = {names.COMPUTE_DOMAIN_LABEL: uid}
-    left = [f"daemon pod {p}" for p in await _names(client, Pod, namespace=driver_ns, labels=mine)]
-    left += [
+    """What of the deleted domain ``name`` (``uid``) and its workload is still there; with
+    ``uid`` None (the run made no CD) only the workload's pods and claims are looked for."""
+    left = [
         f"workload pod {p}" for p in await _names(client, Pod, namespace=ns, labels={"bench": name})
     ]
-    left += [
-        f"clique {c}"
-        for c in await _names(client, clique.ComputeDomainCliqueResource, namespace=driver_ns)
-        if c.startswith(uid)
-    ]
-    left += [f"label on node {x}" for x in await _names(client, Node, labels=mine)]
     # Claims generated for the workload's pods are named after them: "<deployment>-...".
     left += [
         f"claim {c}"
         for c in await _names(client, ResourceClaim, namespace=ns)
         if c.startswith(f"{name}-")
     ]
+    if uid is None:
+        return left
+    mine = {names.COMPUTE_DOMAIN_LABEL: uid}
+    left += [f"daemon pod {p}" for p in await _names(client, Pod, namespace=driver_ns, labels=mine)]
+    left += [
+        f"clique {c}"
+        for c in await _names(client, clique.ComputeDomainCliqueResource, namespace=driver_ns)
+        if c.startswith(uid)
+    ]
+    left += [f"label on node {x}" for x in await _names(client, Node, labels=mine)]
     try:
         with kube.translated(f"get ComputeDomain {name}"):
             await client.get(computedomain.ComputeDomainResource, name, namespace=ns)
@@ -318,19 +331,23 @@ async def apply(
     name: str,
     timeout: float,
     pods_per_node: int = 1,
-) -> tuple[str, Observer, asyncio.Task[None]]:
-    """Create the CD ``name`` and its ``n``-pod workload (``pods_per_node`` on each node);
-    returns the CD's UID, the observer that timestamps from this moment, and the task that ends
-    when every milestone was seen (it raises TimeoutError after ``timeout`` seconds).
+    workload: placement.Workload = placement.Workload.CLAIMS,
+) -> tuple[str | None, Observer, asyncio.Task[None]]:
+    """Create the CD ``name`` (when ``workload`` has one) and its ``n``-pod workload
+    (``pods_per_node`` on each node); returns the CD's UID (None without a CD), the observer
+    that timestamps from this moment, and the task that ends when every milestone was seen (it
+    raises TimeoutError after ``timeout`` seconds).
 
     Raises:
         placement.PlacementError: the cluster cannot hold that workload (nothing was created).
     """
     groups = placement.plan(n, pods_per_node, await gpu_nodes(client))
-    cd_doc, deployments = placement.manifests(n, ns, name, groups)
+    cd_doc, deployments = placement.manifests(n, ns, name, groups, workload)
     t0 = time.monotonic()
-    created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
-    uid = str(created.metadata.uid)  # type: ignore[union-attr]
+    uid = None
+    if cd_doc is not None:
+        created = await client.create(computedomain.ComputeDomainResource(**cd_doc))
+        uid = str(created.metadata.uid)  # type: ignore[union-attr]
     observer = Observer(
         client, n, nodes=n // pods_per_node, ns=ns, driver_ns=driver_ns, name=name, uid=uid, t0=t0
     )
@@ -341,13 +358,15 @@ async def apply(
 
 
 async def delete_and_wait(
-    client: AsyncClient, *, uid: str, ns: str, name: str, driver_ns: str, timeout: float
+    client: AsyncClient, *, uid: str | None, ns: str, name: str, driver_ns: str, timeout: float
 ) -> float:
-    """Delete the workload and the CD; seconds until nothing of them is left (TimeoutError)."""
+    """Delete the workload and the CD (``uid`` None: there is none); seconds until nothing of
+    them is left (TimeoutError)."""
     async for dep in client.list(Deployment, namespace=ns, labels={"bench": name}):
         assert dep.metadata is not None and dep.metadata.name is not None
         await client.delete(Deployment, dep.metadata.name, namespace=ns)
-    await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
+    if uid is not None:
+        await client.delete(computedomain.ComputeDomainResource, name, namespace=ns)
 
     async def gone() -> bool:
         return not await leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)

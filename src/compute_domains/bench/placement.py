@@ -7,11 +7,19 @@ pinned per rack the way the seeds pin their training pods (002 §15.5: ``nodeSel
 so the scheduler never has to guess which clique a group belongs in. NVIDIA's issue #816 shape
 (256 pods on 64 nodes, 4 per node, one GPU each, all in one CD) needs the pods packed per node:
 one Deployment per node, pinned by hostname, so exactly ``nodes`` nodes get daemons.
+
+The ``Workload`` says what the pods ask for besides their GPUs. ``claims`` is the benchmark of
+the driver (a ComputeDomain, each pod's channel claim, the clique affinity); ``affinity`` and
+``plain`` are the same pods without the domain, to measure what the cluster costs without it
+(issue 26 point 6's floor, issue 28 point 4's scheduler share): ``affinity`` keeps the podAffinity
+and node selectors, ``plain`` keeps only the node selectors (the GPU limits already put one pod
+on each node).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +51,22 @@ class Group:
     gpus_per_pod: int
     clique_affinity: bool = False
     """Pods of the group share a clique by ``podAffinity`` (the seed example's form)."""
+
+
+class Workload(enum.StrEnum):
+    """What the workload's pods ask for besides their GPUs (``--workload``)."""
+
+    CLAIMS = "claims"
+    """A ComputeDomain, a channel claim in every pod, podAffinity on the clique (one rack)."""
+    AFFINITY = "affinity"
+    """The same pods and placement with podAffinity and node selectors, no CD, no claim."""
+    PLAIN = "plain"
+    """The same pods with node selectors only: no CD, no claim, no podAffinity."""
+
+    @property
+    def has_domain(self) -> bool:
+        """Whether the run creates a ComputeDomain (and so has daemons, cliques, a CD status)."""
+        return self is Workload.CLAIMS
 
 
 class PlacementError(ValueError):
@@ -93,66 +117,67 @@ def plan(pods: int, pods_per_node: int, nodes: Sequence[GpuNode]) -> list[Group]
 
 
 def manifests(
-    n: int, ns: str, name: str, groups: Sequence[Group]
-) -> tuple[dict[str, Any], list[Deployment]]:
-    """The ComputeDomain ``name`` and the Deployments of its ``n``-pod workload (``groups``).
+    n: int, ns: str, name: str, groups: Sequence[Group], workload: Workload = Workload.CLAIMS
+) -> tuple[dict[str, Any] | None, list[Deployment]]:
+    """The ComputeDomain ``name`` (None unless ``workload`` has one) and the Deployments of its
+    ``n``-pod workload (``groups``).
 
     Every pod carries the label ``bench: <name>``; a single group keeps the name ``name`` (the
-    seed example's form), others are ``<name>-<suffix>``.
+    seed example's form), others are ``<name>-<suffix>``. The pods of every workload run the
+    same image and command with the same GPU limits and node selectors; ``affinity`` leaves out
+    the claim, ``plain`` the claim and the podAffinity.
     """
-    cd = {
-        "apiVersion": names.API_VERSION,
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}},
-    }
+    cd = None
+    if workload.has_domain:
+        cd = {
+            "apiVersion": names.API_VERSION,
+            "kind": "ComputeDomain",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-rct"}}},
+        }
     if sum(g.replicas for g in groups) != n:
         raise ValueError(f"groups hold {sum(g.replicas for g in groups)} pods, not {n}")
-    deployments = []
-    for group in groups:
-        dep_name = f"{name}-{group.suffix}" if group.suffix else name
-        spec: dict[str, Any] = {
-            "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": f"{name}-rct"}],
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": "ubuntu:22.04",
-                    "command": ["mnnvl-workload"],
-                    "resources": {
-                        "claims": [{"name": "cd"}],
-                        "limits": {"nvidia.com/gpu": group.gpus_per_pod},
-                    },
-                }
-            ],
+    return cd, [_deployment(ns, name, group, workload) for group in groups]
+
+
+def _deployment(ns: str, name: str, group: Group, workload: Workload) -> Deployment:
+    dep_name = f"{name}-{group.suffix}" if group.suffix else name
+    container: dict[str, Any] = {
+        "name": "ctr",
+        "image": "ubuntu:22.04",
+        "command": ["mnnvl-workload"],
+        "resources": {"limits": {"nvidia.com/gpu": group.gpus_per_pod}},
+    }
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [container]}
+    if workload.has_domain:
+        spec["resourceClaims"] = [{"name": "cd", "resourceClaimTemplateName": f"{name}-rct"}]
+        container["resources"]["claims"] = [{"name": "cd"}]
+    if group.node_selector:
+        spec["nodeSelector"] = dict(group.node_selector)
+    if group.clique_affinity and workload is not Workload.PLAIN:
+        spec["affinity"] = {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"bench": name}},
+                        "topologyKey": names.GPU_CLIQUE_LABEL,
+                    }
+                ]
+            }
         }
-        if group.node_selector:
-            spec["nodeSelector"] = dict(group.node_selector)
-        if group.clique_affinity:
-            spec["affinity"] = {
-                "podAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "labelSelector": {"matchLabels": {"bench": name}},
-                            "topologyKey": names.GPU_CLIQUE_LABEL,
-                        }
-                    ]
-                }
-            }
-        labels = {"bench": name, "bench-group": dep_name}
-        dep = Deployment.from_dict(
-            {
-                "metadata": {"name": dep_name, "namespace": ns, "labels": {"bench": name}},
-                "spec": {
-                    "replicas": group.replicas,
-                    "selector": {"matchLabels": labels},
-                    "template": {"metadata": {"labels": labels}, "spec": spec},
-                },
-            }
-        )
-        assert isinstance(dep, Deployment)
-        deployments.append(dep)
-    return cd, deployments
+    labels = {"bench": name, "bench-group": dep_name}
+    dep = Deployment.from_dict(
+        {
+            "metadata": {"name": dep_name, "namespace": ns, "labels": {"bench": name}},
+            "spec": {
+                "replicas": group.replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        }
+    )
+    assert isinstance(dep, Deployment)
+    return dep
 
 
 def clique_of(labels: dict[str, str]) -> str:

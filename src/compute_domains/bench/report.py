@@ -27,13 +27,31 @@ def latest(results_dir: Path, kind: str) -> tuple[Path, dict[str, Any]] | None:
     return files[-1], json.loads(files[-1].read_text())
 
 
-def _span(v: dict[str, float], digits: int = 1) -> str:
+WORKLOADS = {
+    "claims": "a ComputeDomain, a channel claim in every pod, clique podAffinity in one rack",
+    "affinity": "the same pods and placement with podAffinity, no ComputeDomain, no claim",
+    "plain": "the same pods, no ComputeDomain, no claim, no podAffinity",
+}
+"""What each ``--workload`` asked for, as the tables say it (older files: ``claims``)."""
+
+
+def workload_line(doc: dict[str, Any]) -> str:
+    """``Workload: plain (...)``: the mode of a result document (files before it: claims)."""
+    mode = str(doc.get("workload", "claims"))
+    return f"Workload: {mode} ({WORKLOADS.get(mode, 'unknown')})."
+
+
+def _span(v: dict[str, float] | None, digits: int = 1) -> str:
+    if v is None:  # not measured: the workload had no ComputeDomain
+        return "-"
     return f"{v['median']:.{digits}f} s ({v['min']:.{digits}f}..{v['max']:.{digits}f})"
 
 
 def formation_table(doc: dict[str, Any], source: str) -> str:
     """The formation table (median and min..max of the repeats) plus the phase breakdown."""
     rows = [
+        workload_line(doc),
+        "",
         "| N | repeats | daemons Ready | workload pods Running | CD Ready | last daemon Ready → "
         "CD Ready | teardown | API writes (all) | non-Lease writes | non-Lease writes / N | "
         "controller CPU | plugins CPU |",

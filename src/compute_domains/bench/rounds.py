@@ -140,6 +140,7 @@ async def _sizes(
     result: RoundResult,
     say: Say,
     pods_per_node: int,
+    workload: placement.Workload,
 ) -> None:
     fetch = _metrics_fetch(sim)
     ns = await _namespace(client)
@@ -159,6 +160,7 @@ async def _sizes(
                     on_formed=functools.partial(_append_sample, formed, sim.root_pid),
                     pods_per_node=pods_per_node,
                     timeout=formation_timeout_s(n),
+                    workload=workload,
                 )
             except (TimeoutError, placement.PlacementError) as err:
                 # Keep what was measured; larger N would not form either in this round.
@@ -168,9 +170,10 @@ async def _sizes(
             used = cpu.delta(cpu0, formed[0])
             result.runs.append((run, used))
             result.failures += [f"{tag} N={n}: {p}" for p in run.channel_problems]
+            cd_ready = "-" if run.cd_ready_s is None else f"{run.cd_ready_s:.1f}s"
             say(
-                f"{tag} N={n}: pods running {run.workloads_running_s:.1f}s, CD Ready "
-                f"{run.cd_ready_s:.1f}s, teardown {run.teardown_s:.1f}s, writes "
+                f"{tag} N={n} ({run.workload}): pods running {run.workloads_running_s:.1f}s, "
+                f"CD Ready {cd_ready}, teardown {run.teardown_s:.1f}s, writes "
                 f"{run.writes_formation} ({run.writes_formation_no_leases} without Leases), "
                 f"driver CPU {cpu.driver_total(used):.1f}s, load {run.load_start:.1f}"
                 f"→{run.load_end:.1f}"
@@ -180,10 +183,16 @@ async def _sizes(
 
 
 async def run_round(
-    rnd: drivers.Round, sim: SimHandle, sizes: Sequence[int], say: Say, pods_per_node: int = 1
+    rnd: drivers.Round,
+    sim: SimHandle,
+    sizes: Sequence[int],
+    say: Say,
+    pods_per_node: int = 1,
+    workload: placement.Workload = placement.Workload.CLAIMS,
 ) -> RoundResult:
     """Install ``rnd.driver`` into the running ``sim`` and run every size once (``sizes`` are
-    pod counts, ``pods_per_node`` of them on each domain node)."""
+    pod counts, ``pods_per_node`` of them on each domain node). The driver is installed for
+    every ``workload``: one without a CD then measures the same cluster, the driver idle."""
     spec = rnd.driver
     result = RoundResult(
         index=rnd.index,
@@ -202,7 +211,7 @@ async def run_round(
             f"round {rnd.index + 1}: {spec.name} installed in {result.install_s:.1f}s, "
             f"ready {result.ready_s:.1f}s later"
         )
-        await _sizes(client, rnd, sim, sizes, result, say, pods_per_node)
+        await _sizes(client, rnd, sim, sizes, result, say, pods_per_node, workload)
     except (errors.ComputeDomainsError, TimeoutError) as err:
         # Not fatal to the invocation: the other drivers' rounds still tell something.
         result.failures.append(f"round {rnd.index + 1} ({spec.name}): {err}")

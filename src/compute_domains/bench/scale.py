@@ -47,6 +47,8 @@ def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per run of every scale result document, smallest domain first."""
     out = []
     for source, doc in docs:
+        if doc.get("workload", "claims") != "claims":
+            continue  # no CD: the floor table's (bench.floor), not a formation against targets
         per_node = int(doc.get("pods_per_node", 1))
         for result in doc.get("results", []):
             cpu = result.get("cpu_s", {})

@@ -24,7 +24,17 @@ from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import churn, compare, drivers, report, rounds, scale, writes
+from compute_domains.bench import (
+    churn,
+    compare,
+    drivers,
+    floor,
+    placement,
+    report,
+    rounds,
+    scale,
+    writes,
+)
 from compute_domains.cli import benchbundle, benchdrivers, benchpictures, options, simoptions, tools
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, topology
@@ -32,7 +42,7 @@ from compute_domains.sim import lifecycle, state, topology
 _DRIVER_NS = "compute-domains"
 
 
-def _table(results: list[dict[str, Any]]) -> Table:
+def _table(results: list[dict[str, Any]], workload: str) -> Table:
     table = Table(
         "driver",
         "N",
@@ -45,11 +55,13 @@ def _table(results: list[dict[str, Any]]) -> Table:
         "non-Lease writes/N",
         "controller CPU",
         "plugins CPU",
-        title="ComputeDomain formation (median, min..max seconds)",
+        title=f"ComputeDomain formation, workload {workload} (median, min..max seconds)",
     )
 
     def cell(res: dict[str, Any], key: str, digits: int = 1) -> str:
         v = res[key]
+        if v is None:  # not measured: the workload has no ComputeDomain
+            return "-"
         return f"{v['median']:.{digits}f}s ({v['min']:.{digits}f}..{v['max']:.{digits}f})"
 
     for res in results:
@@ -91,11 +103,13 @@ def _sim(
             lifecycle.stop(paths)
 
 
-def _write(console: Console, kind: str, doc: dict[str, Any], prefix: str = "") -> Path:
-    """Write a result document under bench/results/ with the machine it ran on; a ``prefix``
-    keeps a one-off run out of the tables ``cdctl bench report`` builds from the newest
-    ``formation-*``/``sidebyside-*`` files."""
-    out_dir = options.repo_root() / "bench" / "results"
+def _write(
+    console: Console, kind: str, doc: dict[str, Any], prefix: str = "", out_dir: Path | None = None
+) -> Path:
+    """Write a result document under ``out_dir`` (default bench/results/) with the machine it
+    ran on; a ``prefix`` keeps a one-off run out of the tables ``cdctl bench report`` builds
+    from the newest ``formation-*``/``sidebyside-*`` files."""
+    out_dir = out_dir or options.repo_root() / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"{prefix + '-' if prefix else ''}{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     load = os.getloadavg()[0]
@@ -137,6 +151,21 @@ def group() -> None:
     default="",
     help="Result file name prefix (e.g. scale): keeps one-off runs out of `bench report`.",
 )
+@click.option(
+    "--results-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the result file goes (default bench/results/ of this checkout).",
+)
+@click.option(
+    "--workload",
+    type=click.Choice([w.value for w in placement.Workload]),
+    default=placement.Workload.CLAIMS.value,
+    show_default=True,
+    help="What the pods ask for: claims (a ComputeDomain, a channel claim each, clique "
+    "podAffinity in one rack); affinity (the same pods and placement, no CD, no claim); plain "
+    "(no CD, no claim, no podAffinity). The last two measure the floor without a domain.",
+)
 @simoptions.NODES_MODE
 @click.option(
     "--own-watches",
@@ -152,6 +181,8 @@ def formation_cmd(
     name: str,
     keep: bool,
     prefix: str,
+    results_dir: Path | None,
+    workload: str,
     nodes_mode: str,
     own_watches: bool,
     driver_args: tuple[str, ...],
@@ -160,7 +191,8 @@ def formation_cmd(
     release_args: tuple[str, ...],
     image_map_args: tuple[str, ...],
 ) -> None:
-    """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N and driver.
+    """Apply → daemons Ready → pods Running → CD Ready, and teardown, for each N and driver
+    (without a CD, --workload affinity|plain: apply → pods Running, and teardown).
 
     Each round is a fresh sim with one driver installed by helm; with several drivers the
     rounds alternate (ours, other, ours, other, ...). Results of ours alone go to
@@ -198,15 +230,17 @@ def formation_cmd(
                 nodes_mode=nodes_mode,
                 pods_per_node=pods_per_node,
                 shared_informers=not own_watches,
+                workload=placement.Workload(workload),
             )
         )
     doc = rounds.document(specs, done)
     doc["nodes_mode"] = nodes_mode
     doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
     doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
-    console.print(_table(doc["results"]))
+    doc["workload"] = workload
+    console.print(_table(doc["results"], workload))
     side = len(specs) > 1 or specs[0].name != drivers.OURS
-    out = _write(console, "sidebyside" if side else "formation", doc, prefix)
+    out = _write(console, "sidebyside" if side else "formation", doc, prefix, results_dir)
     if side:
         written = json.loads(out.read_text())  # with the machine and the final load
         console.print(compare.side_by_side(written, out.name), markup=False)
@@ -352,6 +386,7 @@ def report_cmd(doc_path: Path | None, pictures: bool) -> None:
                 blocks[kind] += "\n\n" + drawing.links(shown, doc_path.parent)
                 drawn += shown
         blocks["scale"] = scale.table(results)  # every scale run, issue 15
+        blocks["floor"] = floor.table(results)  # without a CD, issues 26 and 28
         text = report.update_doc(doc_path.read_text(), blocks)
         text = writes.update_doc(text, results)
         if drawing is not None:

@@ -116,7 +116,8 @@ def test_the_sidebyside_block_is_a_report_kind() -> None:
     text = report.render("sidebyside", DOC, "bench/results/sidebyside-x.json")
     assert text.startswith("Medians (min..max) of 3 runs per driver and N; ratio = other ÷ ours")
     assert "- round 2 (nvidia): helm failed" in text
-    assert "`bench/results/sidebyside-x.json` (2 cores, load average 1.5 at the end)" in text
+    source = "`bench/results/sidebyside-x.json` (2 cores, workload claims, load average 1.5"
+    assert f"{source} at the end)" in text  # a file without a workload is of claims
     doc = "a\n<!-- bench:sidebyside -->\nold\n<!-- /bench:sidebyside -->\nb\n"
     assert "old" not in report.update_doc(doc, {"sidebyside": text})
 

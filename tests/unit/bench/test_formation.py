@@ -73,3 +73,29 @@ def test_watch_counts_sum_open_watches_by_resource() -> None:
         ]
     )
     assert formation.watch_counts_of(text) == {"pods": 5}
+
+
+def _plain_run(t: float) -> formation.Run:
+    return formation.Run(
+        n=4,
+        daemons_ready_s=None,
+        workloads_running_s=t,
+        cd_ready_s=None,
+        entries_ready_s=None,
+        last_daemon_to_cd_ready_s=None,
+        teardown_s=t / 2,
+        writes_formation=40,
+        writes_formation_no_leases=30,
+        writes_teardown=20,
+        requests_formation={},
+        workload="plain",
+    )
+
+
+def test_a_summary_without_a_domain_has_no_cd_timings_not_zero_ones() -> None:
+    summary = formation.summarize([_plain_run(2.0), _plain_run(4.0)])
+    assert summary["workload"] == "plain"
+    assert summary["workloads_running_s"] == {"median": 3.0, "min": 2.0, "max": 4.0}
+    for key in ("daemons_ready_s", "cd_ready_s", "entries_ready_s", "last_daemon_to_cd_ready_s"):
+        assert summary[key] is None, key
+    assert formation.summarize([_run(1.0)])["workload"] == "claims"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pytest
 
 from compute_domains.bench import placement
@@ -60,6 +63,7 @@ def test_shapes_that_cannot_be_placed_say_why(pods: int, per_node: int, message:
 def test_manifests_label_every_pod_and_hold_every_replica() -> None:
     groups = placement.plan(8, 4, _racks(1))
     cd, deps = placement.manifests(8, "ns", "cd-8", groups)
+    assert cd is not None
     assert cd["spec"]["channel"]["resourceClaimTemplate"]["name"] == "cd-8-rct"
     assert [d.spec.replicas for d in deps if d.spec] == [4, 4]
     for dep in deps:
@@ -70,3 +74,83 @@ def test_manifests_label_every_pod_and_hold_every_replica() -> None:
         assert limits is not None and (limits.limits or {})["nvidia.com/gpu"] == 1
     with pytest.raises(ValueError, match="hold 8 pods, not 9"):
         placement.manifests(9, "ns", "cd-8", groups)
+
+
+def _pod_spec(dep: object) -> dict[str, Any]:
+    spec = dep.spec.template.spec  # type: ignore[attr-defined]
+    out: dict[str, Any] = spec.to_dict()
+    return out
+
+
+def _without_domain(spec: dict[str, Any], *, affinity: bool) -> dict[str, Any]:
+    """A claims pod spec less what the other workloads leave out (deep copy)."""
+    out = copy.deepcopy(spec)
+    out.pop("resourceClaims")
+    out["containers"][0]["resources"].pop("claims")
+    if not affinity:
+        out.pop("affinity", None)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("pods", "per_node", "racks"),
+    [(18, 1, 2), (40, 1, 3), (8, 4, 1)],
+    ids=["one rack, affinity", "pinned per rack", "per node"],
+)
+def test_workloads_without_a_domain_are_the_same_pods_less_claim_and_affinity(
+    pods: int, per_node: int, racks: int
+) -> None:
+    groups = placement.plan(pods, per_node, _racks(racks))
+    cd, claims = placement.manifests(pods, "ns", "w", groups, placement.Workload.CLAIMS)
+    assert cd is not None and cd["metadata"]["name"] == "w"
+    specs = {
+        w: [_pod_spec(d) for d in placement.manifests(pods, "ns", "w", groups, w)[1]]
+        for w in placement.Workload
+    }
+    for claims_spec, affinity_spec, plain_spec in zip(
+        specs[placement.Workload.CLAIMS],
+        specs[placement.Workload.AFFINITY],
+        specs[placement.Workload.PLAIN],
+        strict=True,
+    ):
+        assert claims_spec["resourceClaims"] == [
+            {"name": "cd", "resourceClaimTemplateName": "w-rct"}
+        ]
+        assert claims_spec["containers"][0]["resources"]["claims"] == [{"name": "cd"}]
+        for spec in (affinity_spec, plain_spec):
+            assert "resourceClaims" not in spec
+            assert "claims" not in spec["containers"][0]["resources"]
+        assert "affinity" not in plain_spec
+        assert ("affinity" in affinity_spec) == ("affinity" in claims_spec)
+        assert affinity_spec == _without_domain(claims_spec, affinity=True)
+        assert plain_spec == _without_domain(claims_spec, affinity=False)
+    # Everything around the pod spec (names, labels, replicas) is the same in every workload.
+    for w in (placement.Workload.AFFINITY, placement.Workload.PLAIN):
+        cd, deps = placement.manifests(pods, "ns", "w", groups, w)
+        assert cd is None
+        for dep, ref in zip(deps, claims, strict=True):
+            mine, theirs = dep.to_dict(), ref.to_dict()
+            mine["spec"]["template"].pop("spec")
+            theirs["spec"]["template"].pop("spec")
+            assert mine == theirs
+
+
+def test_only_the_one_rack_claims_and_affinity_pods_carry_the_clique_affinity() -> None:
+    one_rack = placement.plan(18, 1, _racks(2))
+    for w, has in [
+        (placement.Workload.CLAIMS, True),
+        (placement.Workload.AFFINITY, True),
+        (placement.Workload.PLAIN, False),
+    ]:
+        spec = _pod_spec(placement.manifests(18, "ns", "w", one_rack, w)[1][0])
+        assert ("affinity" in spec) is has, w
+        assert "nodeSelector" not in spec  # one rack: the GPU limits put one pod on each node
+        assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 4}
+        assert spec["containers"][0]["command"] == ["mnnvl-workload"]
+    pinned = placement.plan(40, 1, _racks(3))
+    for w in placement.Workload:
+        specs = [_pod_spec(d) for d in placement.manifests(40, "ns", "w", pinned, w)[1]]
+        assert [s["nodeSelector"] for s in specs] == [
+            {placement.CLUSTER_UUID_LABEL: f"uuid-{r}"} for r in range(3)
+        ]
+        assert all("affinity" not in s for s in specs)

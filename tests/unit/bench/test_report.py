@@ -88,3 +88,18 @@ def test_latest_picks_the_newest_file(tmp_path: Path) -> None:
     found = report.latest(tmp_path, "churn")
     assert found is not None
     assert found[1] == {"stamp": "20261129-120000"}
+
+
+def test_formation_table_names_the_workload_and_leaves_unmeasured_cells_empty() -> None:
+    assert "Workload: claims (a ComputeDomain" in report.render("formation", FORMATION, "x")
+    result = {
+        **FORMATION["results"][0],  # type: ignore[index]
+        "daemons_ready_s": None,
+        "cd_ready_s": None,
+        "last_daemon_to_cd_ready_s": None,
+        "runs": [{"milestones": {"workloads_scheduled": 1.5, "workloads": 3.0}}],
+    }
+    doc = {**FORMATION, "workload": "plain", "results": [result]}
+    text = report.render("formation", doc, "x.json")
+    assert text.startswith("Workload: plain (the same pods, no ComputeDomain, no claim, no")
+    assert "| 18 | 3 | - | 9.0 s (8.0..10.0) | - | - | 5.0 s (4.0..6.0) |" in text
