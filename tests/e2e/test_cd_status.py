@@ -66,8 +66,13 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
         return helpers.ready(await admin.get(Pod, "imex-channel-injection", namespace="default"))
 
     await helpers.within(100, pod_ready, "workload pod Ready")
-    logs = await _follow_log(admin, "imex-channel-injection", "channel0", timeout=30)
-    assert "channel0" in logs
+    uid = (
+        await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
+    ).metadata.uid  # type: ignore[union-attr]
+    node = (await admin.get(Pod, "imex-channel-injection", namespace="default")).spec.nodeName  # type: ignore[union-attr]
+    channel = f"channel{await helpers.expected_channel(admin, str(uid), str(node))}"
+    logs = await _follow_log(admin, "imex-channel-injection", channel, timeout=30)
+    assert channel in logs
 
     async def cd_ready() -> bool:
         st = await helpers.cd_status(admin, CD)
@@ -76,11 +81,9 @@ async def test_g3_d1_status_follows_the_workload(admin: AsyncClient) -> None:
     await helpers.within(
         4, cd_ready, "G3: CD Ready with its node after the pod turned Ready", interval=0.1
     )
-    uid = (
-        await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
-    ).metadata.uid  # type: ignore[union-attr]
     daemons = await helpers.daemon_pods(admin, uid)
-    assert len(daemons) == 1
+    # Per clique no pod carries the CD's label: the node's agent runs the shared IMEX (0015).
+    assert len(daemons) == (0 if helpers.per_clique() else 1)
 
     await admin.delete(Pod, "imex-channel-injection", namespace="default")
 
@@ -192,9 +195,29 @@ async def test_a_cd_is_not_ready_while_forming_and_its_deletion_waits_for_its_wo
     assert {str(p.metadata.uid) for p in live} == daemons and all(map(helpers.ready, live))  # type: ignore[union-attr]
     assert await helpers.pod_ready(admin, "held-0")
 
-    # A follow-up CD wants the same node: its pod waits while the first CD holds it.
+    # A follow-up CD wants the same node: its pod waits while the first CD holds it. In the
+    # per-clique scope several CDs share a node (decision 0015): it forms there at once.
     await helpers.create_cd(admin, "next")
     await admin.create(helpers.channel_pod("next-0", "next-rct", node=NODE, command="sleep 3600"))
+    if helpers.per_clique():
+        await helpers.within(120, lambda: helpers.pod_ready(admin, "next-0"), "next-0 Ready")
+        await helpers.within(10, lambda: _cd_ready_on(admin, "next", NODE), "next Ready")
+        still = await helpers.cd_status(admin, "held")
+        assert _condition(still, "Deleting") and still["status"] == "Ready", still
+        assert await helpers.pod_ready(admin, "held-0")
+        await admin.delete(Pod, "held-0", namespace="default")
+        await helpers.within(
+            60,
+            lambda: helpers.gone(admin, computedomain.ComputeDomainResource, "held"),
+            "the first CD gone once its workload is",
+        )
+        assert await _cd_ready_on(admin, "next", NODE), "next was disturbed by held's teardown"
+        await admin.delete(Pod, "next-0", namespace="default")
+        await admin.delete(computedomain.ComputeDomainResource, "next", namespace="default")
+        await helpers.within(
+            60, lambda: helpers.gone(admin, computedomain.ComputeDomainResource, "next"), "gone"
+        )
+        return
     await helpers.within(30, lambda: _placed_nowhere(admin, "next-0"), "next-0 created, Pending")
     assert (await helpers.cd_status(admin, "next")).get("status") != "Ready"
 
