@@ -422,7 +422,13 @@ def component_processes(paths: state.SimPaths) -> list[str]:
     recorded = state.read_state(paths)
     assert recorded is not None
     lines = [" ".join(procs.pid_cmdline(p)) for p in _descendants(recorded.supervisor_pid)]
-    marks = ("plugin run", "daemon run", "imex_main imex", "compute_domains.sim.workload")
+    marks = (
+        "plugin run",
+        "daemon run",
+        "agent run",
+        "imex_main imex",
+        "compute_domains.sim.workload",
+    )
     return [line for line in lines if any(m in line for m in marks)]
 
 

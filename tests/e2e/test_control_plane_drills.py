@@ -97,11 +97,8 @@ async def _registered(admin: AsyncClient, uid: str) -> int:
     per-clique scope (where the clique's shared IMEX is up before the CD) the nodes whose
     plugin gave the CD its channel there (the Node's ``compute-domains/channel.<uid>``)."""
     if helpers.per_clique():
-        return sum(
-            1
-            async for n in admin.list(Node)
-            if uid in sharedimex.channels(n.metadata.annotations)  # type: ignore[union-attr]
-        )
+        nodes = [n async for n in admin.list(Node)]
+        return sum(1 for n in nodes if uid in sharedimex.channels(n.metadata.annotations))  # type: ignore[union-attr]
     return sum(len(c.get("daemons") or []) for c in await _cliques(admin, uid))
 
 

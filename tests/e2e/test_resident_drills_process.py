@@ -46,6 +46,7 @@ pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 NODES_MODE = "process"
 CD = "kill-cd"
+PLUGIN_CD = "plugin-kill-cd"
 NODES = ("gb200-r0-n00", VICTIM)
 
 
@@ -125,7 +126,7 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
     (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
     assert agent.status is not None and agent.status.containerStatuses
     assert agent.status.containerStatuses[0].restartCount >= 1  # the same pod, restarted
-    await _one_imex_per_node_then_released(admin, uid)
+    await _one_imex_per_node_then_released(admin, uid, CD)
 
 
 async def _taken_up(admin: AsyncClient, uid: str, node: str) -> bool:
@@ -137,7 +138,7 @@ async def _taken_up(admin: AsyncClient, uid: str, node: str) -> bool:
     return any(p.spec and p.spec.nodeName == node for p in await helpers.daemon_pods(admin, uid))
 
 
-async def _one_imex_per_node_then_released(admin: AsyncClient, uid: str) -> None:
+async def _one_imex_per_node_then_released(admin: AsyncClient, uid: str, cd: str) -> None:
     """The CD formed: one agent pod per node serves it (per domain; per clique none carries its
     label, the agents run the shared IMEX), one ``nvidia-imex`` per node. Then the workload and
     the CD are deleted: per domain no agent serves it and no IMEX is left; per clique the CD's
@@ -150,8 +151,8 @@ async def _one_imex_per_node_then_released(admin: AsyncClient, uid: str) -> None
     imex = _imex_by_node()
     assert sorted(imex) == list(NODES) and all(len(p) == 1 for p in imex.values()), imex
 
-    await admin.delete(Deployment, CD, namespace="default")
-    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
+    await admin.delete(Deployment, cd, namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, cd, namespace="default")
 
     async def released() -> bool:
         if helpers.per_clique():
@@ -184,8 +185,8 @@ async def test_kill_9_of_a_plugin_mid_formation_still_converges_and_leaves_imex_
     agents = {node: _agent_pids(resident, node) for node in NODES}
     assert all(len(p) == 1 for p in agents.values()), agents
     (victim_pid,) = _plugin_pids(resident, VICTIM)
-    uid = await helpers.create_cd(admin, CD, num_nodes=2)
-    await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2))
+    uid = await helpers.create_cd(admin, PLUGIN_CD, num_nodes=2)
+    await admin.create(helpers.workload_deployment(PLUGIN_CD, f"{PLUGIN_CD}-rct", 2))
 
     async def preparing() -> bool:
         found = await admin.get(Node, VICTIM)
@@ -197,12 +198,12 @@ async def test_kill_9_of_a_plugin_mid_formation_still_converges_and_leaves_imex_
     while not await preparing():
         assert loop.time() < deadline, "the victim's plugin never began the CD's prepare"
         await asyncio.sleep(0.05)
-    was_ready = await _all_ready(admin, CD) is not None
+    was_ready = await _all_ready(admin, PLUGIN_CD) is not None
     os.kill(victim_pid, signal.SIGKILL)
     t0 = loop.time()
 
     async def converged() -> dict[str, int] | None:
-        now = await _all_ready(admin, CD)
+        now = await _all_ready(admin, PLUGIN_CD)
         pids = _plugin_pids(resident, VICTIM)
         return now if now is not None and pids and victim_pid not in pids else None
 
@@ -222,4 +223,4 @@ async def test_kill_9_of_a_plugin_mid_formation_still_converges_and_leaves_imex_
     assert len(plugins) == 1 and plugins[0].status and plugins[0].status.containerStatuses
     assert max(c.restartCount for c in plugins[0].status.containerStatuses) >= 1
     assert {node: _agent_pids(resident, node) for node in NODES} == agents, "an agent restarted"
-    await _one_imex_per_node_then_released(admin, uid)
+    await _one_imex_per_node_then_released(admin, uid, PLUGIN_CD)
