@@ -352,11 +352,13 @@ async def _a_fresh_shared_registry_of_one_slot(admin: AsyncClient, sim: state.Si
     helpers.kubectl(sim, "delete", "pod", "-n", DRIVER_NS, "-l", selector, "--wait=true")
     agents = dict([selector.split("=")])
 
-    async def agents_ready() -> bool:
+    async def agents_running() -> bool:
+        # Running, not Ready: with one slot for two registered nodes, the node holding index 1
+        # is outside the shared IMEX's node map until the registry is made again below.
         pods = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=agents)]
-        return len(pods) == 2 and all(helpers.ready(p) for p in pods)
+        return len(pods) == 2 and all(p.status and p.status.phase == "Running" for p in pods)
 
-    await helpers.within(120, agents_ready, "both agent pods back and Ready")
+    await helpers.within(120, agents_running, "both agent pods back and running")
     node = await admin.get(Node, NODE)
     registry = sharedimex.registry_name((node.metadata.labels or {})[names.GPU_CLIQUE_LABEL])  # type: ignore[union-attr]
     helpers.kubectl(sim, "delete", "computedomainclique", "-n", DRIVER_NS, registry)

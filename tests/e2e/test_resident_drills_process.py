@@ -20,12 +20,14 @@ it, the prepare is retried, and the CD converges the same way, with neither agen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 
@@ -99,7 +101,17 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
     (victim_pid,) = _agent_pids(resident, VICTIM)
     uid = await helpers.create_cd(admin, CD, num_nodes=2)
     await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2))
+    try:
+        await _kill_the_agent_mid_formation(admin, resident, uid, victim_pid)
+    finally:  # a failure must not leave its job holding both nodes' GPUs for the next drill
+        for kind in (Deployment, computedomain.ComputeDomainResource):
+            with contextlib.suppress(ApiError):  # gone already when the drill passed
+                await admin.delete(kind, CD, namespace="default")
 
+
+async def _kill_the_agent_mid_formation(
+    admin: AsyncClient, sim: state.SimPaths, uid: str, victim_pid: int
+) -> None:
     # Mid-formation: the moment the victim's agent has taken the CD up (labelled its pod); in
     # the per-clique scope, where the agent's shared IMEX runs before any CD, the moment the
     # victim's plugin gave the CD its channel there.
@@ -114,7 +126,7 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
 
     async def converged() -> dict[str, int] | None:
         now = await _all_ready(admin, CD)
-        pids = _agent_pids(resident, VICTIM)
+        pids = _agent_pids(sim, VICTIM)
         return now if now is not None and pids and victim_pid not in pids else None
 
     indices = await _eventually(converged, 120, "the CD Ready again after the agent's kill -9")
