@@ -26,7 +26,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from prometheus_client.parser import text_string_to_metric_families
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.agent.config import SHARED_FOLDER
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.cli import options
 from compute_domains.containers import procs
 from compute_domains.plugin import checkpoint, checkpointfile
@@ -38,6 +39,71 @@ CONTROLLER_DEPLOYMENT = "nvidia-dra-driver-gpu-controller"
 PLUGIN_DAEMONSET = "nvidia-dra-driver-gpu-kubelet-plugin"
 LIST_CHANNELS = "ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
 """The command of upstream's channel-injection pods."""
+
+
+def suite_setting(key: str, default: str) -> str:
+    """The value of chart key ``key`` every install of this suite gets: the last ``key=...`` of
+    ``CD_E2E_SET`` (``conftest.suite_values``), else ``default`` (the chart's)."""
+    found = default
+    for item in suite_values():
+        name, _, value = item.partition("=")
+        if name.strip() == key:
+            found = value.strip()
+    return found
+
+
+def resident_agents() -> bool:
+    """Whether this suite runs with resident IMEX agents (``imex.agents=resident``): no per-CD
+    DaemonSet, the node's agent pod serves a per-domain CD (decision 0014)."""
+    return suite_setting("imex.agents", "perComputeDomain") == "resident"
+
+
+def per_clique() -> bool:
+    """Whether this suite's CDs are in the per-clique scope (``imex.scope=perClique``): one
+    shared IMEX per clique, each CD its own channel from 1 up, no daemon pod labelled for a CD
+    (decision 0015)."""
+    return suite_setting("imex.scope", "perDomain") == "perClique"
+
+
+async def expected_channel(admin: AsyncClient, domain_uid: str, node: str) -> int:
+    """The one channel a workload pod of CD ``domain_uid`` on ``node`` must see: 0 in the
+    per-domain scope (NVIDIA's), else the CD's number in the shared registry of the node's
+    clique (never 0; the registry's ``compute-domains/channel.<uid>``)."""
+    if not per_clique():
+        return 0
+    found = await admin.get(Node, node)
+    clique_id = (found.metadata.labels or {}).get(names.GPU_CLIQUE_LABEL, "")  # type: ignore[union-attr]
+    assert clique_id, f"node {node} has no clique ID: no per-clique channel"
+    reg = await admin.get(
+        clique.ComputeDomainCliqueResource, sharedimex.registry_name(clique_id), namespace=DRIVER_NS
+    )
+    numbers = sharedimex.channels(reg.metadata.annotations if reg.metadata else None)
+    assert domain_uid in numbers, f"CD {domain_uid} has no channel in {clique_id}: {numbers}"
+    assert numbers[domain_uid] >= sharedimex.FIRST_CHANNEL, numbers
+    return numbers[domain_uid]
+
+
+async def cd_cliques(admin: AsyncClient, namespace: str = "*") -> list[Any]:
+    """Every ComputeDomainClique that belongs to some CD: in the per-clique scope a clique's
+    shared registry counts only while it holds a CD's channel (the registry itself stays for
+    good, as its shared IMEX does: decision 0015)."""
+    return [
+        c
+        async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=namespace)
+        if not (per_clique() and sharedimex.is_registry_name(str(c.metadata.name)))  # type: ignore[union-attr]
+        or sharedimex.channels(c.metadata.annotations)  # type: ignore[union-attr]
+    ]
+
+
+async def shared_entries(admin: AsyncClient) -> dict[str, tuple[int, str]]:
+    """Per-clique scope: node -> (index, status) of its entry in its clique's shared registry
+    (``shared-imex.<cliqueID>``, written by the node's resident agent; decision 0015)."""
+    return {
+        str(d["nodeName"]): (int(d["index"]), str(d["status"]))
+        async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        if sharedimex.is_registry_name(str(c.metadata.name))  # type: ignore[union-attr]
+        for d in c.to_dict().get("daemons") or []  # type: ignore[no-untyped-call]
+    }
 
 
 def _tool(sim: state.SimPaths, tool: str, *args: str, timeout: float = 300) -> str:
@@ -356,7 +422,13 @@ def component_processes(paths: state.SimPaths) -> list[str]:
     recorded = state.read_state(paths)
     assert recorded is not None
     lines = [" ".join(procs.pid_cmdline(p)) for p in _descendants(recorded.supervisor_pid)]
-    marks = ("plugin run", "daemon run", "imex_main imex", "compute_domains.sim.workload")
+    marks = (
+        "plugin run",
+        "daemon run",
+        "agent run",
+        "imex_main imex",
+        "compute_domains.sim.workload",
+    )
     return [line for line in lines if any(m in line for m in marks)]
 
 
@@ -385,7 +457,12 @@ def node_leftovers(sim: state.SimPaths, node: str) -> list[str]:
         for e in (found.claims.values() if found else ())
         if e.state != checkpoint.ClaimState.UNPREPARED
     ]
-    left += [f"folder domains/{d.name} on {node}" for d in (plugin_dir / "domains").glob("*")]
+    left += [
+        f"folder domains/{d.name} on {node}"
+        for d in (plugin_dir / "domains").glob("*")
+        # The clique's shared IMEX folder is the node's, not a CD's (kept for good, 0015).
+        if not (per_clique() and d.name == SHARED_FOLDER)
+    ]
     return left
 
 
@@ -398,9 +475,18 @@ async def leftovers(admin: AsyncClient, sim: state.SimPaths, nodes: list[str]) -
     left += _names(
         [d async for d in admin.list(DaemonSet, namespace="*", labels=cd_label)], "DaemonSet"
     )
-    left += _names(
-        [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")], "clique"
-    )
+    cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")]
+    if per_clique():
+        # A clique's shared registry outlives every CD by design (the shared IMEX runs for
+        # good, decision 0015); no CD's channel may be left on it.
+        shared = [c for c in cliques if sharedimex.is_registry_name(str(c.metadata.name))]  # type: ignore[union-attr]
+        cliques = [c for c in cliques if c not in shared]
+        left += [
+            f"channel of CD {uid} on registry {c.metadata.name}"  # type: ignore[union-attr]
+            for c in shared
+            for uid in sharedimex.channels(c.metadata.annotations)  # type: ignore[union-attr]
+        ]
+    left += _names(cliques, "clique")
     left += _names(
         [t async for t in admin.list(ResourceClaimTemplate, namespace="*", labels=cd_label)],
         "template",
@@ -411,4 +497,9 @@ async def leftovers(admin: AsyncClient, sim: state.SimPaths, nodes: list[str]) -
         "ComputeDomain",
     )
     left += [f"label on node {n.metadata.name}" async for n in admin.list(Node, labels=cd_label)]  # type: ignore[union-attr]
+    left += [
+        f"channel of CD {uid} on node {n.metadata.name}"  # type: ignore[union-attr]
+        async for n in admin.list(Node)
+        for uid in sharedimex.channels(n.metadata.annotations)  # type: ignore[union-attr]
+    ]
     return left + [x for n in nodes for x in node_leftovers(sim, n)]

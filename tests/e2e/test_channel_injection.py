@@ -14,20 +14,24 @@ namespace lists the node Ready while the pod runs, and is gone after the delete.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 
 pytestmark = pytest.mark.timeout(900)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=1)
+CHANNELS = re.compile(r"\bchannel(\d+)$", re.MULTILINE)
+"""A channel device as ``ls -la`` lists it (the last word of its line)."""
 
 
 def _manifest(tmp_path: Path, cd: str, template: str, mode: str | None) -> Path:
@@ -56,15 +60,25 @@ async def _apply_check_delete(
     pod: str,
     *,
     ready_s: float,
-    expect: tuple[str, ...],
-    absent: tuple[str, ...] = (),
+    expect: tuple[str, ...] = (),
+    single: bool = False,
 ) -> None:
-    """Upstream's ``apply_check_delete_workload_imex_chan_inject``."""
+    """Upstream's ``apply_check_delete_workload_imex_chan_inject``; ``single``: the pod lists
+    exactly one channel, its scope's (``helpers.expected_channel``: channel0 per domain)."""
     helpers.kubectl(sim, "apply", "-f", str(manifest))
     await helpers.within(ready_s, lambda: helpers.pod_ready(admin, pod), f"pod {pod} Ready")
+    if single:
+        found = await admin.get(Pod, pod, namespace="default")
+        cd = await admin.get(computedomain.ComputeDomainResource, pod, namespace="default")
+        channel = await helpers.expected_channel(
+            admin,
+            str(cd.metadata.uid),  # type: ignore[union-attr]
+            str(found.spec.nodeName),  # type: ignore[union-attr]
+        )
+        expect = (*expect, f"channel{channel}")
     logs = await helpers.log_with(admin, pod, expect)
-    for text in absent:
-        assert text not in logs, logs
+    if single:
+        assert CHANNELS.findall(logs) == [str(channel)], logs
     helpers.kubectl(sim, "delete", "-f", str(manifest), "--wait=false")
     await helpers.within(10, lambda: helpers.gone(admin, Pod, pod), f"pod {pod} gone")
     await helpers.within(
@@ -77,7 +91,8 @@ async def _apply_check_delete(
 async def test_a1_single_channel_injected(
     admin: AsyncClient, rack_sim: state.SimPaths, tmp_path: Path
 ) -> None:
-    """A1 "CDs: IMEX channel injection (single)": channel0 only, Ready <=100 s, gone <=10 s."""
+    """A1 "CDs: IMEX channel injection (single)": channel0 only, Ready <=100 s, gone <=10 s.
+    In the per-clique scope the one channel is the CD's own number (from 1), never 0."""
     cd = "imex-channel-injection"
     await _apply_check_delete(
         admin,
@@ -85,8 +100,7 @@ async def test_a1_single_channel_injected(
         _manifest(tmp_path, cd, "imex-channel-0", None),
         cd,
         ready_s=100,
-        expect=("channel0",),
-        absent=("channel1",),  # Single mode: channel0 and nothing else
+        single=True,  # Single mode: its one channel and nothing else
     )
 
 
@@ -94,6 +108,12 @@ async def test_a2_all_channels_injected(
     admin: AsyncClient, rack_sim: state.SimPaths, tmp_path: Path
 ) -> None:
     """A2 "CDs: IMEX channel injection (all)": 2048 channels incl. channel222 and channel2047."""
+    if helpers.per_clique():
+        pytest.skip(
+            "per-clique scope: allocationMode All would hold every channel of the clique's "
+            "shared IMEX domain, so it is refused by design (decision 0015; shown by "
+            "test_per_clique.py::test_allocation_mode_all_is_refused_in_this_scope)"
+        )
     cd = "imex-channel-injection-all"
     await _apply_check_delete(
         admin,
@@ -114,14 +134,17 @@ async def test_a3_channel_injection_with_cliques(
     manifest = _manifest(tmp_path, cd, "imex-channel-0", None)
     helpers.kubectl(rack_sim, "apply", "-f", str(manifest))
     await helpers.within(100, lambda: helpers.pod_ready(admin, cd), "pod Ready")
-    await helpers.log_with(admin, cd, ("channel0",))
-
     uid = (
         await admin.get(computedomain.ComputeDomainResource, cd, namespace="default")
     ).metadata.uid  # type: ignore[union-attr]
     gpu_nodes = admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
     node = next(iter([n async for n in gpu_nodes]))  # not the control-plane node
+    channel = await helpers.expected_channel(admin, str(uid), str(node.metadata.name))  # type: ignore[union-attr]
+    await helpers.log_with(admin, cd, (f"channel{channel}",))
     labels = node.metadata.labels or {}  # type: ignore[union-attr]
+    if helpers.per_clique():
+        await _a3_per_clique(admin, rack_sim, manifest, str(uid), node)
+        return
     name = names.clique_object_name(str(uid), labels[names.GPU_CLIQUE_LABEL])
 
     async def clique_lists_node_ready() -> bool:
@@ -137,4 +160,42 @@ async def test_a3_channel_injection_with_cliques(
         60,
         lambda: helpers.gone(admin, clique.ComputeDomainCliqueResource, name, DRIVER_NS),
         f"clique {name} gone",
+    )
+
+
+async def _a3_per_clique(
+    admin: AsyncClient, sim: state.SimPaths, manifest: Path, uid: str, node: Node
+) -> None:
+    """A3 in the per-clique scope, where the clique object is the clique's shared registry
+    (no per-CD clique, decision 0015): it lists the node Ready and holds the CD's channel while
+    the pod runs; after the delete the registry stays (its IMEX runs for good) without it."""
+    labels = node.metadata.labels or {}  # type: ignore[union-attr]
+    name = sharedimex.registry_name(labels[names.GPU_CLIQUE_LABEL])
+    cd = "imex-channel-injection"
+
+    async def registry() -> dict[str, Any]:
+        obj = await admin.get(clique.ComputeDomainCliqueResource, name, namespace=DRIVER_NS)
+        return obj.to_dict()  # type: ignore[no-any-return, no-untyped-call]
+
+    async def lists_node_ready() -> bool:
+        doc = await registry()
+        daemons = [(d["nodeName"], d["status"]) for d in doc.get("daemons") or []]
+        held = sharedimex.channels(doc["metadata"].get("annotations"))
+        return daemons == [(labels["kubernetes.io/hostname"], "Ready")] and uid in held
+
+    await helpers.within(
+        30, lists_node_ready, f"registry {name} lists the node Ready, CD's channel"
+    )
+    helpers.kubectl(sim, "delete", "-f", str(manifest), "--wait=false")
+    await helpers.within(10, lambda: helpers.gone(admin, Pod, cd), "pod gone")
+
+    async def released() -> bool:
+        doc = await registry()
+        return uid not in sharedimex.channels(doc["metadata"].get("annotations"))
+
+    await helpers.within(60, released, f"the CD's channel gone from registry {name}")
+    await helpers.within(
+        60,
+        lambda: helpers.gone(admin, computedomain.ComputeDomainResource, cd),
+        f"ComputeDomain {cd} deleted",
     )

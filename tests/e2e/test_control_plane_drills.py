@@ -36,10 +36,10 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.cli import options
 from compute_domains.sim import state
 from tests.e2e import helpers
@@ -52,6 +52,7 @@ CD = "compute-domain-0"
 N = 18
 NODES = [f"gb200-r0-n{i:02d}" for i in range(N)]
 PAUSE_S = 5
+AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
 TRANSIENT = (ApiError, httpx.HTTPError, OSError)
 """What a request may raise while the API server is away: "not yet", never a verdict."""
 
@@ -91,12 +92,22 @@ async def _cliques(admin: AsyncClient, uid: str) -> list[dict[str, Any]]:
     ]
 
 
+async def _registered(admin: AsyncClient, uid: str) -> int:
+    """How many nodes joined the CD's IMEX domain: its daemons in its cliques, or in the
+    per-clique scope (where the clique's shared IMEX is up before the CD) the nodes whose
+    plugin gave the CD its channel there (the Node's ``compute-domains/channel.<uid>``)."""
+    if helpers.per_clique():
+        nodes = [n async for n in admin.list(Node)]
+        return sum(1 for n in nodes if uid in sharedimex.channels(n.metadata.annotations))  # type: ignore[union-attr]
+    return sum(len(c.get("daemons") or []) for c in await _cliques(admin, uid))
+
+
 async def _formation(admin: AsyncClient, uid: str) -> Formation:
     status = (await _cd(admin)).get("status") or {}
     entries = status.get("nodes") or []
     return Formation(
         ready=status.get("status") == "Ready",
-        registered=sum(len(c.get("daemons") or []) for c in await _cliques(admin, uid)),
+        registered=await _registered(admin, uid),
         ready_entries=sum(1 for e in entries if e.get("status") == "Ready"),
         running=sum(1 for p in await _workloads(admin) if helpers.ready(p)),
     )
@@ -148,31 +159,54 @@ async def _assert_one_of_each(admin: AsyncClient, uid: str) -> None:
     assert sorted(e["name"] for e in entries) == NODES, entries
     assert all(e["status"] == "Ready" for e in entries), entries
 
+    # Per-CD DaemonSets: one DaemonSet and one daemon claim template for the CD, one claim per
+    # daemon pod. Resident agents (decision 0014): none of them; the nodes' agent pods serve.
+    per_cd = not helpers.resident_agents()
     mine = {names.COMPUTE_DOMAIN_LABEL: uid}
     daemonsets = [d async for d in admin.list(DaemonSet, namespace=DRIVER_NS, labels=mine)]
-    assert len(daemonsets) == 1, [d.metadata.name for d in daemonsets]  # type: ignore[union-attr]
+    assert len(daemonsets) == int(per_cd), [d.metadata.name for d in daemonsets]  # type: ignore[union-attr]
     templates = [t async for t in admin.list(ResourceClaimTemplate, namespace="*", labels=mine)]
     assert sorted((t.metadata.namespace, t.metadata.name) for t in templates) == [  # type: ignore[union-attr]
-        ("compute-domains", f"computedomain-daemon-{uid}"),
+        *([("compute-domains", f"computedomain-daemon-{uid}")] if per_cd else []),
         ("default", f"{CD}-rct"),
     ]
 
+    # Per clique (decision 0015) the CD has no clique object and no daemon pod of its own: the
+    # clique's shared registry lists every node once, on the indices of the CD's status.
     cliques = await _cliques(admin, uid)
     ids = {e["cliqueID"] for e in entries}
-    assert len(cliques) == len(ids) == 1, [c["metadata"]["name"] for c in cliques]
-    members = cliques[0].get("daemons") or []
+    if helpers.per_clique():
+        assert cliques == [], [c["metadata"]["name"] for c in cliques]
+        assert len(ids) == 1, ids
+        shared = await admin.get(
+            clique.ComputeDomainCliqueResource,
+            sharedimex.registry_name(next(iter(ids))),
+            namespace=DRIVER_NS,
+        )
+        members = shared.to_dict().get("daemons") or []  # type: ignore[no-untyped-call]
+    else:
+        assert len(cliques) == len(ids) == 1, [c["metadata"]["name"] for c in cliques]
+        members = cliques[0].get("daemons") or []
     assert sorted(d["nodeName"] for d in members) == NODES, members
     assert sorted(d["index"] for d in members) == list(range(N)), members
+    assert {d["nodeName"]: d["index"] for d in members} == {e["name"]: e["index"] for e in entries}
 
     daemons = await helpers.daemon_pods(admin, uid)
-    assert sorted(str(p.spec.nodeName) for p in daemons) == NODES, [  # type: ignore[union-attr]
+    serving = (
+        [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]
+        if helpers.per_clique()
+        else daemons
+    )
+    assert sorted(str(p.spec.nodeName) for p in serving) == NODES, [  # type: ignore[union-attr]
         (p.metadata.name, p.spec.nodeName)  # type: ignore[union-attr]
-        for p in daemons
+        for p in serving
     ]
+    if helpers.per_clique():
+        assert daemons == [], "a per-clique CD labels no pod"
 
     pods = await _workloads(admin)
     assert len({p.spec.nodeName for p in pods}) == len(pods) == N  # type: ignore[union-attr]
-    for namespace, owners in (("default", pods), (DRIVER_NS, daemons)):
+    for namespace, owners in (("default", pods), (DRIVER_NS, daemons if per_cd else [])):
         claims = [c async for c in admin.list(ResourceClaim, namespace=namespace)]
         owned = sorted(
             str(ref.name)
@@ -181,7 +215,10 @@ async def _assert_one_of_each(admin: AsyncClient, uid: str) -> None:
             if ref.kind == "Pod"
         )
         want = sorted(str(p.metadata.name) for p in owners)  # type: ignore[union-attr]
-        assert len(claims) == N and owned == want, (namespace, [c.metadata.name for c in claims])  # type: ignore[union-attr]
+        assert len(claims) == len(owners) and owned == want, (
+            namespace,
+            [c.metadata.name for c in claims],
+        )  # type: ignore[union-attr]
 
 
 DRILLS = {
@@ -242,7 +279,8 @@ async def test_a_formation_survives_a_control_plane_drill(
     }
     assert restarted == {}, f"driver pods restarted by the drills: {restarted}"
     for pod in await _workloads(admin):
-        await sees_domain_up(admin, str(pod.metadata.name))  # type: ignore[union-attr]
+        channel = await helpers.expected_channel(admin, uid, str(pod.spec.nodeName))  # type: ignore[union-attr]
+        await sees_domain_up(admin, str(pod.metadata.name), channel=channel)  # type: ignore[union-attr]
 
     # 3. Deleting the job and the CD leaves nothing anywhere.
     helpers.kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")

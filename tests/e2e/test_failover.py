@@ -5,7 +5,8 @@ names or indices, and every node keeping the index it had (no index swaps):
 
 * C1: force-delete workload pod 0 - its replacement runs with its channel;
 * C2: force-delete every IMEX daemon of the domain - the DaemonSet recreates them on the same
-  nodes, they rejoin under new pod IPs;
+  nodes, they rejoin under new pod IPs (with resident agents: the nodes' agent pods, which
+  the agents' DaemonSet recreates; in the per-clique scope those that run the shared IMEX);
 * C3: gracefully delete workload pod 1 - the same healing as C1, and no IMEX process is left
   holding a port (the daemons come back Ready).
 """
@@ -66,6 +67,20 @@ async def _healed(
     raise AssertionError(f"not healed in {timeout:.0f}s: {last}")
 
 
+async def _imex_pods(admin: AsyncClient, uid: str, nodes: set[str]) -> list[Pod]:
+    """The pods running the CD's IMEX daemons: its daemon pods (its DaemonSet's, or the nodes'
+    resident agents labelled for it), or in the per-clique scope the agent pods of its nodes,
+    which run the clique's shared IMEX and carry no CD label (decision 0015)."""
+    if not helpers.per_clique():
+        return await helpers.daemon_pods(admin, uid)
+    agents = {"app.kubernetes.io/component": "imex-agent"}
+    return [
+        p
+        async for p in admin.list(Pod, namespace=DRIVER_NS, labels=agents)
+        if p.spec is not None and p.spec.nodeName in nodes
+    ]
+
+
 async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
     await admin.create(
         computedomain.ComputeDomainResource(
@@ -90,7 +105,7 @@ async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
     uid = (
         await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
     ).metadata.uid  # type: ignore[union-attr]
-    daemons = await helpers.daemon_pods(admin, uid)
+    daemons = await _imex_pods(admin, uid, set(indices))
     assert len(daemons) == 3
     for d in daemons:
         await admin.delete(
@@ -100,7 +115,7 @@ async def test_c1_c2_c3_heal_with_stable_indices(admin: AsyncClient) -> None:
             grace_period=0,
         )
     await _healed(admin, indices)
-    fresh = await helpers.daemon_pods(admin, uid)
+    fresh = await _imex_pods(admin, uid, set(indices))
     assert {p.metadata.uid for p in fresh}.isdisjoint(  # type: ignore[union-attr]
         {d.metadata.uid for d in daemons}
     )  # type: ignore[union-attr]

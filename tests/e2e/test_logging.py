@@ -39,6 +39,7 @@ from tests.e2e.conftest import DRIVER_NS
 pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=1)
 CD = "imex-channel-injection"
+AGENT_SELECTOR = "app.kubernetes.io/component=imex-agent"
 LEASE = "compute-domains-controller"  # the chart's cd.leaseName: <release>-controller
 
 
@@ -158,6 +159,14 @@ async def test_f3_daemon_verbosity_is_set_by_the_controller_at_daemonset_creatio
     """F3 "CDs: daemon: test log verbosity levels"."""
     # Part 1: the chart's level reaches the daemons.
     helpers.upgrade(rack_sim, "logVerbosity=debug")
+    if helpers.resident_agents():
+        await _agent_log_level_follows_the_chart(admin, rack_sim)
+        pytest.skip(
+            "part 1 passed (the chart's level reaches the resident agent that runs the "
+            "daemon, once its pod is rolled); part 2 does not apply with resident agents: the "
+            "controller creates no DaemonSet (decision 0014), so LOG_VERBOSITY_CD_DAEMON has "
+            "nothing to set"
+        )
     uid = await _workload(admin, rack_sim)
     daemons = await helpers.daemon_pods(admin, uid)
     assert len(daemons) == 1
@@ -194,3 +203,31 @@ async def test_f3_daemon_verbosity_is_set_by_the_controller_at_daemonset_creatio
     assert " INFO " not in log and "starting: pod" not in log, log
     await _delete_workload(admin)
     _set_controller_env(rack_sim, "LOG_VERBOSITY_CD_DAEMON-")  # unset again
+
+
+async def _agent_log_level_follows_the_chart(admin: AsyncClient, sim: state.SimPaths) -> None:
+    """With resident agents the daemon runs inside the node's agent, whose level is the chart's
+    ``logVerbosity``. The agents' ``OnDelete`` update strategy keeps an upgrade from restarting
+    them (a restart would be an IMEX restart), so the level applies once the operator rolls
+    the node's agent pod: then the agent serving the workload's CD logs at DEBUG."""
+    agent_labels = dict([AGENT_SELECTOR.split("=")])
+    old = {
+        str(p.metadata.uid) async for p in admin.list(Pod, namespace=DRIVER_NS, labels=agent_labels)
+    }  # type: ignore[union-attr]
+    assert len(old) == 1, old
+    helpers.kubectl(
+        sim, "delete", "pod", "-n", DRIVER_NS, "-l", "app.kubernetes.io/component=imex-agent"
+    )
+
+    async def rolled() -> Pod | None:
+        pods = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=agent_labels)]
+        fresh = [p for p in pods if str(p.metadata.uid) not in old and helpers.ready(p)]  # type: ignore[union-attr]
+        return fresh[0] if len(pods) == len(fresh) == 1 else None
+
+    await helpers.within(120, rolled, "the node's agent pod replaced and Ready")
+    await _workload(admin, sim)
+    agent = await rolled()
+    assert agent is not None
+    log = await helpers.log_of(admin, str(agent.metadata.name), DRIVER_NS)  # type: ignore[union-attr]
+    assert " DEBUG " in log and "starting: pod" in log, log
+    await _delete_workload(admin)

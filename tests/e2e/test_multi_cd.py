@@ -24,6 +24,7 @@ through the real scheduler in ``tests/integration/plugin/test_channels.py``; nod
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any, cast
 
@@ -33,7 +34,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.plugin import checkpoint
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
@@ -48,11 +49,47 @@ PLACEMENT = {"cd-a": ("gb200-r0-n00", "gb200-r1-n00"), "cd-b": ("gb200-r0-n01", 
 
 
 async def _labels(admin: AsyncClient) -> dict[str, str | None]:
-    """GPU node → the CD UID its label names (None: free)."""
+    """GPU node → the CD UID its label names (None: free). In the per-clique scope a node
+    serving a CD carries its channel annotation instead (decision 0015); here one CD at most."""
+    out: dict[str, str | None] = {}
+    async for n in admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"}):
+        meta = n.metadata
+        assert meta is not None
+        held = sorted(sharedimex.channels(meta.annotations)) if helpers.per_clique() else []
+        assert len(held) <= 1, (meta.name, held)
+        label = (meta.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)
+        out[str(meta.name)] = held[0] if held else label
+    return out
+
+
+async def _registry_indices(admin: AsyncClient) -> dict[str, int]:
+    """Per clique scope: node → its index in its clique's shared registry."""
     return {
-        str(n.metadata.name): (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)  # type: ignore[union-attr]
-        async for n in admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
+        str(d["nodeName"]): int(d["index"])
+        async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+        if sharedimex.is_registry_name(str(c.metadata.name))  # type: ignore[union-attr]
+        for d in c.to_dict().get("daemons") or []  # type: ignore[no-untyped-call]
     }
+
+
+async def _cd_cliques(admin: AsyncClient, uid: str) -> list[Any]:
+    """The CD's own clique objects; in the per-clique scope the shared registries holding its
+    channel (one per clique it spans)."""
+    if helpers.per_clique():
+        return [
+            c
+            async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+            if sharedimex.is_registry_name(str(c.metadata.name))  # type: ignore[union-attr]
+            and uid in sharedimex.channels(c.metadata.annotations)  # type: ignore[union-attr]
+        ]
+    return [
+        c
+        async for c in admin.list(
+            clique.ComputeDomainCliqueResource,
+            namespace=DRIVER_NS,
+            labels={names.COMPUTE_DOMAIN_LABEL: uid},
+        )
+    ]
 
 
 def _claim_specs(sim: state.SimPaths, node: str) -> list[str]:
@@ -110,20 +147,21 @@ async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
         entries = (await helpers.cd_status(admin, cd))["nodes"]
         assert sorted(e["name"] for e in entries) == sorted(nodes), entries
         assert len({e["cliqueID"] for e in entries}) == 2, f"{cd} spans both racks: {entries}"
-        assert [e["index"] for e in entries] == [0, 0], f"indices restart per clique: {entries}"
-        cliques = [
-            c
-            async for c in admin.list(
-                clique.ComputeDomainCliqueResource,
-                namespace=DRIVER_NS,
-                labels={names.COMPUTE_DOMAIN_LABEL: uids[cd]},
-            )
-        ]
+        if helpers.per_clique():
+            # The indices are the nodes' in their clique's shared registry (kept for good).
+            registry = await _registry_indices(admin)
+            assert {e["name"]: e["index"] for e in entries} == {n: registry[n] for n in nodes}
+        else:
+            assert [e["index"] for e in entries] == [0, 0], f"indices restart per clique: {entries}"
+        cliques = await _cd_cliques(admin, uids[cd])
         assert len(cliques) == 2, f"{cd}: one ComputeDomainClique per clique"
         daemons = await helpers.daemon_pods(admin, uids[cd])
-        assert sorted(str(d.spec.nodeName) for d in daemons) == sorted(nodes)  # type: ignore[union-attr]
-        for i in range(2):
-            await helpers.log_with(admin, f"{cd}-{i}", ("channel0",))
+        served = [] if helpers.per_clique() else sorted(nodes)  # per clique: no CD pod label
+        assert sorted(str(d.spec.nodeName) for d in daemons) == served  # type: ignore[union-attr]
+        for i, node in enumerate(nodes):
+            channel = await helpers.expected_channel(admin, uids[cd], node)
+            log = await helpers.log_with(admin, f"{cd}-{i}", (f"channel{channel}",))
+            assert re.findall(r"\bchannel(\d+)$", log, re.MULTILINE) == [str(channel)], log
     assert await _labels(admin) == {n: uids[cd] for cd, ns in PLACEMENT.items() for n in ns}
     b_daemons = {str(d.metadata.uid) for d in await helpers.daemon_pods(admin, uids["cd-b"])}  # type: ignore[union-attr]
 
@@ -176,14 +214,7 @@ async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
 
     async def a_torn_down() -> bool:
         left: list[Any] = list(await helpers.daemon_pods(admin, uids["cd-a"]))
-        left += [
-            c
-            async for c in admin.list(
-                clique.ComputeDomainCliqueResource,
-                namespace=DRIVER_NS,
-                labels={names.COMPUTE_DOMAIN_LABEL: uids["cd-a"]},
-            )
-        ]
+        left += await _cd_cliques(admin, uids["cd-a"])
         labels = await _labels(admin)
         return not left and all(labels[n] is None for n in PLACEMENT["cd-a"])
 
@@ -209,7 +240,13 @@ async def test_b3_two_cds_across_cliques_then_one_deleted_while_running(
 
     async def nothing_left() -> bool:
         left: list[Any] = list(await helpers.daemon_pods(admin, None))
-        left += [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")]
+        left += [
+            c
+            async for c in admin.list(clique.ComputeDomainCliqueResource, namespace="*")
+            # A clique's shared registry stays (its IMEX runs for good), without any channel.
+            if not (helpers.per_clique() and sharedimex.is_registry_name(str(c.metadata.name)))  # type: ignore[union-attr]
+            or sharedimex.channels(c.metadata.annotations)  # type: ignore[union-attr]
+        ]
         left += [
             d
             async for d in admin.list(
@@ -233,6 +270,12 @@ async def test_late_prepare_after_unprepare_leaves_nothing(
     admin: AsyncClient, rack_sim: state.SimPaths
 ) -> None:
     """§1.L.6 (#1162): a pod deleted while its prepare waits for the daemon leaves nothing."""
+    if helpers.per_clique():
+        pytest.skip(
+            "per-clique scope: a prepare waits for no daemon to start (the clique's shared "
+            "IMEX runs before any claim, decision 0015), so the window between the delete and "
+            "a late prepare that #1162 needs does not exist"
+        )
     node = NODES[0]
     uid = await helpers.create_cd(admin, "late")
     await admin.create(helpers.channel_pod("late", "late-rct", node=node))

@@ -19,6 +19,7 @@ the short simulated reboot is over).
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import httpx2 as httpx
@@ -28,7 +29,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain, names, sharedimex
 from compute_domains.plugin import cdi, checkpoint
 from compute_domains.sim import control, state, topology
 from tests.e2e import helpers
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.timeout(900)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 CD = "reboot"
 NODES = ("gb200-r0-n00", "gb200-r0-n01")
+AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
 COMMAND = "echo started; ls -la /dev/nvidia-caps-imex-channels; sleep 3600"
 
 
@@ -66,8 +68,11 @@ async def _started(admin: AsyncClient, node: str) -> str:
 
 
 async def _daemon_started(admin: AsyncClient, node: str) -> str:
-    """Which run of the IMEX daemon container on ``node`` is running ("" if none)."""
-    async for p in admin.list(Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}):
+    """Which run of the IMEX daemon container on ``node`` is running ("" if none): the CD's
+    daemon pod (with resident agents the node's agent, labelled for the CD), or in the
+    per-clique scope the node's agent pod running the shared IMEX (no CD label, 0015)."""
+    labels = AGENT_LABELS if helpers.per_clique() else {names.COMPUTE_DOMAIN_LABEL: None}
+    async for p in admin.list(Pod, namespace=DRIVER_NS, labels=labels):
         if p.spec and p.spec.nodeName == node and _instance(p):
             return _instance(p)
     return ""
@@ -155,16 +160,16 @@ async def _driver_pods_ready(admin: AsyncClient, node: str) -> bool:
     return bool(here) and all(helpers.ready(p) for p in here)
 
 
-async def _channel_in_latest_start(admin: AsyncClient, pod: str) -> None:
+async def _channel_in_latest_start(admin: AsyncClient, pod: str, channel: int) -> None:
     log = ""
 
     async def seen() -> bool:
         nonlocal log
         log = await helpers.log_of(admin, pod)
-        return "channel0" in log.rpartition("started")[2]
+        return re.findall(r"\bchannel(\d+)$", log.rpartition("started")[2], re.M) == [str(channel)]
 
     try:
-        await helpers.within(30, seen, f"channel0 in the latest start of {pod}")
+        await helpers.within(30, seen, f"only channel{channel} in the latest start of {pod}")
     except AssertionError as err:
         raise AssertionError(f"{err}; log:\n{log[-2000:]}") from None
 
@@ -241,7 +246,8 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
 
     # Every workload sees its channel in its latest start (the log keeps earlier starts).
     for p in await _workloads(admin):
-        await _channel_in_latest_start(admin, str(p.metadata.name))  # type: ignore[union-attr]
+        channel = await helpers.expected_channel(admin, domain_uid, str(p.spec.nodeName))  # type: ignore[union-attr]
+        await _channel_in_latest_start(admin, str(p.metadata.name), channel)  # type: ignore[union-attr]
 
     plugin_logs = await helpers.component_logs(admin, "kubelet-plugin")
     assert any("Invalidating checkpoint: node rebooted" in log for log in plugin_logs.values()), {
@@ -249,12 +255,16 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     }
 
     # Nothing of the earlier boot is left: the node's checkpoint, claim CDI specs and label
-    # are those of the claims prepared in this boot (its daemon's and its workload's).
+    # are those of the claims prepared in this boot (its daemon's, with per-CD DaemonSets, and
+    # its workload's). In the per-clique scope the node names the CD by its channel annotation.
     node = await admin.get(Node, victim)
-    assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == domain_uid  # type: ignore[union-attr]
+    if helpers.per_clique():
+        assert domain_uid in sharedimex.channels(node.metadata.annotations)  # type: ignore[union-attr]
+    else:
+        assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == domain_uid  # type: ignore[union-attr]
     cp = read_checkpoint(rack_sim, victim)
     live = {uid for uid, e in cp.claims.items() if e.state is not checkpoint.ClaimState.UNPREPARED}
-    assert len(live) == 2, cp.claims
+    assert len(live) == (1 if helpers.resident_agents() else 2), cp.claims
     assert all(cp.claims[uid].state is checkpoint.ClaimState.PREPARE_COMPLETED for uid in live), (
         cp.claims
     )
@@ -263,6 +273,9 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
 
     async def one_daemon_per_node() -> bool:
         pods = await helpers.daemon_pods(admin, domain_uid)
+        if helpers.per_clique():  # the agents run the shared IMEX; no pod names the CD
+            assert pods == []
+            pods = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]
         return len(pods) == 2 and not any(p.metadata and p.metadata.deletionTimestamp for p in pods)
 
     await helpers.within(60, one_daemon_per_node, "one daemon pod per node, none terminating")

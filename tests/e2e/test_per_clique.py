@@ -29,6 +29,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.sim import state, topology
+from tests.conftest import contention
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_seed_example import _eventually, _follow_log
@@ -250,7 +251,8 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     """In this scope every GPU node's IMEX is up before any CD asks, so a spare node needs no
     annotation: a pod bound to one runs with its CD's channel as soon as its claim is prepared
     (no IMEX start). The time from the pod's binding to its Ready (a watch on the pod) is
-    printed, not asserted: timings live in docs/benchmarks.md (0.25 s on 2026-12-02)."""
+    printed and held to issue 26's 1 s, stretched by the machine's contention at the binding
+    as every budget here is (``tests/conftest.py``; 0.25 s on 2026-12-02, docs/benchmarks.md)."""
     cid = await _clique_id(admin)
     await _eventually(lambda: _registry_ready(admin, cid), 180, "the shared registry Ready")
     before = await _counts(admin)
@@ -261,19 +263,21 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     loop = asyncio.get_running_loop()
     bound: float | None = None
     running: float | None = None
+    factor = 1.0
     await admin.create(helpers.channel_pod("cd-grow-n01", "cd-grow-rct", node=N1))
     async with asyncio.timeout(120):
         async for _, pod in admin.watch(
             Pod, namespace="default", fields={"metadata.name": "cd-grow-n01"}
         ):
             if bound is None and pod.spec is not None and pod.spec.nodeName:
-                bound = loop.time()
+                bound, factor = loop.time(), contention()
             if bound is not None and helpers.ready(pod):
                 running = loop.time()
                 break
     assert bound is not None and running is not None
     took = running - bound
-    print(f"spare node: bound -> Running in {took:.2f}s")
+    print(f"spare node: bound -> Running in {took:.2f}s (contention {factor:.1f})")
+    assert took <= 1.0 * factor, f"bound -> Running took {took:.2f}s (contention {factor:.1f})"
     reg = await _registry(admin, cid)
     assert reg is not None
     channel = sharedimex.channels(reg.metadata.annotations)[uid]

@@ -58,6 +58,13 @@ async def _agents(admin: AsyncClient) -> list[Pod]:
 async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
     admin: AsyncClient, resident: state.SimPaths
 ) -> None:
+    if helpers.per_clique():
+        pytest.skip(
+            "per-clique scope: this is the per-domain agent serving one CD (its pod carrying "
+            "the CD label, the CD's own clique, channel 0); a per-clique CD is served by the "
+            "clique's shared IMEX with no CD label and its own channel (decision 0015), shown "
+            "by test_per_clique.py and test_per_clique_annotated.py"
+        )
     if AGENTS == "resident":
 
         async def agents_ready() -> bool:
@@ -161,6 +168,13 @@ async def test_an_agent_leaves_a_cd_with_its_own_daemonset_alone(
     whose pods go nowhere, so only the agent could serve the CD here."""
     if AGENTS != "resident":
         pytest.skip("the agent exists only with resident agents")
+    if helpers.per_clique():
+        pytest.skip(
+            "per-clique scope: a CD made now is per clique, and every idle node already runs "
+            "the clique's shared IMEX, so no per-domain claim (the older CD's) is allocated "
+            "there (decision 0015); the real path, a running per-CD DaemonSet CD kept through "
+            "the switch, is test_resident_upgrade.py in this scope"
+        )
     node = "gb200-r0-n00"
     uid = await helpers.create_cd(admin, "older-cd", num_nodes=1)
     selector = {"app": "older-cd-daemon"}

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain, names, sharedimex
 from compute_domains.daemon import events, imexconfig
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
@@ -80,6 +80,14 @@ async def _all_ready(admin: AsyncClient, cd: str = CD) -> dict[str, int] | None:
     return None
 
 
+async def _serving(admin: AsyncClient, uid: str) -> list[Pod]:
+    """The agent pods that run the CD's IMEX: those labelled for it (per domain), or in the
+    per-clique scope every agent pod (each runs its node's share of the clique's IMEX)."""
+    if helpers.per_clique():
+        return await _agents(admin)
+    return await helpers.daemon_pods(admin, uid)
+
+
 async def test_deleting_a_nodes_agent_pod_goes_notready_then_ready_on_the_same_indices(
     admin: AsyncClient,
     resident: Any,  # noqa: F811  (the fixture imported above)
@@ -95,9 +103,7 @@ async def test_deleting_a_nodes_agent_pod_goes_notready_then_ready_on_the_same_i
     assert sorted(indices.values()) == [0, 1], indices
     workload_uids = {p.metadata.uid for p in await _workloads(admin) if p.metadata}
 
-    (old,) = [
-        p for p in await helpers.daemon_pods(admin, uid) if p.spec and p.spec.nodeName == VICTIM
-    ]
+    (old,) = [p for p in await _serving(admin, uid) if p.spec and p.spec.nodeName == VICTIM]
     assert old.metadata is not None and old.metadata.name
     old_uid = old.metadata.uid
     assert (old.metadata.labels or {}).get("app.kubernetes.io/component") == "imex-agent"
@@ -123,9 +129,7 @@ async def test_deleting_a_nodes_agent_pod_goes_notready_then_ready_on_the_same_i
         now = await _all_ready(admin)
         if now is None:
             return None
-        serving = [
-            p for p in await helpers.daemon_pods(admin, uid) if p.spec and p.spec.nodeName == VICTIM
-        ]
+        serving = [p for p in await _serving(admin, uid) if p.spec and p.spec.nodeName == VICTIM]
         # A new agent pod (not the deleted one) serves the CD on the node.
         if len(serving) != 1 or serving[0].metadata is None or serving[0].metadata.uid == old_uid:
             return None
@@ -145,15 +149,23 @@ async def test_deleting_a_nodes_agent_pod_goes_notready_then_ready_on_the_same_i
         "gb200-r0-n00",
         VICTIM,
     }
-    # NVIDIA's selector finds exactly one pod per node for the CD (one IMEX per node).
+    # NVIDIA's selector finds exactly one pod per node for the CD (one IMEX per node); in the
+    # per-clique scope none (the agents run the clique's shared IMEX, no CD label: 0015).
     serving = await helpers.daemon_pods(admin, uid)
-    assert sorted(str(p.spec.nodeName) for p in serving if p.spec) == ["gb200-r0-n00", VICTIM]
+    on = [] if helpers.per_clique() else ["gb200-r0-n00", VICTIM]
+    assert sorted(str(p.spec.nodeName) for p in serving if p.spec) == on
     assert all(names.CLIQUE_ID_LABEL in (p.metadata.labels or {}) for p in serving if p.metadata)
 
     await admin.delete(Deployment, CD, namespace="default")
     await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
 
     async def released() -> bool:
+        if helpers.per_clique():  # the CD's channel annotations gone from its nodes
+            return not [
+                n
+                async for n in admin.list(Node)
+                if uid in sharedimex.channels(n.metadata.annotations)  # type: ignore[union-attr]
+            ]
         return not await helpers.daemon_pods(admin, uid)
 
     await _eventually_slow(released, 120, "no agent serving the CD any more")
@@ -163,6 +175,12 @@ async def test_a_host_imex_holding_the_session_is_reported_on_the_cd(
     admin: AsyncClient,
     resident: state.SimPaths,  # noqa: F811  (the fixture imported above)
 ) -> None:
+    if helpers.per_clique():
+        pytest.skip(
+            "per-clique scope: no per-CD IMEX template exists (the node's one IMEX is the "
+            "clique's shared IMEX, decision 0015); the held session in this scope is "
+            "test_shared_imex_reports.py::test_a_held_session_is_told_on_every_cd_the_node_serves"
+        )
     name = "inuse-cd"
     uid = await helpers.create_cd(admin, name, num_nodes=1)
     # The per-CD folder the agent will serve from, made before any claim: its IMEX template

@@ -7,24 +7,35 @@ taken up the CD (its pod carries the CD label), its process gets SIGKILL. Its ``
 child dies with it (parent-death signal), the kubelet restarts the container, and the new
 agent picks the CD up again from the Node's label. The CD must still converge: Ready with both
 nodes, indices 0 and 1, one agent pod per node serving it, and exactly one ``nvidia-imex`` per
-node (two in all; the killed agent's is gone).
+node (two in all; the killed agent's is gone). In the per-clique scope (``CD_E2E_SET=...,
+imex.scope=perClique``) "taken up" is the victim's Node annotated with the CD's channel (the
+agent's shared IMEX runs before the CD), no pod carries the CD label, and deleting the CD
+leaves the shared IMEX running, the same processes.
+
+kill -9 of a node's kubelet plugin mid-formation (issue 26 point 4): as soon as the plugin has
+begun the CD's prepare (its Node names the CD), its process gets SIGKILL. The kubelet restarts
+it, the prepare is retried, and the CD converges the same way, with neither agent restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Node, Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain, names, sharedimex
 from compute_domains.containers import procs
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
+from tests.e2e.conftest import DRIVER_NS
 from tests.e2e.test_resident_agents import _agents, resident  # noqa: F401  (the fixture)
 from tests.e2e.test_resident_drills import (  # noqa: F401  (the drill, on process nodes too)
     VICTIM,
@@ -37,6 +48,7 @@ pytestmark = pytest.mark.timeout(1200)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 NODES_MODE = "process"
 CD = "kill-cd"
+PLUGIN_CD = "plugin-kill-cd"
 NODES = ("gb200-r0-n00", VICTIM)
 
 
@@ -89,14 +101,24 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
     (victim_pid,) = _agent_pids(resident, VICTIM)
     uid = await helpers.create_cd(admin, CD, num_nodes=2)
     await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2))
+    try:
+        await _kill_the_agent_mid_formation(admin, resident, uid, victim_pid)
+    finally:  # a failure must not leave its job holding both nodes' GPUs for the next drill
+        for kind in (Deployment, computedomain.ComputeDomainResource):
+            with contextlib.suppress(ApiError):  # gone already when the drill passed
+                await admin.delete(kind, CD, namespace="default")
 
-    # Mid-formation: the moment the victim's agent has taken the CD up (labelled its pod).
+
+async def _kill_the_agent_mid_formation(
+    admin: AsyncClient, sim: state.SimPaths, uid: str, victim_pid: int
+) -> None:
+    # Mid-formation: the moment the victim's agent has taken the CD up (labelled its pod); in
+    # the per-clique scope, where the agent's shared IMEX runs before any CD, the moment the
+    # victim's plugin gave the CD its channel there.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 180
-    while not [
-        p for p in await helpers.daemon_pods(admin, uid) if p.spec and p.spec.nodeName == VICTIM
-    ]:
-        assert loop.time() < deadline, "the victim's agent never took the CD up"
+    while not await _taken_up(admin, uid, VICTIM):
+        assert loop.time() < deadline, "the victim's node never took the CD up"
         await asyncio.sleep(0.1)
     was_ready = await _all_ready(admin, CD) is not None
     os.kill(victim_pid, signal.SIGKILL)
@@ -104,7 +126,7 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
 
     async def converged() -> dict[str, int] | None:
         now = await _all_ready(admin, CD)
-        pids = _agent_pids(resident, VICTIM)
+        pids = _agent_pids(sim, VICTIM)
         return now if now is not None and pids and victim_pid not in pids else None
 
     indices = await _eventually(converged, 120, "the CD Ready again after the agent's kill -9")
@@ -116,17 +138,101 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
     (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
     assert agent.status is not None and agent.status.containerStatuses
     assert agent.status.containerStatuses[0].restartCount >= 1  # the same pod, restarted
+    await _one_imex_per_node_then_released(admin, uid, CD)
+
+
+async def _taken_up(admin: AsyncClient, uid: str, node: str) -> bool:
+    """Whether ``node`` has begun serving CD ``uid``: its agent pod labelled for it (per
+    domain), or the Node annotated with the CD's channel (per clique: the plugin's prepare)."""
+    if helpers.per_clique():
+        found = await admin.get(Node, node)
+        return uid in sharedimex.channels(found.metadata.annotations)  # type: ignore[union-attr]
+    return any(p.spec and p.spec.nodeName == node for p in await helpers.daemon_pods(admin, uid))
+
+
+async def _one_imex_per_node_then_released(admin: AsyncClient, uid: str, cd: str) -> None:
+    """The CD formed: one agent pod per node serves it (per domain; per clique none carries its
+    label, the agents run the shared IMEX), one ``nvidia-imex`` per node. Then the workload and
+    the CD are deleted: per domain no agent serves it and no IMEX is left; per clique the CD's
+    channel annotations go and the shared IMEX keeps running, the same processes."""
     serving = await helpers.daemon_pods(admin, uid)
-    assert sorted(str(p.spec.nodeName) for p in serving if p.spec) == ["gb200-r0-n00", VICTIM]
+    on = [] if helpers.per_clique() else ["gb200-r0-n00", VICTIM]
+    assert sorted(str(p.spec.nodeName) for p in serving if p.spec) == on
     assert all(names.CLIQUE_ID_LABEL in (p.metadata.labels or {}) for p in serving if p.metadata)
     # One nvidia-imex per node: the killed agent's child did not survive beside the new one's.
     imex = _imex_by_node()
     assert sorted(imex) == list(NODES) and all(len(p) == 1 for p in imex.values()), imex
 
-    await admin.delete(Deployment, CD, namespace="default")
-    await admin.delete(computedomain.ComputeDomainResource, CD, namespace="default")
+    await admin.delete(Deployment, cd, namespace="default")
+    await admin.delete(computedomain.ComputeDomainResource, cd, namespace="default")
 
     async def released() -> bool:
+        if helpers.per_clique():
+            still = [n for n in NODES if await _taken_up(admin, uid, n)]
+            return _imex_by_node() == imex and not still
         return not await helpers.daemon_pods(admin, uid) and not _imex_by_node()
 
-    await _eventually(released, 120, "no agent serving the CD and no nvidia-imex left")
+    await _eventually(released, 120, "the CD released on every node")
+
+
+def _plugin_pids(paths: state.SimPaths, node: str) -> list[int]:
+    return [p for p, env in _processes(paths, "plugin run") if env.get("NODE_NAME") == node]
+
+
+async def test_kill_9_of_a_plugin_mid_formation_still_converges_and_leaves_imex_alone(
+    admin: AsyncClient,
+    resident: state.SimPaths,  # noqa: F811  (the fixture imported above)
+) -> None:
+    """kill -9 of one node's kubelet plugin the moment it has begun the CD's prepare there (its
+    Node names the CD): the kubelet restarts the plugin, the prepare is retried, and the CD
+    converges Ready on indices 0 and 1 with one ``nvidia-imex`` per node. The agents are never
+    restarted (their processes are the same): the plugin and the agent are separate
+    (decision 0014), so a plugin's death never touches a node's IMEX."""
+
+    async def agents_ready() -> bool:
+        pods = await _agents(admin)
+        return len(pods) == 2 and all(helpers.ready(p) for p in pods)
+
+    await _eventually(agents_ready, 180, "an agent pod Ready on each node")
+    agents = {node: _agent_pids(resident, node) for node in NODES}
+    assert all(len(p) == 1 for p in agents.values()), agents
+    (victim_pid,) = _plugin_pids(resident, VICTIM)
+    uid = await helpers.create_cd(admin, PLUGIN_CD, num_nodes=2)
+    await admin.create(helpers.workload_deployment(PLUGIN_CD, f"{PLUGIN_CD}-rct", 2))
+
+    async def preparing() -> bool:
+        found = await admin.get(Node, VICTIM)
+        labels = found.metadata.labels or {}  # type: ignore[union-attr]
+        return labels.get(names.COMPUTE_DOMAIN_LABEL) == uid or await _taken_up(admin, uid, VICTIM)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 180
+    while not await preparing():
+        assert loop.time() < deadline, "the victim's plugin never began the CD's prepare"
+        await asyncio.sleep(0.05)
+    was_ready = await _all_ready(admin, PLUGIN_CD) is not None
+    os.kill(victim_pid, signal.SIGKILL)
+    t0 = loop.time()
+
+    async def converged() -> dict[str, int] | None:
+        now = await _all_ready(admin, PLUGIN_CD)
+        pids = _plugin_pids(resident, VICTIM)
+        return now if now is not None and pids and victim_pid not in pids else None
+
+    indices = await _eventually(converged, 180, "the CD Ready again after the plugin's kill -9")
+    print(
+        f"\nplugin on {VICTIM} killed (-9) mid-formation (CD Ready before: {was_ready}): "
+        f"Ready after {loop.time() - t0:.1f}s"
+    )
+    assert sorted(indices.values()) == [0, 1], indices
+    plugins = [
+        p
+        async for p in admin.list(
+            Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/component": "kubelet-plugin"}
+        )
+        if p.spec and p.spec.nodeName == VICTIM
+    ]
+    assert len(plugins) == 1 and plugins[0].status and plugins[0].status.containerStatuses
+    assert max(c.restartCount for c in plugins[0].status.containerStatuses) >= 1
+    assert {node: _agent_pids(resident, node) for node in NODES} == agents, "an agent restarted"
+    await _one_imex_per_node_then_released(admin, uid, PLUGIN_CD)

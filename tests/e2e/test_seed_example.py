@@ -18,7 +18,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, sharedimex
 from compute_domains.cli import options
 from compute_domains.sim import state
 from tests.e2e import helpers
@@ -26,6 +26,7 @@ from tests.e2e.conftest import DRIVER_NS
 
 pytestmark = pytest.mark.timeout(1200)
 EXAMPLE = options.repo_root() / "examples" / "compute-domain-0.yaml"
+AGENT_LABELS = {"app.kubernetes.io/component": "imex-agent"}
 
 
 async def _eventually(check: Any, timeout: float, what: str) -> Any:
@@ -65,9 +66,12 @@ async def _follow_log(
     return "".join(seen)
 
 
-async def sees_domain_up(admin: AsyncClient, pod: str, timeout: float = 300) -> str:
-    """Follow the workload's log until its program reports its channel and an UP IMEX domain:
-    at its first verdict, or later when its domain follows up (``IMEX domain changed: UP``).
+async def sees_domain_up(
+    admin: AsyncClient, pod: str, timeout: float = 300, channel: int = 0
+) -> str:
+    """Follow the workload's log until its program reports its channel (``channel``: 0 in the
+    per-domain scope, ``helpers.expected_channel``) and an UP IMEX domain: at its first
+    verdict, or later when its domain follows up (``IMEX domain changed: UP``).
 
     How soon that happens is a benchmark matter; on a loaded 2-core machine the simulated
     peers' answers can miss their timeout for a while, so the first verdict may still say
@@ -80,7 +84,7 @@ async def sees_domain_up(admin: AsyncClient, pod: str, timeout: float = 300) -> 
         timeout=timeout,
         stop_on_not_ready=False,
     )
-    assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
+    assert f"/dev/nvidia-caps-imex-channels/channel{channel} " in log, log
     assert "OK: channels=1 domain=UP" in log or "IMEX domain changed: UP" in log, log
     return log
 
@@ -124,29 +128,47 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
 
     uid = cd["metadata"]["uid"]
     cliques = [c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)]
+    # One clique object: the CD's, or in the per-clique scope the clique's shared registry
+    # (listing the 18 nodes on the CD's indices; the CD has none of its own, decision 0015).
     assert len(cliques) == 1
     daemons = await helpers.daemon_pods(admin, uid)
+    if helpers.per_clique():
+        assert sharedimex.is_registry_name(str(cliques[0].metadata.name))  # type: ignore[union-attr]
+        members = cliques[0].to_dict().get("daemons") or []  # type: ignore[no-untyped-call]
+        assert {d["nodeName"]: d["index"] for d in members} == {
+            n["name"]: n["index"] for n in nodes
+        }
+        assert daemons == [], "a per-clique CD labels no pod"
+        daemons = [p async for p in admin.list(Pod, namespace=DRIVER_NS, labels=AGENT_LABELS)]
     assert len(daemons) == 18 and all(helpers.ready(p) for p in daemons)
     # Process-mode nodes run the plugin, the daemons, IMEX and the workloads as processes;
     # virtual ones as tasks of the sim's process (the same code: this very test passes on both).
+    # With resident agents the IMEX daemon runs inside each node's agent process (0014).
     running = helpers.component_processes(rack_sim)
     if helpers.nodes_mode(rack_sim) == "virtual":
         assert running == [], running
     else:
-        assert any("daemon run" in line for line in running), running
+        serving = "agent run" if helpers.resident_agents() else "daemon run"
+        assert any(serving in line for line in running), running
         assert any("compute_domains.sim.workload" in line for line in running), running
 
     # What each workload's own program saw: its channel and an UP IMEX domain.
     for pod in await _workloads(admin):
-        assert pod.metadata is not None and pod.metadata.name
-        await sees_domain_up(admin, pod.metadata.name)
+        assert pod.metadata is not None and pod.metadata.name and pod.spec is not None
+        channel = await helpers.expected_channel(admin, uid, str(pod.spec.nodeName))
+        await sees_domain_up(admin, pod.metadata.name, channel=channel)
 
     helpers.kubectl(rack_sim, "delete", "-f", str(EXAMPLE), "--wait=true")
 
     async def nothing_left() -> bool:
         left = await helpers.daemon_pods(admin, None)
         left += [
-            c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+            c
+            async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
+            # The shared registry outlives every CD (the shared IMEX runs for good, 0015)...
+            if not (helpers.per_clique() and sharedimex.is_registry_name(str(c.metadata.name)))  # type: ignore[union-attr]
+            # ...but keeps no channel of a deleted CD.
+            or sharedimex.channels(c.metadata.annotations)  # type: ignore[union-attr]
         ]
         left += [
             d

@@ -28,17 +28,24 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 
+from compute_domains.api import computedomain
 from compute_domains.bench import scenario, timeline
 from compute_domains.cli import options
 from compute_domains.sim import state, topology, trainer
+from tests.conftest import contention
 from tests.e2e import helpers
 
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=18)
 NODES_MODE = "virtual"
-WARM = True
-"""The scenario as the manifest is written (with its warm-nodes annotation)."""
+PER_CLIQUE = helpers.per_clique()
+WARM = not PER_CLIQUE
+"""The scenario as the manifest is written (with its warm-nodes annotation). In the per-clique
+scope a spare needs no annotation (decision 0015: every node's shared IMEX is up before any CD,
+and the controller ignores the annotation for a per-clique CD), so the manifest goes without it
+and the spares are shown ready by their entries in the clique's shared registry instead."""
 STEP_S = 300.0
+NS = "default"
 
 
 def _rank_label(pod: Any) -> tuple[str, str]:
@@ -74,7 +81,12 @@ def _assert_formed(run: scenario.Scenario) -> None:
         want = set(nodes) | set(spares) if WARM else set(nodes)
         assert {e["name"] for e in entries} == want
         assert all(e["status"] == "Ready" for e in entries)
-        assert sorted(e["index"] for e in entries) == list(range(len(want)))
+        if PER_CLIQUE:
+            # Each node's index is its own in its clique's shared registry (of all 18 slots).
+            assert len({e["index"] for e in entries}) == len(want)
+            assert {e["index"] for e in entries} <= set(range(18)), entries
+        else:
+            assert sorted(e["index"] for e in entries) == list(range(len(want)))
     if WARM:
         # The spares' daemons are up with no claim on them: the guide's "already running";
         # numNodes 36 = 32 claiming nodes + 4 warm spares, so the CD is Ready.
@@ -82,7 +94,7 @@ def _assert_formed(run: scenario.Scenario) -> None:
         assert run.timeline.cd_status[0] == "Ready", run.timeline.cd_status
 
 
-def _assert_timeline(f: scenario.Failure) -> None:
+def _assert_timeline(f: scenario.Failure, factor: float = 1.0) -> None:
     s = f.steps
     order = [
         "node_not_ready",
@@ -101,6 +113,12 @@ def _assert_timeline(f: scenario.Failure) -> None:
     if WARM:
         assert f.spare_was_warm, "the spare's daemon was not Ready before the failure"
         assert s["replacement_ready"] - s["replacement_bound"] <= 5.0, s  # type: ignore[operator]
+    if PER_CLIQUE:
+        # No annotation, no IMEX start: bound -> Running with its channel within issue 26's
+        # 1 s, stretched by the contention at the failure as every budget here is.
+        took = s["replacement_ready"] - s["replacement_bound"]  # type: ignore[operator]
+        print(f"per clique: {f.spare} bound -> Running in {took:.2f}s (contention {factor:.1f})")
+        assert took <= 1.0 * factor, (took, factor, s)
 
 
 async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) -> None:
@@ -114,21 +132,31 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
 
         # 2. A rack-a node fails: its rank is replaced on a rack-a spare; rack b sees nothing.
         spares_a = _placeholders(run, "a")
+        if PER_CLIQUE:
+            # The spares' shared IMEX is up and registered before any failure.
+            entries = await helpers.shared_entries(admin)
+            assert all(entries[n][1] == "Ready" for n in spares_a.values()), entries
         victim = run.node_of("a", 5)
+        factor = contention()
         f = await run.fail(victim, STEP_S)
-        _assert_timeline(f)
+        _assert_timeline(f, factor)
         assert f.spare in spares_a.values() and f.preempted.startswith("spare-a-")
         assert f.other_racks_marks == [], f.other_racks_marks
         assert tl.entries[f.spare]["status"] == "Ready"
         log = await helpers.log_with(admin, f.new_pod, ("IMEX channels: 1: ",))
-        assert "/dev/nvidia-caps-imex-channels/channel0" in log, log
+        cd = await admin.get(
+            computedomain.ComputeDomainResource, scenario.CD_NAME, namespace="default"
+        )
+        channel = await helpers.expected_channel(admin, str(cd.metadata.uid), f.spare)  # type: ignore[union-attr]
+        assert f"/dev/nvidia-caps-imex-channels/channel{channel} " in log, log
 
         # 3. Cross-rack rule: rack b's replacement takes rack b's spare, never rack a's.
         left_a = _placeholders(run, "a")
         assert len(left_a) == 1
         spares_b = _placeholders(run, "b")
+        factor = contention()
         fb = await run.fail(run.node_of("b", 5), STEP_S)
-        _assert_timeline(fb)
+        _assert_timeline(fb, factor)
         assert fb.spare in spares_b.values() and fb.preempted.startswith("spare-b-")
         assert _placeholders(run, "a") == left_a, "rack a's spare was touched by rack b"
 

@@ -124,9 +124,7 @@ async def test_two_racks_two_cliques_and_node_loss(
                 Pod, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
             )
         ]
-        left += [
-            c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
-        ]
+        left += await helpers.cd_cliques(admin, DRIVER_NS)
         return not left
 
     await helpers.within(240, clean, "no daemon pod or clique left")

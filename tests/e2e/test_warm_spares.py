@@ -9,6 +9,10 @@
   daemon stays (same pod: the affinity's warm term keeps it).
 * Removing the annotation removes the labels and the daemons, the DaemonSet gets its node
   selector back, and the other CD's pod is then placed on the freed node and runs.
+
+With resident agents (``imex.agents=resident``) the node's agent serves its warm label's CD
+(its pod is the daemon pod: carries the CD label, registers, Ready), and no DaemonSet exists.
+In the per-clique scope the module does not apply (the skip's reason).
 * A selector that does not parse: an Event and the ``WarmNodes`` condition, nothing labelled;
   fixed, it labels; deleting the CD removes its warm labels.
 """
@@ -34,6 +38,16 @@ from tests.e2e.conftest import DRIVER_NS
 
 pytestmark = pytest.mark.timeout(900)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=3)
+if helpers.per_clique():
+    pytestmark = [
+        pytestmark,
+        pytest.mark.skip(
+            reason="per-clique scope: every node's shared IMEX is up before any CD asks, so a "
+            "spare needs no annotation and the controller ignores compute-domains/warm-nodes "
+            "for a per-clique CD (decision 0015); shown by test_per_clique.py::"
+            "test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel"
+        ),
+    ]
 NODES_MODE = "virtual"
 N0, N1, N2 = "gb200-r0-n00", "gb200-r0-n01", "gb200-r0-n02"
 CDS = computedomain.ComputeDomainResource
@@ -142,10 +156,15 @@ async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: Asyn
         return await _warm_labels(admin) == {N0: "", N1: "", N2: ""}
 
     await helpers.within(60, unwarmed, "warm labels removed")
-    ds = await admin.get(DaemonSet, names.daemon_object_name(uid), namespace=DRIVER_NS)
-    pod_spec = ds.spec.template.spec  # type: ignore[union-attr]
-    assert pod_spec.nodeSelector == {names.COMPUTE_DOMAIN_LABEL: uid}  # type: ignore[union-attr]
-    assert pod_spec.affinity is None  # type: ignore[union-attr]
+    if helpers.resident_agents():
+        # The nodes' resident agents served the spares (decision 0014): no DaemonSet to place.
+        own = {names.COMPUTE_DOMAIN_LABEL: uid}
+        assert [d async for d in admin.list(DaemonSet, namespace=DRIVER_NS, labels=own)] == []
+    else:
+        ds = await admin.get(DaemonSet, names.daemon_object_name(uid), namespace=DRIVER_NS)
+        pod_spec = ds.spec.template.spec  # type: ignore[union-attr]
+        assert pod_spec.nodeSelector == {names.COMPUTE_DOMAIN_LABEL: uid}  # type: ignore[union-attr]
+        assert pod_spec.affinity is None  # type: ignore[union-attr]
 
     async def no_daemons() -> bool:
         return not await helpers.daemon_pods(admin, uid)

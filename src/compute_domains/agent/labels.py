@@ -1,7 +1,9 @@
 """Pure label logic of the resident agent: what a Node asks of it, what its pod should say.
 
 * :func:`assignment_of` reads the node's CD label (written by the kubelet plugin's prepare while
-  a channel claim of that CD lives on the node) and its clique ID label; None while the node
+  a channel claim of that CD lives on the node), else its warm-spare label
+  ``compute-domains/warm-for`` (the controller's, issue 16: the CD's IMEX runs there before any
+  workload, as a per-CD DaemonSet's pod would), and its clique ID label; None while the node
   serves no CD.
 * :func:`wants_of` adds the per-clique scope: the label ``compute-domains/shared-imex=on``
   (the plugin's, ``api.sharedimex``) asks for the clique's shared IMEX, which needs a clique ID.
@@ -21,9 +23,11 @@ from compute_domains.api import names, sharedimex
 
 
 def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
-    """The CD a Node with ``labels`` asks its agent to serve, or None."""
+    """The CD a Node with ``labels`` asks its agent to serve, or None. The CD label wins over
+    the warm-spare label: the plugin gives a warm node to no other CD, so they differ only in a
+    race, and the claim's CD is the one whose workload runs there."""
     labels = labels or {}
-    domain_uid = labels.get(names.COMPUTE_DOMAIN_LABEL) or ""
+    domain_uid = labels.get(names.COMPUTE_DOMAIN_LABEL) or labels.get(names.WARM_FOR_LABEL) or ""
     if not domain_uid:
         return None
     return Assignment(domain_uid=domain_uid, clique_id=labels.get(names.GPU_CLIQUE_LABEL) or "")

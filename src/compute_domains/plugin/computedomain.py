@@ -23,7 +23,8 @@
   controller derives from the daemon pod.
 - A wait that times out says why when the controller knows: if the CD's ``Ready`` condition is
   ``CliqueFull`` naming this node, the error (which the kubelet shows as the pod's event) names
-  the full clique and its limit instead of "IMEX daemon not Ready yet".
+  the full clique and its limit instead of "IMEX daemon not Ready yet" (``blocked``; the
+  per-clique scope's wait, ``registry``, asks the same).
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ class Domains:
                 with kube.translated(f"watching {where}"):
                     await waiting
         except TimeoutError as err:
-            blocked = await self._blocked(cd)
+            blocked = await self.blocked(cd)
             why = blocked or f"waiting for {where}: IMEX daemon not Ready yet"
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
@@ -280,8 +281,10 @@ class Domains:
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err
 
-    async def _blocked(self, cd: ComputeDomain) -> str:
-        """What the controller says keeps this node out of ``cd`` ("" when nothing specific)."""
+    async def blocked(self, cd: ComputeDomain) -> str:
+        """What the controller says keeps this node out of ``cd`` ("" when nothing specific):
+        its ``CliqueFull`` text naming this node (either scope: in the per-clique one the
+        node's clique registry has every slot taken, ``registry``)."""
         try:
             fresh = await self.find(cd.uid, cd.namespace)
         except errors.TemporaryError:

@@ -17,7 +17,9 @@ namespace (``api.sharedimex``). The plugin does two things with it:
   retryable error. The number is released by the controller's teardown of the CD, never here.
 - **Wait** until this node's entry in the registry (the resident agent writes it) is Ready
   (``wait_ready``): read once, then follow a watch from that read, as ``computedomain`` waits
-  on ``<cdUID>.<cliqueID>``; a timeout says the node's shared IMEX is not Ready yet.
+  on ``<cdUID>.<cliqueID>``; a timeout says why: the controller's ``CliqueFull`` naming this
+  node when it says so (the registry has every slot taken), else that the node's shared IMEX is
+  not Ready yet.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Registry:
         self._ns = driver_namespace
         self._cliques = cliques
         """The host's clique cache (``computedomain.cliques``); None: watch on our own."""
+        # Only asked why a wait timed out (a full clique): its own reads are rare enough.
+        self._domains = computedomain.Domains(client, node=node, driver_namespace=driver_namespace)
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in clique ``clique_id``'s registry (allocated now if it has none).
@@ -172,9 +176,13 @@ class Registry:
                         self._cliques,
                     )
         except TimeoutError as err:
+            # A full registry keeps the node out for good: say so, as a per-domain wait does
+            # (the kubelet shows this as the pod's event; upstream's 18-per-clique limit).
+            blocked = await self._domains.blocked(cd)
+            why = blocked or f"waiting for {where}: the node's shared IMEX is not Ready yet"
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
-                f"{timeout:g}s (waiting for {where}: the node's shared IMEX is not Ready yet)"
+                f"{timeout:g}s ({why})"
             ) from err
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err

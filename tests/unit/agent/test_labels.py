@@ -14,6 +14,7 @@ from compute_domains.infra import errors
 
 CD = names.COMPUTE_DOMAIN_LABEL
 CLIQUE = names.GPU_CLIQUE_LABEL
+WARM = names.WARM_FOR_LABEL
 
 
 @pytest.mark.parametrize(
@@ -25,8 +26,21 @@ CLIQUE = names.GPU_CLIQUE_LABEL
         ({CLIQUE: "c.1"}, None),
         ({CD: "u1"}, Assignment(domain_uid="u1", clique_id="")),
         ({CD: "u1", CLIQUE: "c.1", "x": "y"}, Assignment(domain_uid="u1", clique_id="c.1")),
+        ({WARM: "u2", CLIQUE: "c.1"}, Assignment(domain_uid="u2", clique_id="c.1")),
+        ({WARM: "u2", CD: "u1", CLIQUE: "c.1"}, Assignment(domain_uid="u1", clique_id="c.1")),
+        ({WARM: "", CLIQUE: "c.1"}, None),
     ],
-    ids=["none", "empty", "empty-cd", "clique-only", "cd-no-fabric", "cd-and-clique"],
+    ids=[
+        "none",
+        "empty",
+        "empty-cd",
+        "clique-only",
+        "cd-no-fabric",
+        "cd-and-clique",
+        "warm-spare",
+        "claim-wins-over-warm",
+        "empty-warm",
+    ],
 )
 def test_assignment_of_a_node(node_labels: dict[str, str] | None, wanted: Any) -> None:
     assert labels.assignment_of(node_labels) == wanted
