@@ -85,6 +85,7 @@ def plan_json(settings: agent.AgentSettings) -> str:
             "kubelet": dataclasses.asdict(s.kubelet),
             "virtual_nodes": s.virtual_nodes,
             "nodes": None if s.nodes is None else sorted(s.nodes),
+            "dranet": s.dranet,
         },
         indent=1,
     )
@@ -114,6 +115,7 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
         virtual_nodes=d["virtual_nodes"],
         programs=programs,
         nodes=None if d["nodes"] is None else frozenset(d["nodes"]),
+        dranet=d.get("dranet", False),
     )
 
 

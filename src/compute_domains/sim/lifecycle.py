@@ -57,6 +57,7 @@ def _supervisor_argv(
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
+    dranet: bool = False,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -87,6 +88,8 @@ def _supervisor_argv(
         argv += ["--api-port", str(api_port)]
     if die_with_parent:
         argv.append("--die-with-parent")
+    if dranet:
+        argv.append("--dranet")
     if patience:
         argv.append("--patient-nodes")
     for repo, folder in image_map:
@@ -148,13 +151,15 @@ def start(
     image_map: tuple[tuple[str, Path], ...] = (),
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
+    dranet: bool = False,
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
     ``patience`` selects upstream's node-lifecycle timings (``cluster.SimSettings.patience``);
     ``nodes_mode`` how node components run (``cluster.SimSettings.nodes_mode``), and
     ``racks_per_host`` how many racks each node host process runs in virtual mode (None: the
-    supervisor's default, ``cluster.SimSettings.racks_per_host``).
+    supervisor's default, ``cluster.SimSettings.racks_per_host``); ``dranet`` runs DRANET's
+    stand-in on the nodes (``cluster.SimSettings.dranet``).
     ``timeout_s`` defaults to 300 s plus helm's wait for the shape (``progress.helm_timeout_s``);
     ``on_wait`` is called with the phase and the supervisor's progress line while it starts.
     """
@@ -181,6 +186,7 @@ def start(
                 image_map,
                 nodes_mode,
                 racks_per_host,
+                dranet,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

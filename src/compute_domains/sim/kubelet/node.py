@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx2 as httpx
@@ -23,7 +24,16 @@ from lightkube.resources.core_v1 import Pod
 from compute_domains.containers import runtime
 from compute_domains.infra import kube
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import config, dra, events, nodestatus, pods, server, services
+from compute_domains.sim.kubelet import (
+    config,
+    dra,
+    events,
+    nodestatus,
+    nri,
+    pods,
+    server,
+    services,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +48,9 @@ class SimNode:
         rt: runtime.Runtime,
         registry: images.ImageRegistry,
         tls: server.TlsFiles,
+        nri_plugins: Sequence[nri.Plugin] = (),
     ) -> None:
+        """``nri_plugins``: the runtime's NRI plugins (DRANET's stand-in), in call order."""
         self._s = settings
         self._client = client
         self._runtime = rt
@@ -69,6 +81,7 @@ class SimNode:
             resolve_cdi=self.dra.resolve_cdi,
             release_ip=self._release_ip,
             logs_dir=settings.root / "var/log/pods",
+            nri_plugins=tuple(nri_plugins),
         )
         self._log = logging.LoggerAdapter(logger, {"node": self.name})
         self._status = nodestatus.NodeStatus(settings, client, self._log)
