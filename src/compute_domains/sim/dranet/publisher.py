@@ -88,7 +88,7 @@ class SlicePublisher:
                 await self._client.delete(ResourceSlice, extra.metadata.name)
             except kube.NotFound:
                 pass
-        if ours is not None and _spec(ours).get("devices") == wanted:
+        if ours is not None and _same(_spec(ours).get("devices"), wanted):
             return
         pool = _spec(ours).get("pool", {}) if ours is not None else {}
         spec = {
@@ -151,8 +151,19 @@ class SlicePublisher:
     def _judge(self, obj: ResourceSlice) -> None:
         node = _spec(obj).get("nodeName")
         if node in self.published and self.published[node].is_set():
-            if _spec(obj).get("devices") != self._devices(node):
+            if not _same(_spec(obj).get("devices"), self._devices(node) or []):
                 self.publish(node)
+
+
+def _same(current: Any, wanted: list[dict[str, Any]]) -> bool:
+    """Whether the published devices are the wanted ones, by name and attributes (fields the
+    API server might add are no difference, so a write never chases its own echo)."""
+    if not isinstance(current, list) or len(current) != len(wanted):
+        return False
+    return all(
+        c.get("name") == w["name"] and c.get("attributes") == w["attributes"]
+        for c, w in zip(current, wanted, strict=True)
+    )
 
 
 def _spec(obj: ResourceSlice | None) -> dict[str, Any]:
