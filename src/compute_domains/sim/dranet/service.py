@@ -164,6 +164,10 @@ class Dranet:
         """Publish and keep the slices until cancelled; then stop every node's plugin."""
         try:
             await self.publisher.run()
+        except Exception:
+            # The agent does not await this task until it stops: say why slices stopped.
+            logger.exception("DRANET's slice publisher failed")
+            raise
         finally:
             for name in list(self._nodes):
                 with contextlib.suppress(Exception):
