@@ -57,8 +57,9 @@ for i in /sys/class/net/gpu*; do
   echo "nic: $(basename $i) $(cat $i/address) mtu=$(cat $i/mtu) rdma=$(ls $i/device/infiniband)"
 done
 for d in /dev/infiniband/*; do echo "dev: $d $(stat -c '%F %t:%T' $d)"; done
-env | grep -i -E 'rdma|dranet|mlx|ibv' | sed 's/^/env: /'
+env | cut -d= -f1 | grep -i -E 'rdma|dranet|mlx|ibv|nccl|ucx' | sed 's/^/env: /'
 echo done
+exec sleep 3600
 """
 
 
@@ -101,6 +102,7 @@ async def rdma_ns(api: AsyncClient) -> AsyncIterator[str]:
 def _pod(name: str, ns: str, host_network: bool = False) -> Pod:
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
         "nodeSelector": {"kubernetes.io/hostname": NODE},
         "containers": [
             {
@@ -156,17 +158,22 @@ async def test_a_pod_with_the_guides_rdma_claim_gets_the_four_nics(
 ) -> None:
     pod = _pod("rank-0", rdma_ns)
     await api.create(pod)
-    done = await wait_for(
+    # The pod keeps running: a finished pod's generated claim is deleted by its controller.
+    running = await wait_for(
         api,
         Pod,
         "rank-0",
-        lambda p: bool(p.status and p.status.phase in ("Succeeded", "Failed")),
+        lambda p: bool(p.status and p.status.phase in ("Running", "Succeeded", "Failed")),
         namespace=rdma_ns,
         timeout=90,
     )
-    lines = [line.rstrip("\n") async for line in api.log("rank-0", namespace=rdma_ns)]
-    assert done.status is not None and done.status.phase == "Succeeded", lines
-    assert lines[-1] == "done", lines
+    assert running.status is not None and running.status.phase == "Running"
+    lines: list[str] = []
+    async with asyncio.timeout(30):
+        async for line in api.log("rank-0", namespace=rdma_ns, follow=True):
+            lines.append(line.rstrip("\n"))
+            if lines[-1] == "done":
+                break
     assert sorted(x for x in lines if x.startswith("net: ")) == [
         "net: eth0",
         "net: gpu0rdma0",
@@ -188,7 +195,7 @@ async def test_a_pod_with_the_guides_rdma_claim_gets_the_four_nics(
     ]
     assert not [x for x in lines if x.startswith("env: ")]  # DRANET sets no env
 
-    claim_name = done.status.resourceClaimStatuses[0].resourceClaimName  # type: ignore[index]
+    claim_name = running.status.resourceClaimStatuses[0].resourceClaimName  # type: ignore[index]
     claim = await api.get(ResourceClaim, str(claim_name), namespace=rdma_ns)
     status = claim.to_dict()["status"]
     allocated = {r["device"] for r in status["allocation"]["devices"]["results"]}
