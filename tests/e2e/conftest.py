@@ -45,7 +45,8 @@ def rack_sim(
 ) -> Iterator[state.SimPaths]:
     """A sim with the driver installed; shape from the module's ``SHAPE`` (default 1 x 18),
     node mode from its ``NODES_MODE`` (default ``process``), upstream's node-lifecycle timings
-    (40 s node grace) when its ``PATIENCE`` is true."""
+    (40 s node grace) when its ``PATIENCE`` is true, DRANET's stand-in (the guide's ``dra.net``
+    RDMA NICs, ``sim.dranet``) when its ``DRANET`` is true."""
     shape = getattr(request.module, "SHAPE", topology.Shape(racks=1, nodes_per_rack=18))
     paths = state.SimPaths(sim_home, request.module.__name__.rsplit(".", 1)[-1][:20])
     started = lifecycle.start(
@@ -56,6 +57,7 @@ def rack_sim(
         chart=packaged_chart,
         nodes_mode=getattr(request.module, "NODES_MODE", "process"),
         patience=getattr(request.module, "PATIENCE", False),
+        dranet=getattr(request.module, "DRANET", False),
     )
     try:
         if suite_values():

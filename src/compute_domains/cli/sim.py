@@ -47,6 +47,13 @@ def group() -> None:
     help="Install the project's Helm chart once the nodes are up.",
 )
 @click.option(
+    "--dranet/--no-dranet",
+    default=True,
+    show_default=True,
+    help="Run DRANET's stand-in: the dra.net DRA driver with each GPU node's four RDMA NICs "
+    "(the deployment guide's section 3.3); --no-dranet leaves it out (the guide's path B).",
+)
+@click.option(
     "--node-timings",
     type=click.Choice(["auto", "fast", "upstream"]),
     default="auto",
@@ -64,6 +71,7 @@ def up(
     name: str,
     api_port: int | None,
     driver: bool,
+    dranet: bool,
     node_timings: str,
     image_map: tuple[str, ...],
     nodes_mode: str,
@@ -105,6 +113,7 @@ def up(
             racks_per_host=racks_per_host,
             patience=patience,
             on_wait=on_wait,
+            dranet=dranet,
         )
     if started.cleaned_stale:
         console.print(f"[yellow]removed the stale folder of sim '{name}' left by a killed run")
@@ -213,6 +222,7 @@ def status(name: str, output: str) -> None:
 @click.option("--api-port", type=int, default=None)
 @click.option("--die-with-parent", is_flag=True, help="End when the starting process ends.")
 @click.option("--chart", type=click.Path(path_type=Path), default=None)
+@click.option("--dranet", is_flag=True, help="Run DRANET's stand-in on the nodes.")
 @click.option(
     "--patient-nodes",
     is_flag=True,
@@ -235,6 +245,7 @@ def serve(
     api_port: int | None,
     die_with_parent: bool,
     chart: Path | None,
+    dranet: bool,
     patient_nodes: bool,
     image_map: tuple[str, ...],
     nodes_mode: str,
@@ -271,6 +282,7 @@ def serve(
         if chart is not None
         else None,
         patience=patient_nodes,
+        dranet=dranet,
         image_map=simoptions.image_map(image_map),
         nodes_mode="virtual" if nodes_mode == "virtual" else "process",
         programs=inprocess.programs(Path(sys.executable).parent)

@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,7 +39,8 @@ from compute_domains.containers import runtime, virtual
 from compute_domains.infra import atomicfile, kube
 from compute_domains.infra.kube import informers as kube_informers
 from compute_domains.sim import driverroot, images, pki, topology
-from compute_domains.sim.kubelet import config, node, server
+from compute_domains.sim.dranet import service as dranet
+from compute_domains.sim.kubelet import config, node, nri, server
 from compute_domains.sim.nvml import config as nvml_config
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,9 @@ class AgentSettings:
     """With ``virtual_nodes``: one watch per kind for the whole host (the module docstring);
     False: every in-process component opens its own, as in process mode (a measurement's
     baseline)."""
+    dranet: bool = False
+    """Run DRANET's stand-in (``sim.dranet``) on the GPU nodes: the ``dra.net`` DRA driver
+    with each node's RDMA NICs. Its namespace and RBAC must exist (``dranet.install``)."""
 
 
 def nodes_base(sim_root: Path) -> Path:
@@ -116,6 +121,7 @@ class NodeAgent:
         """The host's shared caches, once ``run`` built them (virtual nodes only)."""
         self.nodes: dict[str, node.SimNode] = {}
         self._credentialed: set[str] = set()
+        self._dranet: dranet.Dranet | None = None
         self._registry = images.ImageRegistry(
             stand_in_bin=settings.stand_in_bin,
             releases=dict(settings.releases),
@@ -142,6 +148,10 @@ class NodeAgent:
         ):
             (root / sub).mkdir(parents=True, exist_ok=True)
         boot = root / "proc/sys/kernel/random/boot_id"
+        if new_boot:
+            # /var/run is a tmpfs: a reboot empties it (pod network namespaces, DRANET's store).
+            shutil.rmtree(root / "var/run/netns", ignore_errors=True)
+            shutil.rmtree(root / "var/run/dranet", ignore_errors=True)
         if new_boot or not boot.exists():
             atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n", durable=False)
         lib = self._s.nvml_lib_dir
@@ -225,7 +235,14 @@ class NodeAgent:
             api_port=int(self._api_port),
             kubelet=self._s.kubelet,
         )
-        return node.SimNode(settings, client, rt, self._registry, tls, shared=self.informers)
+        hooks: list[nri.Plugin] = []
+        if self._dranet is not None:
+            dranet_hooks = await self._dranet.start_node(spec, root)
+            if dranet_hooks is not None:
+                hooks.append(dranet_hooks)
+        return node.SimNode(
+            settings, client, rt, self._registry, tls, shared=self.informers, nri_plugins=hooks
+        )
 
     async def start_node(self, name: str, new_boot: bool = False) -> None:
         """Start (or restart) one node's kubelet."""
@@ -237,6 +254,8 @@ class NodeAgent:
         self.nodes[name] = sim_node
         self._tasks[name] = asyncio.create_task(self._guard(sim_node), name=f"node:{name}")
         await sim_node.registered.wait()
+        if self._dranet is not None:
+            self._dranet.node_registered(name)
 
     def registered(self) -> int:
         """How many nodes have registered their Node object so far."""
@@ -261,6 +280,8 @@ class NodeAgent:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self._dranet is not None:
+            await self._dranet.stop_node(name)
         logger.info("node %s stopped", name)
 
     async def reboot_node(self, name: str) -> None:
@@ -325,6 +346,13 @@ class NodeAgent:
 
     async def _serve(self, ready: asyncio.Event | None) -> None:
         sem = asyncio.Semaphore(8)
+        dranet_task: asyncio.Task[None] | None = None
+        if self._s.dranet:
+            api = await asyncio.to_thread(
+                dranet.client, self._s.pki_dir, self._s.api_server, self.base
+            )
+            self._dranet = dranet.Dranet(api)
+            dranet_task = asyncio.create_task(self._dranet.run(), name="dranet")
 
         async def one(name: str) -> None:
             async with sem:
@@ -339,6 +367,9 @@ class NodeAgent:
         finally:
             for name in list(self._tasks):
                 await self.stop_node(name)
+            if dranet_task is not None:
+                dranet_task.cancel()
+                await asyncio.gather(dranet_task, return_exceptions=True)
             for client in self._clients.values():
                 with contextlib.suppress(Exception):
                     await client.close()

@@ -35,6 +35,7 @@ from compute_domains.sim import (
 )
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim import errors as sim_errors
+from compute_domains.sim.dranet import service as dranet
 from compute_domains.sim.kubelet import config, nodestatus
 from compute_domains.sim.nvml import build as nvml_build
 
@@ -87,6 +88,9 @@ class SimSettings:
     shared_informers: bool = True
     """Virtual mode: each node host serves its in-process components from one watch per kind
     (``sim.agent``, issue 28); False: each component opens its own, as in a process."""
+    dranet: bool = False
+    """Run DRANET's stand-in (``sim.dranet``): the ``dra.net`` DRA driver with each GPU node's
+    four RDMA NICs, as the deployment guide installs DRANET (§3.3)."""
     racks_per_host: int | None = None
     """Virtual mode: run the nodes in node host processes of this many racks each
     (``sim.hosts``); None: of ``hosts.DEFAULT_RACKS_PER_HOST`` racks each when the shape has
@@ -148,6 +152,8 @@ class SimCluster:
                 task.result()  # raises the start-up failure
                 raise sim_errors.SimError("control plane stopped before it was ready")
             if self._s.shape.total_nodes:
+                if self._s.dranet:
+                    await self._install_dranet()
                 nodes = asyncio.create_task(self._run_nodes(cp), name="nodes")
                 self._reporter = asyncio.create_task(self._progress(), name="progress")
                 nodes_ready = asyncio.create_task(self._nodes_ready.wait())
@@ -241,6 +247,16 @@ class SimCluster:
         finally:
             await admin.close()
 
+    async def _install_dranet(self) -> None:
+        """DRANET's namespace and RBAC, as its chart creates them (before its nodes start)."""
+        admin = kube.client(
+            kube.KubeSettings(kubeconfig=self.paths.kubeconfig, field_manager="helm")
+        )
+        try:
+            await dranet.install(admin)
+        finally:
+            await admin.close()
+
     async def _run_nodes(self, cp: controlplane.ControlPlane) -> None:
         assert cp.endpoints is not None
         root = self.paths.root
@@ -264,6 +280,7 @@ class SimCluster:
             virtual_nodes=self._s.nodes_mode == "virtual",
             shared_informers=self._s.shared_informers,
             programs=self._s.programs,
+            dranet=self._s.dranet,
         )
         per_host = hosts.racks_per_host(
             self._s.shape, self._s.racks_per_host, self._s.nodes_mode == "virtual"

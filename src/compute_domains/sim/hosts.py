@@ -86,6 +86,7 @@ def plan_json(settings: agent.AgentSettings) -> str:
             "virtual_nodes": s.virtual_nodes,
             "shared_informers": s.shared_informers,
             "nodes": None if s.nodes is None else sorted(s.nodes),
+            "dranet": s.dranet,
         },
         indent=1,
     )
@@ -116,6 +117,7 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
         shared_informers=d.get("shared_informers", True),
         programs=programs,
         nodes=None if d["nodes"] is None else frozenset(d["nodes"]),
+        dranet=d.get("dranet", False),
     )
 
 

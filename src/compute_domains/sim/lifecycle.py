@@ -58,6 +58,7 @@ def _supervisor_argv(
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
     shared_informers: bool = True,
+    dranet: bool = False,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -88,6 +89,8 @@ def _supervisor_argv(
         argv += ["--api-port", str(api_port)]
     if die_with_parent:
         argv.append("--die-with-parent")
+    if dranet:
+        argv.append("--dranet")
     if patience:
         argv.append("--patient-nodes")
     for repo, folder in image_map:
@@ -152,6 +155,7 @@ def start(
     nodes_mode: str = "process",
     racks_per_host: int | None = None,
     shared_informers: bool = True,
+    dranet: bool = False,
 ) -> Started:
     """Start the sim unless it runs already; block until it is ready or has failed.
 
@@ -160,7 +164,8 @@ def start(
     ``racks_per_host`` how many racks each node host process runs in virtual mode (None: the
     supervisor's default, ``cluster.SimSettings.racks_per_host``); ``shared_informers=False``
     gives each in-process component of a virtual node its own watches (a measurement's baseline,
-    ``cluster.SimSettings.shared_informers``).
+    ``cluster.SimSettings.shared_informers``); ``dranet`` runs DRANET's stand-in on the nodes
+    (``cluster.SimSettings.dranet``).
     ``timeout_s`` defaults to 300 s plus helm's wait for the shape (``progress.helm_timeout_s``);
     ``on_wait`` is called with the phase and the supervisor's progress line while it starts.
     """
@@ -188,6 +193,7 @@ def start(
                 nodes_mode,
                 racks_per_host,
                 shared_informers,
+                dranet,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -43,5 +43,6 @@ def test_a_plan_round_trips_less_its_programs() -> None:
         kubelet=config.KubeletSettings(lease_renew_s=10.0),
         virtual_nodes=True,
         nodes=frozenset({"gb200-r1-n00", "gb200-r1-n02"}),
+        dranet=True,
     )
     assert hosts.settings_from_plan(hosts.plan_json(settings), None) == settings

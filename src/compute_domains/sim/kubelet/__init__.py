@@ -15,6 +15,8 @@ Modules, one per role:
 - ``dra``: the DRA manager, over ``registration`` (plugin sockets), ``claims`` (a pod's claims,
   checked), ``claimcache`` (the ``dra_manager_state`` checkpoint) and ``draplugin`` (the calls);
 - ``cdi``: the runtime's CDI step on a node (device names to a container's edited config);
+  ``nri``: the runtime's NRI hook points (RunPodSandbox, CreateContainer, StopPodSandbox) and
+  each pod's network-namespace view (``/sys/class/net``), which DRANET's stand-in uses;
 - ``server``: the kubelet's HTTPS endpoint (``logs``: ``logfollow``; ``exec``: ``execserver``
   over ``spdy``); ``events``: Events written as the node's kubelet.
 """

@@ -23,7 +23,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import environment, errors, podstatus, probes, services
+from compute_domains.sim.kubelet import environment, errors, nri, podstatus, probes, services
 
 Claims = dict[str, list[tuple[list[str], list[str]]]]
 """Pod claim name → [(request names, CDI device ids)], as DRA preparation returned them."""
@@ -45,6 +45,9 @@ class PodView(Protocol):
 
     def hosts_path(self) -> Path:
         """The pod's ``/etc/hosts`` file on the node."""
+
+    def sandbox(self) -> nri.Sandbox:
+        """The pod's sandbox as NRI plugins see it."""
 
 
 class ContainerRunner:
@@ -89,6 +92,8 @@ class ContainerRunner:
             # CDI edits apply to the whole config: an edit replaces the env entry or mount the
             # pod gave at the same name or path, as containerd applies them to its OCI spec.
             env, devices, mounts = self._svc.resolve_cdi(cdi_ids, env, mounts)
+        if self._svc.nri_plugins:
+            env, devices, mounts = await self._nri_adjust(c.name, env, devices, mounts)
         argv = self._svc.images.command(c.image or "", command, args)
         env = self._svc.images.environment(env, c.image or "")
         spec = self._pod.pod.spec
@@ -105,6 +110,37 @@ class ContainerRunner:
             mounts=tuple(mounts),
             devices=tuple(devices),
         )
+
+    async def _nri_adjust(
+        self,
+        container: str,
+        env: dict[str, str],
+        devices: list[runtime.DeviceNode],
+        mounts: list[runtime.Mount],
+    ) -> tuple[dict[str, str], list[runtime.DeviceNode], list[runtime.Mount]]:
+        """The runtime's CreateContainer step after CDI: the pod's network-namespace view at
+        ``/sys/class/net``, then each NRI plugin's adjustment (a device or mount at a path
+        already given replaces it, as NRI adjustments apply to the OCI spec)."""
+        sandbox = self._pod.sandbox()
+        env, devices, mounts = dict(env), list(devices), list(mounts)
+        if sandbox.netns is not None:
+            mounts.append(
+                runtime.Mount(source=str(sandbox.netns), target=nri.SYS_CLASS_NET, readonly=True)
+            )
+        for plugin in self._svc.nri_plugins:
+            try:
+                adj = await plugin.create_container(sandbox, container)
+            except nri.NriError as err:
+                raise errors.CreateError(
+                    f"failed to create containerd container: NRI plugin {plugin.name} "
+                    f"failed CreateContainer: {err}"
+                ) from err
+            env.update(adj.env)
+            paths = {d.path for d in adj.devices}
+            devices = [d for d in devices if d.path not in paths] + adj.devices
+            targets = {m.target for m in adj.mounts}
+            mounts = [m for m in mounts if m.target not in targets] + adj.mounts
+        return env, devices, mounts
 
     def _should_restart(self, rec: podstatus.ContainerRecord, rc: int) -> bool:
         spec = self._pod.pod.spec

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx2 as httpx
@@ -29,7 +30,16 @@ from compute_domains.containers import runtime
 from compute_domains.infra import kube
 from compute_domains.infra.kube import informers
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import config, dra, events, nodestatus, pods, server, services
+from compute_domains.sim.kubelet import (
+    config,
+    dra,
+    events,
+    nodestatus,
+    nri,
+    pods,
+    server,
+    services,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +55,9 @@ class SimNode:
         registry: images.ImageRegistry,
         tls: server.TlsFiles,
         shared: informers.Informers | None = None,
+        nri_plugins: Sequence[nri.Plugin] = (),
     ) -> None:
+        """``nri_plugins``: the runtime's NRI plugins (DRANET's stand-in), in call order."""
         self._s = settings
         self._shared = shared
         self._client = client
@@ -77,6 +89,7 @@ class SimNode:
             resolve_cdi=self.dra.resolve_cdi,
             release_ip=self._release_ip,
             logs_dir=settings.root / "var/log/pods",
+            nri_plugins=tuple(nri_plugins),
         )
         self._log = logging.LoggerAdapter(logger, {"node": self.name})
         self._status = nodestatus.NodeStatus(settings, client, self._log)

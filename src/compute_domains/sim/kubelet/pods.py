@@ -26,6 +26,7 @@ from compute_domains.sim.kubelet import (
     containers,
     environment,
     errors,
+    nri,
     podstatus,
     services,
     volumes,
@@ -130,6 +131,7 @@ class PodWorker:
             await self._containers.kill_all(self._grace)
             main.cancel()
             await asyncio.gather(main, return_exceptions=True)
+            await self._stop_sandbox()
             await self._svc.unprepare(self.pod)
         except asyncio.CancelledError:
             # Node stop (power cut): containers die at once; nothing is reported.
@@ -200,6 +202,7 @@ class PodWorker:
             except (
                 volumes.VolumeError,
                 errors.PrepareError,
+                nri.NriError,
                 environment.EnvError,
                 httpx.HTTPError,
             ) as err:
@@ -241,6 +244,9 @@ class PodWorker:
                 "FailedPrepareDynamicResources",
                 "waiting for dynamic resources",
             )
+        await self._retrying(
+            self._run_sandbox, "FailedCreatePodSandBox", "waiting for the pod sandbox"
+        )
         self._write_hosts()
         self._sandbox_ready = True
         self.changed()
@@ -255,6 +261,47 @@ class PodWorker:
                 for c, rec in zip(self.spec.containers, mains, strict=True)
             )
         )
+
+    def sandbox(self) -> nri.Sandbox:
+        """The pod's sandbox as the runtime's NRI plugins see it."""
+        host = bool(self.spec.hostNetwork)
+        return nri.Sandbox(
+            uid=self.uid,
+            namespace=self.namespace,
+            name=self.name,
+            ip=self.ip,
+            netns=None if host else self._svc.root / nri.NETNS_DIR / self.uid,
+        )
+
+    async def _run_sandbox(self) -> None:
+        """The runtime's RunPodSandbox: the network-namespace view, then each NRI plugin's
+        hook (a refusal fails the sandbox; the kubelet retries it)."""
+        if not self._svc.nri_plugins:
+            return
+        if not self.spec.hostNetwork:
+            await asyncio.to_thread(nri.make_netns, self._svc.root, self.uid, self.ip)
+        sandbox = self.sandbox()
+        for plugin in self._svc.nri_plugins:
+            try:
+                await plugin.run_pod_sandbox(sandbox)
+            except nri.NriError as err:
+                raise nri.NriError(
+                    "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to "
+                    f"create pod sandbox: NRI plugin {plugin.name} failed RunPodSandbox: {err}"
+                ) from err
+
+    async def _stop_sandbox(self) -> None:
+        """The runtime's StopPodSandbox: each NRI plugin's hook, then the view goes."""
+        if not self._svc.nri_plugins:
+            return
+        sandbox = self.sandbox()
+        for plugin in self._svc.nri_plugins:
+            try:
+                await plugin.stop_pod_sandbox(sandbox)
+            except nri.NriError as err:
+                # The runtime logs a plugin's StopPodSandbox failure and stops the pod anyway.
+                self._log.warning("NRI plugin %s failed StopPodSandbox: %s", plugin.name, err)
+        await asyncio.to_thread(nri.remove_netns, self._svc.root, self.uid)
 
     async def _prepare(self) -> containers.Claims:
         try:

@@ -9,7 +9,7 @@ into the node.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from lightkube import AsyncClient
@@ -17,7 +17,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.containers import runtime
 from compute_domains.sim import images
-from compute_domains.sim.kubelet import config, events
+from compute_domains.sim.kubelet import config, events, nri
 
 CdiResolver = Callable[
     [list[str], dict[str, str], list[runtime.Mount]],
@@ -46,3 +46,5 @@ class NodeServices:
     resolve_cdi: CdiResolver
     release_ip: Callable[[str], None]
     logs_dir: Path
+    nri_plugins: Sequence[nri.Plugin] = ()
+    """The runtime's NRI plugins (DRANET's stand-in), called in order."""
