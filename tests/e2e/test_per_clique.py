@@ -251,8 +251,8 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     """In this scope every GPU node's IMEX is up before any CD asks, so a spare node needs no
     annotation: a pod bound to one runs with its CD's channel as soon as its claim is prepared
     (no IMEX start). The time from the pod's binding to its Ready (a watch on the pod) is
-    printed and held to issue 26's 1 s, stretched by the machine's contention at the binding
-    as every budget here is (``tests/conftest.py``; 0.25 s on 2026-12-02, docs/benchmarks.md)."""
+    printed with the machine's contention, not asserted: timings live in docs/benchmarks.md
+    (0.25 s on 2026-12-02, 0.18-0.22 s on 2026-12-06; issue 26's 1 s)."""
     cid = await _clique_id(admin)
     await _eventually(lambda: _registry_ready(admin, cid), 180, "the shared registry Ready")
     before = await _counts(admin)
@@ -277,7 +277,6 @@ async def test_a_pod_joining_on_a_spare_node_runs_at_once_with_its_channel(
     assert bound is not None and running is not None
     took = running - bound
     print(f"spare node: bound -> Running in {took:.2f}s (contention {factor:.1f})")
-    assert took <= 1.0 * factor, f"bound -> Running took {took:.2f}s (contention {factor:.1f})"
     reg = await _registry(admin, cid)
     assert reg is not None
     channel = sharedimex.channels(reg.metadata.annotations)[uid]
