@@ -293,7 +293,8 @@ class ResidentAgent:
             # clique entry back while the daemon removes it. Bounded: a stop must end even
             # without the API.
             try:
-                await asyncio.wait_for(self._label(None), self._settings.stop_timeout)
+                async with asyncio.timeout(self._settings.stop_timeout):
+                    await self._label(None)
             except (TimeoutError, errors.ComputeDomainsError) as err:
                 self._log.warning("could not unlabel our pod for %s: %s", what, err)
         if task is not None and not task.done():

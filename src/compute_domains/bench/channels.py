@@ -66,9 +66,8 @@ async def problems(
     if len(pods) != n:
         return [f"{name}: {len(pods)} workload pods to check, expected {n}"]
     try:
-        found = await asyncio.wait_for(
-            asyncio.gather(*(_one(client, p, ns) for p in pods)), timeout
-        )
+        async with asyncio.timeout(timeout):
+            found = await asyncio.gather(*(_one(client, p, ns) for p in pods))
     except TimeoutError:
         return [f"{name}: not every workload log listed its channels within {timeout:.0f}s"]
     return [p for p in found if p is not None]

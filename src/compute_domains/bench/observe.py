@@ -273,7 +273,8 @@ class Observer:
             ]
         tasks = [asyncio.create_task(f) for f in follows]
         try:
-            await asyncio.wait_for(self.done.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.done.wait()
         except TimeoutError:
             raise TimeoutError(
                 f"N={self._n}: not formed in {timeout:.0f}s; milestones seen: {sorted(self.marks)}"

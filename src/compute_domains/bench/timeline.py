@@ -116,7 +116,8 @@ class Timeline:
                 await self._changed.wait()
 
         try:
-            await asyncio.wait_for(wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await wait()
         except TimeoutError:
             raise TimeoutError(f"{what}: not within {timeout:.0f}s") from None
 

@@ -58,7 +58,8 @@ class Child:
         if self.proc.returncode is None:
             self._signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self.proc.wait()
             except TimeoutError:
                 logger.warning(
                     "%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace

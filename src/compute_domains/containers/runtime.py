@@ -323,7 +323,8 @@ async def _closed(fd: int, cid: str) -> None:
 
     loop.add_reader(fd, readable)
     try:
-        await asyncio.wait_for(ready, _EXEC_WAIT_S)
+        async with asyncio.timeout(_EXEC_WAIT_S):
+            await ready
     except TimeoutError:
         logger.warning("container %s: no exec after %.0fs; reported running", cid, _EXEC_WAIT_S)
     finally:

@@ -72,9 +72,12 @@ class HttpEndpoint:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readline(), 10.0)
-            while (await asyncio.wait_for(reader.readline(), 10.0)).strip():
-                pass  # headers are not needed
+            async with asyncio.timeout(10.0):
+                request = await reader.readline()
+            while True:  # headers are not needed
+                async with asyncio.timeout(10.0):
+                    if not (await reader.readline()).strip():
+                        break
             status, ctype, body = await self._answer(request)
             head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
             head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

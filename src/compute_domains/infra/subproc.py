@@ -27,7 +27,8 @@ async def run_merged(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

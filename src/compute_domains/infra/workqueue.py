@@ -104,7 +104,8 @@ class WorkQueue(Generic[K]):
             self._wakeup.clear()
             timeout = self._heap[0][0] - self._now() if self._heap else None
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
             except TimeoutError:
                 pass
 

@@ -85,7 +85,8 @@ async def hold_stopped(pid: int, seconds: float, resume: asyncio.Event | None = 
             await asyncio.sleep(seconds)
         else:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(resume.wait(), seconds)
+                async with asyncio.timeout(seconds):
+                    await resume.wait()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)

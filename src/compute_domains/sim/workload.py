@@ -212,7 +212,8 @@ class Workload:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 15)
+        async with asyncio.timeout(15):
+            out, _ = await proc.communicate()
         return out.decode(errors="replace")
 
     async def _query(self, cfg: Path) -> Domain | None:

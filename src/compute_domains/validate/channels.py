@@ -145,7 +145,8 @@ async def _run_containers(
     async def wait(name: str) -> None:
         left = max(deadline - time.monotonic(), 0.1)
         try:
-            rcs[name] = await asyncio.wait_for(running[name].child.proc.wait(), left)
+            async with asyncio.timeout(left):
+                rcs[name] = await running[name].child.proc.wait()
         except TimeoutError:
             rcs[name] = await running[name].child.stop(grace=2.0)
 

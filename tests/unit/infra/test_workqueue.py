@@ -123,3 +123,24 @@ def test_retry_honours_a_longer_requested_delay() -> None:
     q = _queue([0.0])
     assert q.retry("cd", 2.5) == 2.5
     assert q.retry("cd", 0.0) == pytest.approx(0.02)
+
+
+async def test_a_cancel_that_races_a_wakeup_still_cancels_the_waiter() -> None:
+    """A worker cancelled in the same loop step that a key arrives must stop, not take the key.
+
+    Python 3.11's ``asyncio.wait_for`` returns the inner result and swallows the cancellation
+    when both land together; a worker loop then waited for the next key forever (the
+    controller's stop hung in CI at teardown of test_cross_held_nodes_both_losers_are_replaced).
+    """
+    queue = _queue()
+    queue.add("cd-later", 60)  # a delayed key, so the getter waits with a timeout
+    getter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)  # the getter now waits for a key
+    await asyncio.sleep(0)
+    queue.add("cd-1")
+    getter.cancel()
+    done, _ = await asyncio.wait({getter}, timeout=5)
+    assert done, "the cancelled getter did not end"
+    assert getter.cancelled(), f"the cancelled getter took {getter.result()!r} instead of stopping"
+    # The key was not handed out, so it is still there for the next worker.
+    assert await asyncio.wait_for(queue.get(), 1) == "cd-1"

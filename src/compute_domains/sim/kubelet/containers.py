@@ -193,7 +193,8 @@ class ContainerRunner:
                 f"Back-off restarting failed container {c.name} in pod {self._pod.name}",
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()
             if self._stop.is_set():
                 return rc
             delay = min(delay * 2, self._svc.settings.restart_backoff_cap_s)

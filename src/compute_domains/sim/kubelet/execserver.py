@@ -156,7 +156,8 @@ async def serve(
 
     reading = asyncio.create_task(session.run(on_stream), name="spdy-read")
     try:
-        await asyncio.wait_for(opened.wait(), STREAM_CREATION_TIMEOUT_S)
+        async with asyncio.timeout(STREAM_CREATION_TIMEOUT_S):
+            await opened.wait()
         await _run(session, streams, opts, protocol, running, rt, reading)
         await session.goaway()
     except TimeoutError:

@@ -129,9 +129,10 @@ class Prober:
         if probe.tcpSocket is not None:
             host = probe.tcpSocket.host or self._pod_ip
             try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, self._port(probe.tcpSocket.port)), timeout
-                )
+                async with asyncio.timeout(timeout):
+                    _, writer = await asyncio.open_connection(
+                        host, self._port(probe.tcpSocket.port)
+                    )
             except (OSError, TimeoutError):
                 return False
             writer.close()

@@ -81,7 +81,8 @@ class KubeletApi:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            async with asyncio.timeout(10):
+                request = await reader.readuntil(b"\r\n\r\n")
             line, *fields = request.decode(errors="replace").split("\r\n")
             method, target = line.split(" ")[:2]
             headers = [
