@@ -130,7 +130,8 @@ class Driver:
             # "error preparing devices": the words NVIDIA's tooling finds in the pod's event.
             where = f"{ref.namespace}/{ref.name} ({ref.uid})"
             return Result(error=f"error preparing devices for claim {where}: {outcome}")
-        log.info("prepared claim: %s", ", ".join(d.device_name for d in outcome))
+        took = asyncio.get_running_loop().time() - (deadline - self._retry.budget_s)
+        log.info("prepared claim: %s in %.3fs", ", ".join(d.device_name for d in outcome), took)
         return Result(devices=outcome)
 
     async def _unprepare_one(self, ref: ClaimRef) -> str:
