@@ -23,6 +23,7 @@ Not in ``make test`` (its fast e2e subset is ``test_seed_example.py``); ``make t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -67,6 +68,19 @@ def _unschedulable(pod: Any) -> str:
         if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
             return str(c.message)
     return ""
+
+
+def _story(run: scenario.Scenario, t0: float) -> str:
+    """What happened to nodes and pods since ``t0``, and what the framework did (the marks and
+    actions in order), for an assertion's message: a missing placeholder is explained by who
+    preempted it, and which replacements came and went before."""
+    events = [
+        (m.at, f"{m.what} {m.name} {m.detail}".rstrip())
+        for m in run.timeline.since(t0)
+        if m.what != "entry"
+    ]
+    events += [(a.at, f"trainer {a.kind} {a.pod} {a.reason}".rstrip()) for a in run.actions]
+    return "\n".join(f"{at - t0:+.3f}s {what}" for at, what in sorted(events) if at >= t0)
 
 
 def _assert_formed(run: scenario.Scenario) -> None:
@@ -137,6 +151,7 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
             assert all(entries[n][1] == "Ready" for n in spares_a.values()), entries
         victim = run.node_of("a", 5)
         factor = contention()
+        t_fail = time.monotonic()
         f = await run.fail(victim, STEP_S)
         _assert_timeline(f, factor)
         assert f.spare in spares_a.values() and f.preempted.startswith("spare-a-")
@@ -151,7 +166,9 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
 
         # 3. Cross-rack rule: rack b's replacement takes rack b's spare, never rack a's.
         left_a = _placeholders(run, "a")
-        assert len(left_a) == 1
+        assert len(left_a) == 1, f"rack a's placeholders {left_a}; since the failure:\n" + _story(
+            run, t_fail
+        )
         spares_b = _placeholders(run, "b")
         factor = contention()
         fb = await run.fail(run.node_of("b", 5), STEP_S)

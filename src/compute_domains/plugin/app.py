@@ -5,9 +5,12 @@ Start-up order (any failure ends ``run`` with an exception; nothing is left list
 2. Folders; the checkpoint is opened for the current boot (one NVIDIA's plugin left is taken
    over first, see ``plugin.takeover``; a checkpoint of an earlier boot is reset; a corrupt one
    stops start-up unless quarantining is enabled); the base CDI spec.
-3. A first cleanup pass (stale claims, orphaned specs, a stray node label from before a reboot).
-4. The Node's labels (warm spare, shared IMEX) are followed by a watch; once seen, the shared-IMEX
-   label is freed on an idle node when the shared IMEX is not eager (``eager``).
+3. The Node's labels (warm spare, shared IMEX) are followed by a watch, seen before anything
+   else: the first cleanup's unprepare of a stale claim keeps the folder of the CD the node is
+   warm for (a resident agent serves it there, its IMEX config in that folder).
+4. A first cleanup pass (stale claims, orphaned specs, a stray node label from before a reboot);
+   then the shared-IMEX label is freed on an idle node when the shared IMEX is not eager
+   (``eager``).
 5. The DRA gRPC service (v1 + v1beta1), then the registration service, so the kubelet can use
    the endpoint as soon as it learns it.
 6. Background tasks in one TaskGroup: ResourceSlice publisher, periodic cleanup, the eager
@@ -181,24 +184,10 @@ class Plugin:
             holder=lambda: device_state.holder,
             shared=self._informers,
         )
-        sweeper = cleanup.Cleanup(
-            client=client,
-            device_state=device_state,
-            domains=domains,
-            shared_imex=shared_imex,
-            settings=s.cleanup,
-            node=s.node_name,
-        )
-        await sweeper.run_once()
-        joiner = eager.SharedLabel(
-            device_state=device_state,
-            shared_imex=shared_imex,
-            eager=s.shared_imex_eager,
-            clique_id=info.clique_id,
-            node=s.node_name,
-        )
-        # The Node's labels before the first prepare: a warm node refuses other CDs' claims, a
-        # node in the per-clique scope per-domain ones.
+        # The Node's labels before the first cleanup and the first prepare: a warm node
+        # refuses other CDs' claims, a node in the per-clique scope per-domain ones, and the
+        # cleanup's unprepare of a stale claim keeps the folder of the CD the node is warm for
+        # (a resident agent's IMEX config, written there as the plugin starts).
         warm = nodewatch.NodeWatch(
             client,
             node=s.node_name,
@@ -208,6 +197,22 @@ class Plugin:
         warm_task = asyncio.create_task(warm.run(), name="node-watch")
         try:
             await warm.synced.wait()
+            sweeper = cleanup.Cleanup(
+                client=client,
+                device_state=device_state,
+                domains=domains,
+                shared_imex=shared_imex,
+                settings=s.cleanup,
+                node=s.node_name,
+            )
+            await sweeper.run_once()
+            joiner = eager.SharedLabel(
+                device_state=device_state,
+                shared_imex=shared_imex,
+                eager=s.shared_imex_eager,
+                clique_id=info.clique_id,
+                node=s.node_name,
+            )
             await joiner.at_start()
             await self._serve_rpcs(client, device_state, publisher, sweeper, joiner)
         finally:

@@ -72,16 +72,20 @@ def claims_by_holder(cp: checkpoint.Checkpoint, *, exclude: str = "") -> dict[st
     return claims_by_domain(cp, Scope.PER_DOMAIN, exclude=exclude)
 
 
-def domains_in_use(cp: checkpoint.Checkpoint, *, exclude: str = "") -> set[str]:
+def domains_in_use(cp: checkpoint.Checkpoint, *, exclude: str = "", warm_for: str = "") -> set[str]:
     """UIDs of the CDs whose devices (channel or daemon) live entries hold (``exclude`` left
-    out): the CDs whose per-CD folder this node still needs."""
-    return {
+    out), and the CD the node is warm for (``warm_for``, its warm-spare label): the CDs whose
+    per-CD folder this node still needs. A resident agent serves the warm CD with no claim here
+    and keeps its IMEX config in that folder; taking it away leaves its IMEX unable to start
+    again."""
+    held = {
         device.domain_uid
         for uid, entry in cp.claims.items()
         if uid != exclude and entry.state.live
         for device in entry.devices
         if device.domain_uid
     }
+    return held | {warm_for} if warm_for else held
 
 
 def holder_of(cp: checkpoint.Checkpoint) -> str:

@@ -30,10 +30,12 @@ Invariants:
 - Two live claims never hold the same (non admin-access) device; a node never serves two
   per-domain CDs, nor a per-domain and a per-clique CD at once (several per-clique CDs, yes).
 - The per-CD folder ``domains/<domain UID>`` (IMEX config the daemon writes, workloads read)
-  exists only while a live entry holds a device of that CD: prepare creates it, and the
-  unprepare of the last such entry removes it, under the locks, so a concurrent prepare of the
-  same CD either counts as a holder or creates it again afterwards (cleanup's sweep is only a
-  safety net).
+  exists only while a live entry holds a device of that CD, or while the Node is warm for that
+  CD (its ``compute-domains/warm-for`` label: a resident agent serves the CD there with no claim
+  and keeps its IMEX config in that folder): prepare creates it, and the unprepare of the last
+  such entry on a node not warm for the CD removes it, under the locks, so a concurrent prepare
+  of the same CD either counts as a holder or creates it again afterwards (cleanup's sweep is
+  only a safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
 Size: about 400 lines for one state machine (with the warm-spare hold, issue 16, and the
@@ -373,7 +375,7 @@ class DeviceState:
                         await self._domains.unlabel(held_by)
                     others[held_by] = set()  # once per CD
             await asyncio.to_thread(self.writer.remove_claim_spec, uid)
-            used = holder.domains_in_use(txn.current, exclude=uid)
+            used = holder.domains_in_use(txn.current, exclude=uid, warm_for=self._labels.warm_for)
             for domain_uid in sorted({d.domain_uid for d in entry.devices if d.domain_uid} - used):
                 if not await asyncio.to_thread(
                     claimfiles.remove_domain_dir, self._paths, domain_uid

@@ -328,3 +328,23 @@ async def test_a_warm_label_holds_the_node_for_its_cd_and_unprepare_keeps_it(
     assert s.holder == "" and holders[-1] == ""
     await s.prepare(_channel_claim("b1", cd=CD_B), wait_s=1)
     assert s.holder == CD_B
+
+
+async def test_a_warm_node_keeps_its_cds_folder_after_the_last_claim(
+    tmp_path: Path, domains: fakes.FakeDomains
+) -> None:
+    """With resident agents the node's agent serves the CD of its warm label with no claim
+    here, and its IMEX config lives in the CD's folder: the unprepare of the last claim must
+    not take it away (issue 26 point 4: a restarted warm node's IMEX found no config, for good).
+    Once the node is no longer warm, the next last claim takes it as before."""
+    s = fakes.device_state(tmp_path, domains)
+    s.set_node_labels(holder.NodeLabels(warm_for=CD_A))
+    await s.prepare(_channel_claim("a1"), wait_s=1)
+    folder = s.domain_dir(CD_A)
+    (folder / "imexd.agent.cfg").write_text("# what the resident agent writes\n")
+    assert await s.unprepare("a1") is not None
+    assert (folder / "imexd.agent.cfg").exists(), "the agent serving the warm node still uses it"
+    s.set_node_labels(holder.NodeLabels())
+    await s.prepare(_channel_claim("a2"), wait_s=1)
+    assert await s.unprepare("a2") is not None
+    assert not folder.exists()
