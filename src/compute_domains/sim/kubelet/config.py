@@ -21,7 +21,12 @@ class KubeletSettings:
     restart_backoff_cap_s: float = 40.0
     """Cap of the container restart back-off."""
     retry_backoff_s: float = 1.0
-    """First retry delay for volumes and DRA preparation."""
+    """First retry delay for DRA preparation and the pod sandbox."""
+    volume_retry_s: float = 0.5
+    """First retry delay for a volume (the real kubelet's volume operations back off from
+    500 ms, doubling: ``initialDurationBeforeRetry`` of its nestedpendingoperations). The usual
+    failure is a ServiceAccount token refused because the Node authorizer has not seen the
+    pod's binding yet; it clears within milliseconds."""
     retry_backoff_cap_s: float = 10.0
     """Cap of that retry delay."""
     lease_renew_s: float = 2.0

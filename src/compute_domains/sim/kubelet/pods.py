@@ -193,8 +193,15 @@ class PodWorker:
                 self._dirty.set()
                 await asyncio.sleep(0.5)
 
-    async def _retrying(self, what: Callable[[], Awaitable[Any]], reason: str, waiting: str) -> Any:
-        delay = self._svc.settings.retry_backoff_s
+    async def _retrying(
+        self,
+        what: Callable[[], Awaitable[Any]],
+        reason: str,
+        waiting: str,
+        *,
+        first_delay: float | None = None,
+    ) -> Any:
+        delay = self._svc.settings.retry_backoff_s if first_delay is None else first_delay
         last = ""
         while True:
             try:
@@ -237,7 +244,10 @@ class PodWorker:
             api_port=self._svc.api_port,
         )
         vol_paths: dict[str, str] = await self._retrying(
-            lambda: volumes.setup_volumes(self._svc.client, ctx), "FailedMount", "volumes not ready"
+            lambda: volumes.setup_volumes(self._svc.client, ctx),
+            "FailedMount",
+            "volumes not ready",
+            first_delay=self._svc.settings.volume_retry_s,
         )
         t_vols = loop.time()
         claims: containers.Claims = {}
