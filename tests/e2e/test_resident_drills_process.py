@@ -136,18 +136,24 @@ async def _template(admin: AsyncClient) -> bool:
 
 
 async def _never_ready_without_imex(admin: AsyncClient, violations: list[str]) -> None:
-    """Until cancelled: every status of CD ``CD`` written Ready, and (per clique) the probe
-    pod's first container start, is checked against the victim's ``nvidia-imex`` at once."""
+    """Until cancelled: every turn of CD ``CD`` to Ready, and (per clique) the probe pod's
+    first container start, is checked against the victim's ``nvidia-imex`` at once."""
 
     async def statuses() -> None:
+        # A turn to Ready is checked (the first event is the CD as it was at the kill: a CD
+        # Ready then may still read so until the controller has seen the agent's pod die).
+        before: str | None = None
         async for _op, obj in admin.watch(
             computedomain.ComputeDomainResource,
             namespace="default",
             fields={"metadata.name": CD},
         ):
             status = obj.to_dict().get("status") or {}
-            if status.get("status") == "Ready" and not _imex_by_node().get(VICTIM):
+            now = status.get("status")
+            turned = now == "Ready" and before is not None and before != "Ready"
+            if turned and not _imex_by_node().get(VICTIM):
                 violations.append(f"CD Ready with no nvidia-imex on {VICTIM}: {status}")
+            before = now or ""
 
     async def probe() -> None:
         async for _op, pod in admin.watch(
