@@ -118,12 +118,12 @@ class AgentReady:
                 yield obj
             return
         version: str | None = None
-        with kube.translated(f"reading registry {self._ns}/{name}"):
-            try:
+        try:
+            with kube.translated(f"reading registry {self._ns}/{name}"):
                 obj = await self._client.get(Registry, name, namespace=self._ns)
-                version = obj.metadata.resourceVersion if obj.metadata else None
-            except kube.NotFound:
-                obj = None  # not created yet: the watch below sees it appear
+            version = obj.metadata.resourceVersion if obj.metadata else None
+        except kube.NotFound:
+            obj = None  # not created yet: the watch below sees it appear
         yield obj
         with kube.translated(f"watching registry {self._ns}/{name}"):
             async for op, obj in self._client.watch(
