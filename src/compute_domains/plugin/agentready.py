@@ -51,15 +51,15 @@ class Waited:
             and agentpods.serving(self.pods, node=node, ip=entry.ip_address)
         )
 
-    def why(self, node: str) -> str:
-        """What the wait is still waiting for ("" when nothing)."""
+    def agent_why(self, node: str) -> str:
+        """Why the entry, Ready itself, is not backed by its agent pod ("" when it is, or when
+        the entry is not Ready: then the shared IMEX itself is what is waited for)."""
         entry = self.entry
         if entry is None or entry.status is not Readiness.READY:
-            return "the node's shared IMEX is not Ready yet"
-        if not agentpods.serving(self.pods, node=node, ip=entry.ip_address):
-            text = agentpods.not_serving_text(self.pods, node=node, ip=entry.ip_address)
-            return f"the node's shared IMEX is not Ready: {text}"
-        return ""
+            return ""
+        if agentpods.serving(self.pods, node=node, ip=entry.ip_address):
+            return ""
+        return agentpods.not_serving_text(self.pods, node=node, ip=entry.ip_address)
 
 
 class AgentReady:

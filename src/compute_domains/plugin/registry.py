@@ -172,7 +172,12 @@ class Registry:
             # A full registry keeps the node out for good: say so, as a per-domain wait does
             # (the kubelet shows this as the pod's event; upstream's 18-per-clique limit).
             blocked = await self._domains.blocked(cd)
-            why = blocked or f"waiting for {where}: {seen.why(self._node)}"
+            agent = seen.agent_why(self._node)
+            why = blocked or (
+                f"waiting for {where}: the node's shared IMEX is not Ready: {agent}"
+                if agent
+                else f"waiting for {where}: the node's shared IMEX is not Ready yet"
+            )
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
                 f"{timeout:g}s ({why})"
