@@ -12,6 +12,13 @@ imex.scope=perClique``) "taken up" is the victim's Node annotated with the CD's 
 agent's shared IMEX runs before the CD), no pod carries the CD label, and deleting the CD
 leaves the shared IMEX running, the same processes.
 
+Throughout, from the kill until the CD is Ready again, the CD must never be reported Ready while
+the victim has no ``nvidia-imex`` (a watch on the CD; each Ready write is checked against the
+node's processes at once), and in the per-clique scope a prepare begun on the victim after the
+kill (a probe pod of a second CD, pinned there) must not pass (its container start) while the
+victim has no ``nvidia-imex``: issue 26's defect 3, where the dead agent's registry entry kept
+saying Ready for about 2 s.
+
 kill -9 of a node's kubelet plugin mid-formation (issue 26 point 4): as soon as the plugin has
 begun the CD's prepare (its Node names the CD), its process gets SIGKILL. The kubelet restarts
 it, the prepare is retried, and the CD converges the same way, with neither agent restarted.
@@ -30,6 +37,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from compute_domains.api import computedomain, names, sharedimex
 from compute_domains.containers import procs
@@ -49,6 +57,7 @@ SHAPE = topology.Shape(racks=1, nodes_per_rack=2)
 NODES_MODE = "process"
 CD = "kill-cd"
 PLUGIN_CD = "plugin-kill-cd"
+PROBE_CD = "kill-probe-cd"
 NODES = ("gb200-r0-n00", VICTIM)
 
 
@@ -99,14 +108,71 @@ async def test_kill_9_of_an_agent_mid_formation_still_converges_with_one_imex_pe
 
     await _eventually(agents_ready, 180, "an agent pod Ready on each node")
     (victim_pid,) = _agent_pids(resident, VICTIM)
+    if helpers.per_clique():  # its template must exist before the kill: the probe is quick
+        await helpers.create_cd(admin, PROBE_CD)
+        await _eventually(lambda: _template(admin), 60, "the probe CD's claim template")
     uid = await helpers.create_cd(admin, CD, num_nodes=2)
     await admin.create(helpers.workload_deployment(CD, f"{CD}-rct", 2))
     try:
         await _kill_the_agent_mid_formation(admin, resident, uid, victim_pid)
     finally:  # a failure must not leave its job holding both nodes' GPUs for the next drill
-        for kind in (Deployment, computedomain.ComputeDomainResource):
+        with contextlib.suppress(ApiError):
+            await admin.delete(Pod, PROBE_CD, namespace="default")
+        for kind, name in (
+            (Deployment, CD),
+            (computedomain.ComputeDomainResource, CD),
+            (computedomain.ComputeDomainResource, PROBE_CD),
+        ):
             with contextlib.suppress(ApiError):  # gone already when the drill passed
-                await admin.delete(kind, CD, namespace="default")
+                await admin.delete(kind, name, namespace="default")
+
+
+async def _template(admin: AsyncClient) -> bool:
+    try:
+        await admin.get(ResourceClaimTemplate, f"{PROBE_CD}-rct", namespace="default")
+    except ApiError:
+        return False
+    return True
+
+
+async def _never_ready_without_imex(admin: AsyncClient, violations: list[str]) -> None:
+    """Until cancelled: every turn of CD ``CD`` to Ready, and (per clique) the probe pod's
+    first container start, is checked against the victim's ``nvidia-imex`` at once."""
+
+    async def statuses() -> None:
+        # A turn to Ready is checked (the first event is the CD as it was at the kill: a CD
+        # Ready then may still read so until the controller has seen the agent's pod die).
+        before: str | None = None
+        async for _op, obj in admin.watch(
+            computedomain.ComputeDomainResource,
+            namespace="default",
+            fields={"metadata.name": CD},
+        ):
+            status = obj.to_dict().get("status") or {}
+            now = status.get("status")
+            turned = now == "Ready" and before is not None and before != "Ready"
+            if turned and not _imex_by_node().get(VICTIM):
+                violations.append(f"CD Ready with no nvidia-imex on {VICTIM}: {status}")
+            before = now or ""
+
+    async def probe() -> None:
+        async for _op, pod in admin.watch(
+            Pod, namespace="default", fields={"metadata.name": PROBE_CD}
+        ):
+            started = (
+                [c for c in (pod.status.containerStatuses or []) if c.state and c.state.running]
+                if pod.status
+                else []
+            )
+            if started:
+                if not _imex_by_node().get(VICTIM):
+                    violations.append(f"a prepare on {VICTIM} passed with no nvidia-imex there")
+                return
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(statuses())
+        if helpers.per_clique():
+            tg.create_task(probe())
 
 
 async def _kill_the_agent_mid_formation(
@@ -123,17 +189,27 @@ async def _kill_the_agent_mid_formation(
     was_ready = await _all_ready(admin, CD) is not None
     os.kill(victim_pid, signal.SIGKILL)
     t0 = loop.time()
+    violations: list[str] = []
+    watching = asyncio.create_task(_never_ready_without_imex(admin, violations))
+    if helpers.per_clique():  # a prepare on the victim begun after the kill
+        await admin.create(helpers.channel_pod(PROBE_CD, f"{PROBE_CD}-rct", node=VICTIM, gpus=0))
 
     async def converged() -> dict[str, int] | None:
         now = await _all_ready(admin, CD)
         pids = _agent_pids(sim, VICTIM)
         return now if now is not None and pids and victim_pid not in pids else None
 
-    indices = await _eventually(converged, 120, "the CD Ready again after the agent's kill -9")
+    try:
+        indices = await _eventually(converged, 120, "the CD Ready again after the agent's kill -9")
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
     print(
         f"\nagent on {VICTIM} killed (-9) mid-formation (CD Ready before: {was_ready}): "
         f"Ready after {loop.time() - t0:.1f}s"
     )
+    assert not violations, violations
     assert sorted(indices.values()) == [0, 1], indices
     (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
     assert agent.status is not None and agent.status.containerStatuses

@@ -3,7 +3,10 @@ per-domain CD's daemon, or the clique's shared IMEX.
 
 ``ResidentAgent.run()`` serves, when it has a metrics port, ``/readyz`` (the own IMEX check of
 what runs: the served CD's daemon's or the shared IMEX's; passing while nothing runs or the
-node has no clique ID) and ``/metrics`` (theirs), and meanwhile:
+node has no clique ID, but failing until the Node's ask has been read and acted on: a
+restarted agent's pod keeps its IP, and its previous process's registry entry still says
+Ready, so a Ready pod must mean that what the Node asks runs, ``api.agentpods``) and
+``/metrics`` (theirs), and meanwhile:
 
 1. follows our Node by watch (``kubeops.node_wants``, no polling) and keeps the latest
    :class:`config.Wants` it asks for: a per-domain CD (the CD label) and/or the clique's shared
@@ -108,6 +111,8 @@ class ResidentAgent:
         self._task: asyncio.Task[None] | None = None
         self._declined: Assignment | None = None
         self._warned = ""
+        self._settled = False
+        """The Node's newest ask has been read and acted on (``/readyz`` fails until then)."""
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -157,12 +162,14 @@ class ResidentAgent:
         try:
             while True:
                 await self._next_change()
+                self._settled = False
                 wanted = self._wanted
                 if wanted.domain != self._declined:
                     self._declined = None  # the node asks anew: look at the next ask afresh
                 choice = plan.choose(self._running, wanted, self._declined)
                 self._note(choice.warning, wanted)
                 if choice.keep:
+                    self._settled = True
                     continue
                 if self._running is not None:
                     await self._stop()
@@ -174,6 +181,7 @@ class ResidentAgent:
                     await self._start_shared(choice.start)
                 elif choice.start is not None:
                     await self._start(choice.start)
+                self._settled = True
         finally:
             if self._running is not None:
                 with contextlib.suppress(Exception):
@@ -316,6 +324,8 @@ class ResidentAgent:
     # ---- probes -------------------------------------------------------------------------
 
     async def _ready(self) -> bool:
+        if not self._settled or self._changed.is_set():
+            return False  # what the Node asks may not run yet (a restarted agent, a new ask)
         if self.shared is not None:
             return await self.shared.health.answer()
         daemon, domain = self.daemon, self.serving

@@ -15,7 +15,9 @@ Watched (spec §5, narrowed to what we use):
   (``claims.domain_uids``): the workload claims that make a node part of a CD's status, and
   that a CD's deletion waits for; and by the node they are allocated on (``node``);
 - unscheduled Pods (``spec.nodeName`` empty), all namespaces, indexed by the claims they name
-  (``pending.claim_keys``): the pods of a job that wait for the scheduler (``pending``).
+  (``pending.claim_keys``): the pods of a job that wait for the scheduler (``pending``);
+- the resident agents' pods in the driver namespace (``agentpods``, its own routing): a
+  per-clique entry counts as Ready only while its node's agent pod is Ready.
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
 and template changes are enqueued at once; pod, clique, claim and node-health changes after the
@@ -47,7 +49,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
-from compute_domains.controller import claims, config, informer, kubeapi, pending
+from compute_domains.controller import agentpods, claims, config, informer, kubeapi, pending
 from compute_domains.controller.status import node_is_ready
 from compute_domains.infra import logs
 
@@ -199,6 +201,7 @@ class Caches:
             on_change=self._unscheduled_changed,
             **common,
         )
+        self.agents = agentpods.AgentPods(api, settings, enqueue, lambda n: self.nodes.get("", n))
 
     @property
     def all(self) -> tuple[informer.Informer[Any], ...]:
@@ -212,6 +215,7 @@ class Caches:
             self.nodes,
             self.claims,
             self.unscheduled,
+            self.agents.informer,
         )
 
     async def wait_synced(self) -> None:

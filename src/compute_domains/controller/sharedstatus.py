@@ -9,7 +9,11 @@ a per-domain CD (``verdict.judge`` decides); what changes is where the entries c
 - a node's entry (``name``, ``ipAddress``, ``cliqueID``, ``index``, ``status``) is its entry in
   the registry ``shared-imex.<C>`` of its clique ``C`` (the Node's ``nvidia.com/gpu.clique``
   label), copied, so indices are the shared IMEX's and never move while it runs. It is Ready
-  when the registry entry says Ready (the agent's IMEX answers) and the Node is Ready;
+  when the registry entry says Ready (the agent's IMEX answers), the node's agent pod is Ready
+  with the entry's IP (``api.agentpods``: an agent killed with ``kill -9`` leaves its entry
+  Ready until its restarted process registers again, but its pod turns NotReady at once, and
+  its shared IMEX, its child, is gone) and the Node is Ready; the agent pod Ready again with
+  the same IP (the same slot) makes it Ready again on the same index;
 - an annotated node without a registry entry is NotReady ("its shared IMEX ... has not
   registered yet"; ``CliqueFull`` when the registry has every slot taken), listed with its
   previous entry or a new one (its clique label, index -1, no IP);
@@ -35,8 +39,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from compute_domains.api import conditions, names, sharedimex
-from compute_domains.api.clique import ComputeDomainClique
+from compute_domains.api import agentpods, conditions, names, sharedimex
+from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
 from compute_domains.controller import claims, peerloss, pending, status, verdict
 
@@ -61,10 +65,23 @@ def channels_text(channels: Mapping[str, int]) -> str:
     return f"IMEX channels: {', '.join(parts)}"
 
 
+def _live(
+    entry: CliqueDaemon, node_ready: Mapping[str, bool], agents: Sequence[agentpods.AgentPod]
+) -> bool:
+    """Whether a registry entry counts as Ready: it says so, its agent pod (with its IP) is
+    Ready and its Node is Ready."""
+    return (
+        entry.status is Readiness.READY
+        and node_ready.get(entry.node_name, False)
+        and agentpods.serving(agents, node=entry.node_name, ip=entry.ip_address)
+    )
+
+
 def _unreachable(
     registries: Iterable[ComputeDomainClique],
     node_ready: Mapping[str, bool],
     nodes: Collection[str],
+    agents: Sequence[agentpods.AgentPod],
 ) -> peerloss.Reports:
     """Ready entries of the CD (``nodes``) whose IMEX peers in the CD lost them, registry by
     registry (``status._unreachable``'s rule for a CD's own cliques: a reporter outside the
@@ -79,10 +96,7 @@ def _unreachable(
         }
         if not any(found.values()):
             continue
-        ready = {
-            d.node_name: d.status is Readiness.READY and node_ready.get(d.node_name, False)
-            for d in members
-        }
+        ready = {d.node_name: _live(d, node_ready, agents) for d in members}
         for node, reporters in peerloss.judge(found, list(ready), ready).items():
             if ready.get(node):
                 out[node] = reporters
@@ -122,6 +136,7 @@ def derive(
     registries: Mapping[str, ComputeDomainClique],
     channels: Mapping[str, int],
     node_ready: Mapping[str, bool],
+    agents: Sequence[agentpods.AgentPod],
     workload: Iterable[claims.WorkloadClaim] = (),
     previous: ComputeDomainStatus | None = None,
     node_cliques: Mapping[str, str] | None = None,
@@ -139,7 +154,8 @@ def derive(
 
     ``served``: the Nodes annotated with its channel; ``registries``: clique ID → that clique's
     shared registry; ``channels``: clique ID → the CD's channel there (registry annotations);
-    the other arguments are ``status.derive``'s.
+    ``agents``: the resident agents' pods (at least those of the served nodes); the other
+    arguments are ``status.derive``'s.
     """
     held_by = held_by or {}
     node_cliques = node_cliques or {}
@@ -151,7 +167,7 @@ def derive(
         registry = registries.get(node.clique_id)
         entry = registry.daemon(node.name) if registry is not None else None
         if entry is not None:
-            ready = entry.status is Readiness.READY and node_ready.get(node.name, False)
+            ready = _live(entry, node_ready, agents)
             entries[node.name] = dataclasses.replace(
                 entry.to_node(), status=Readiness.READY if ready else Readiness.NOT_READY
             )
@@ -159,7 +175,7 @@ def derive(
         entries[node.name] = _unlisted(node.name, node.clique_id, previous)
         if registry is not None and len(registry.daemons) >= max_nodes:
             full.append((node.name, node.clique_id))
-    lost = _unreachable(registries.values(), node_ready, entries.keys())
+    lost = _unreachable(registries.values(), node_ready, entries.keys(), agents)
     for node_name in [n for n in lost if n in entries]:
         entries[node_name] = dataclasses.replace(entries[node_name], status=Readiness.NOT_READY)
     workload_nodes = sorted({c.node for c in workload if c.placed})
@@ -182,6 +198,7 @@ def derive(
             dict(full),
             max_nodes,
             lost.get(listed.name),
+            agents,
         )
     judged = verdict.judge(
         verdict.Facts(
@@ -233,6 +250,7 @@ def _why(
     full: Mapping[str, str],
     max_nodes: int,
     lost: Mapping[str, str] | None,
+    agents: Sequence[agentpods.AgentPod],
 ) -> verdict.Why:
     """Why the NotReady entry of ``node`` is NotReady."""
     if node not in node_ready:
@@ -265,6 +283,12 @@ def _why(
     note = _blocked_of(registry, node)
     if note is not None:  # the agent says why its IMEX cannot start (a held session)
         return verdict.Why(cause=cause, text=note.message)
+    if entry.status is Readiness.READY and not agentpods.serving(
+        agents, node=node, ip=entry.ip_address
+    ):  # its agent died (kill -9): the entry says Ready until a new process registers
+        return verdict.Why(
+            cause=cause, text=agentpods.not_serving_text(agents, node=node, ip=entry.ip_address)
+        )
     if lost:
         since = min(lost.values())
         return verdict.Why(

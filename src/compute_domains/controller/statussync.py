@@ -154,6 +154,7 @@ class StatusSync:
                 registries=registries,
                 channels=self._channels(cd.uid),
                 node_ready=node_ready,
+                agents=self._cache.agents.of(nodes),
                 node_cliques=node_cliques,
                 held_by=held_by,
                 **common,

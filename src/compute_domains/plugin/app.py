@@ -151,7 +151,11 @@ class Plugin:
             shared=self._informers,
         )
         shared_imex = shared.Shared(
-            client, node=s.node_name, driver_namespace=s.driver_namespace, cliques=domains.cliques
+            client,
+            node=s.node_name,
+            driver_namespace=s.driver_namespace,
+            cliques=domains.cliques,
+            pods=None if self._informers is None else kube_informers.bound_pods(self._informers),
         )
         facts = edits.NodeFacts(
             clique_id=info.clique_id, channel_major=info.channel_major, caps_major=info.caps_major

@@ -16,10 +16,11 @@ namespace (``api.sharedimex``). The plugin does two things with it:
   ``ALLOCATE_ATTEMPTS`` conflicts in a row, or with every number taken, the claim fails with a
   retryable error. The number is released by the controller's teardown of the CD, never here.
 - **Wait** until this node's entry in the registry (the resident agent writes it) is Ready
-  (``wait_ready``): read once, then follow a watch from that read, as ``computedomain`` waits
-  on ``<cdUID>.<cliqueID>``; a timeout says why: the controller's ``CliqueFull`` naming this
-  node when it says so (the registry has every slot taken), else that the node's shared IMEX is
-  not Ready yet.
+  and the node's agent pod is Ready with the entry's IP (``wait_ready``, ``agentready``: an
+  agent killed with ``kill -9`` leaves its entry Ready, and its shared IMEX is gone with it);
+  each is read once, then followed by a watch (or the host's shared caches); a timeout says
+  why: the controller's ``CliqueFull`` naming this node when it says so (the registry has
+  every slot taken), else that the node's shared IMEX is not Ready yet, or its agent not.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from lightkube.generic_resource import GenericNamespacedResource
 from lightkube.types import PatchType
 
 from compute_domains.api import names, sharedimex
-from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
-from compute_domains.api.computedomain import ComputeDomain, Readiness
+from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors, kube
 from compute_domains.infra.kube import cache
-from compute_domains.plugin import computedomain
+from compute_domains.plugin import agentready, computedomain
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +56,16 @@ class Registry:
         node: str,
         driver_namespace: str,
         cliques: cache.Cache[Any] | None = None,
+        pods: cache.Cache[Any] | None = None,
     ) -> None:
         self._client = client
         self._node = node
         self._ns = driver_namespace
-        self._cliques = cliques
-        """The host's clique cache (``computedomain.cliques``); None: watch on our own."""
+        self._ready = agentready.AgentReady(
+            client, node=node, driver_namespace=driver_namespace, cliques=cliques, pods=pods
+        )
+        """The readiness wait; with the host's clique and bound-pod caches (``cliques``,
+        ``pods``), no watch of its own."""
         # Only asked why a wait timed out (a full clique): its own reads are rare enough.
         self._domains = computedomain.Domains(client, node=node, driver_namespace=driver_namespace)
 
@@ -151,35 +156,28 @@ class Registry:
             )
 
     async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
-        """Return once this node's entry in clique ``clique_id``'s registry is Ready.
+        """Return once this node's entry in clique ``clique_id``'s registry is Ready and the
+        node's agent pod is Ready with the entry's IP.
 
         Raises:
             errors.TemporaryError: not Ready within ``timeout`` seconds, or the API failed.
         """
-        node = self._node
         name = sharedimex.registry_name(clique_id)
         where = f"registry {self._ns}/{name}"
-
-        def ready(obj: Any) -> bool:
-            entry = ComputeDomainClique.from_resource(obj).daemon(node)
-            return entry is not None and entry.status is Readiness.READY
-
+        seen = agentready.Waited()
         try:
             async with asyncio.timeout(timeout):
-                with kube.translated(f"watching {where}"):
-                    await computedomain.follow(
-                        self._client,
-                        ComputeDomainCliqueResource,
-                        name,
-                        self._ns,
-                        ready,
-                        self._cliques,
-                    )
+                await self._ready.wait(name, seen)
         except TimeoutError as err:
             # A full registry keeps the node out for good: say so, as a per-domain wait does
             # (the kubelet shows this as the pod's event; upstream's 18-per-clique limit).
             blocked = await self._domains.blocked(cd)
-            why = blocked or f"waiting for {where}: the node's shared IMEX is not Ready yet"
+            agent = seen.agent_why(self._node)
+            why = blocked or (
+                f"waiting for {where}: the node's shared IMEX is not Ready: {agent}"
+                if agent
+                else f"waiting for {where}: the node's shared IMEX is not Ready yet"
+            )
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
                 f"{timeout:g}s ({why})"

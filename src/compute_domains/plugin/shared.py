@@ -82,11 +82,13 @@ class Shared:
         node: str,
         driver_namespace: str,
         cliques: cache.Cache[Any] | None = None,
+        pods: cache.Cache[Any] | None = None,
     ) -> None:
+        """``cliques``, ``pods``: the host's clique and bound-pod caches (None: own watches)."""
         self._client = client
         self._node = node
         self._registry = registry.Registry(
-            client, node=node, driver_namespace=driver_namespace, cliques=cliques
+            client, node=node, driver_namespace=driver_namespace, cliques=cliques, pods=pods
         )
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:

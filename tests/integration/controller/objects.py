@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, Service
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from compute_domains.api import names
+from compute_domains.api import agentpods, names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource, Readiness
 from tests.integration.helpers import wait_for
@@ -194,6 +194,63 @@ async def daemon_pod(
     await client.create(Pod.from_dict(body))
     await set_pod_ready(client, ns, name, ip=ip, ready=ready)
     return await client.get(Pod, name, namespace=ns)
+
+
+async def agent_pod(
+    client: AsyncClient,
+    ns: str,
+    *,
+    node: str,
+    ip: str,
+    ready: bool,
+    restarts: int = 0,
+    name: str = "",
+) -> str:
+    """A resident agent's pod on ``node`` (label ``app.kubernetes.io/component=imex-agent``),
+    Running with ``ip`` and the given readiness and restart count (created when missing;
+    ``name`` defaults to ``agent-<node>``); returns its name."""
+    name = name or f"agent-{node}"
+    try:
+        await client.get(Pod, name, namespace=ns)
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+        owner = await pod_owner(client, ns)
+        ref = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+            "controller": True,
+        }
+        body = {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": dict(agentpods.LABELS),
+                "ownerReferences": [ref],
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "imex-agent", "image": "registry.k8s.io/pause:3.10"}],
+                "tolerations": [{"operator": "Exists"}],
+            },
+        }
+        await client.create(Pod.from_dict(body))
+    await set_pod_ready(client, ns, name, ip=ip, ready=ready)
+    if restarts:
+        state = {"running": {"startedAt": now()}}
+        container = {
+            "name": "imex-agent",
+            "image": "registry.k8s.io/pause:3.10",
+            "imageID": "",
+            "ready": ready,
+            "restartCount": restarts,
+            "state": state,
+        }
+        patch = {"status": {"containerStatuses": [container]}}
+        await client.patch(Pod.Status, name, patch, namespace=ns)
+    return name
 
 
 async def set_pod_ready(client: AsyncClient, ns: str, name: str, *, ip: str, ready: bool) -> None:

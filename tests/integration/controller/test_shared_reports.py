@@ -96,6 +96,8 @@ async def test_lost_peers_and_a_held_session_are_told_on_every_cd_the_node_serve
                 )
         channels = {uids[cd]: n for cd, n in channel.items()}
         entries = [(n, ips[n], "Ready") for n in (a, b, c)]  # indices 0, 1, 2
+        for node in (a, b, c):  # the agents that write them, alive
+            await objects.agent_pod(client, driver_ns, node=node, ip=ips[node], ready=True)
         await _registry(client, driver_ns, channels, entries)
         for node in (a, b, c):
             served = {uids[cd]: channel[cd] for cd, nodes in members.items() if node in nodes}

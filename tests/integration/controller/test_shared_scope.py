@@ -287,6 +287,8 @@ async def test_status_comes_from_channel_annotations_and_the_shared_registry(
 
         entries = [(other, "10.9.0.9", "Ready"), (n1, "10.9.0.1", "Ready")]
         entries += [(n2, "10.9.0.2", "Ready"), (n3, "10.9.0.3", "Ready")]
+        for node, ip, _ in entries:  # the agents that wrote them, alive
+            await objects.agent_pod(client, driver_ns, node=node, ip=ip, ready=True)
         await _registry(client, driver_ns, {uid: 1}, entries)
         cdo = await _status(client, user_ns, "cd-st", lambda c: c["status"]["status"] == "Ready")
         assert _nodes(cdo)[n3]["index"] == 3 and other not in _nodes(cdo)
@@ -301,6 +303,64 @@ async def test_status_comes_from_channel_annotations_and_the_shared_registry(
         assert f"node {n2}: its shared IMEX (clique {CLIQUE}) is not Ready" in ready["message"]
         assert _nodes(cdo)[n2]["status"] == "NotReady" and _nodes(cdo)[n1]["status"] == "Ready"
         await _event(client, user_ns, uid, "NodeNotReady")
+
+
+async def test_an_entry_counts_only_while_its_agent_pod_is_ready_with_its_ip(
+    client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
+) -> None:
+    """Issue 26, defect 3: ``kill -9`` of a node's agent leaves its registry entry Ready (its
+    restarted process has not registered again) while its shared IMEX is gone; the kubelet
+    marks the pod NotReady. The CD turns NotReady naming the node's agent, with no registry
+    write; the pod Ready again with the same IP gives Ready on the same indices. A pod of the
+    node with another IP (a new pod not registered yet) does not count either."""
+    await start_controller(**RESIDENT)
+    cd = await _cd(client, "cd-ag", user_ns)
+    uid = cd.metadata.uid
+    n1, n2 = (f"{p}-{uid[:6]}" for p in ("aa", "ab"))
+    async with objects.nodes(client, n1, n2):
+        entries = [(n1, "10.9.1.1", "Ready"), (n2, "10.9.1.2", "Ready")]
+        for i, (node, ip, _) in enumerate(entries):
+            await client.patch(
+                Node, node, {"metadata": {"labels": {names.GPU_CLIQUE_LABEL: CLIQUE}}}
+            )
+            pod = await objects.workload_pod(client, user_ns, f"w-{i}", node=node)
+            await objects.workload_claim(
+                client, user_ns, f"c-{i}", domain_uid=uid, node=node, pod=pod
+            )
+            await objects.agent_pod(client, driver_ns, node=node, ip=ip, ready=True)
+            await _serve(client, node, {uid: 1})
+        await _registry(client, driver_ns, {uid: 1}, entries)
+        formed = await _status(client, user_ns, "cd-ag", lambda c: c["status"]["status"] == "Ready")
+        indices = {k: v["index"] for k, v in _nodes(formed).items()}
+        assert indices == {n1: 0, n2: 1}
+
+        # kill -9: the container dies, the kubelet marks the pod NotReady and restarts it.
+        await objects.agent_pod(client, driver_ns, node=n2, ip="10.9.1.2", ready=False, restarts=1)
+        cdo = await _status(client, user_ns, "cd-ag", lambda c: c["status"]["status"] == "NotReady")
+        ready = _ready(cdo)
+        assert ready["reason"] == "NodeNotReady", ready
+        assert (
+            f"node {n2}: its IMEX agent is not Ready (restart 1; its shared IMEX went with it)"
+            in ready["message"]
+        ), ready
+        assert _nodes(cdo)[n2]["status"] == "NotReady" and _nodes(cdo)[n1]["status"] == "Ready"
+
+        # The restarted agent is Ready again in the same pod (same IP, same slot).
+        await objects.agent_pod(client, driver_ns, node=n2, ip="10.9.1.2", ready=True, restarts=1)
+        back = await _status(client, user_ns, "cd-ag", lambda c: c["status"]["status"] == "Ready")
+        assert {k: v["index"] for k, v in _nodes(back).items()} == indices
+
+        # The pod is deleted: gone; its replacement (another IP, not registered yet) does not
+        # back the entry either.
+        await client.delete(Pod, f"agent-{n2}", namespace=driver_ns, grace_period=0)
+        gone = f"node {n2}: its IMEX agent pod is gone (its shared IMEX went with it)"
+        cdo = await _status(client, user_ns, "cd-ag", lambda c: gone in _message(c))
+        assert cdo["status"]["status"] == "NotReady"
+        name = f"agent-{n2}-new"
+        await objects.agent_pod(client, driver_ns, node=n2, ip="10.9.1.22", ready=True, name=name)
+        moved = f"its IMEX agent pod {name} does not have the registry entry's IP 10.9.1.2"
+        cdo = await _status(client, user_ns, "cd-ag", lambda c: moved in _message(c))
+        assert cdo["status"]["status"] == "NotReady"
 
 
 async def test_teardown_removes_the_cds_channels_and_keeps_the_others(

@@ -11,7 +11,7 @@ from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ServiceAcco
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from lightkube.types import PatchType
 
-from compute_domains.api import configs, names, sharedimex
+from compute_domains.api import agentpods, configs, names, sharedimex
 from compute_domains.api.clique import (
     CliqueDaemon,
     ComputeDomainClique,
@@ -94,11 +94,13 @@ async def shared_registry(
     status: Readiness = Readiness.READY,
 ) -> None:
     """The shared registry ``shared-imex.<clique>`` as the resident agents of ``nodes`` write
-    it once their shared IMEX runs: one entry each, ``status``."""
+    it once their shared IMEX runs: one entry each, ``status``, with the IP of the node's agent
+    pod (``agent_pods``: a prepare waits for it Ready with that IP)."""
+    ips = await agent_pods(admin, driver_ns, nodes)
     daemons = [
         CliqueDaemon(
             node_name=node,
-            ip_address=f"127.9.1.{i + 1}",
+            ip_address=ips[node],
             clique_id=clique_id,
             index=i,
             status=status,
@@ -110,6 +112,45 @@ async def shared_registry(
     meta = {"name": sharedimex.registry_name(clique_id), "namespace": driver_ns, "labels": labels}
     body = {"apiVersion": names.API_VERSION, "kind": names.CLIQUE_KIND, "metadata": meta}
     await admin.create(ComputeDomainCliqueResource(**body, daemons=daemons))
+
+
+async def agent_pods(admin: AsyncClient, driver_ns: str, nodes: list[str]) -> dict[str, str]:
+    """A stand-in resident agent pod on each of ``nodes`` (label ``app.kubernetes.io/
+    component=imex-agent``, a sleeping container its node's kubelet runs), once Ready: node →
+    its pod IP."""
+    for node in nodes:
+        body = {
+            "metadata": {
+                "name": f"agent-{node}",
+                "namespace": driver_ns,
+                "labels": dict(agentpods.LABELS),
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "imex-agent", "image": IMAGE, "command": ["sleep", "3600"]}
+                ],
+                "terminationGracePeriodSeconds": 1,
+                "tolerations": [{"operator": "Exists"}],
+            },
+        }
+        await admin.create(Pod.from_dict(body))
+    ips = {}
+    for node in nodes:
+        pod = await wait_for(
+            admin,
+            Pod,
+            f"agent-{node}",
+            lambda p: bool(
+                p.status
+                and p.status.podIP
+                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            ),
+            namespace=driver_ns,
+            timeout=120,
+        )
+        ips[node] = str(pod.status.podIP)
+    return ips
 
 
 async def cd_status_ready(admin: AsyncClient, ns: str, name: str, node: str) -> None:

@@ -8,16 +8,19 @@ one, and no writer's annotation is lost to another's write.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import GenericNamespacedResource
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from compute_domains.api import names, sharedimex
+from compute_domains.api import agentpods, names, sharedimex
 from compute_domains.api.clique import (
     CliqueDaemon,
     ComputeDomainClique,
@@ -201,28 +204,83 @@ async def test_every_channel_taken_is_a_retryable_error(
         await reg.allocate(clique, _cd("late"))
 
 
+async def _agent_pod(admin: AsyncClient, ns: str, node: str, ip: str, *, ready: bool) -> None:
+    """The resident agent's pod of ``node`` (a node without a kubelet: the test plays it),
+    Running with ``ip`` and the given readiness (created when missing)."""
+    name = f"agent-{node}"
+    try:
+        await admin.get(Pod, name, namespace=ns)
+    except ApiError:
+        body = {
+            "metadata": {"name": name, "namespace": ns, "labels": dict(agentpods.LABELS)},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "imex-agent", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        await admin.create(Pod.from_dict(body))
+    flag = "True" if ready else "False"
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": flag}],
+    }
+    await admin.patch(Pod.Status, name, {"status": status}, namespace=ns)
+
+
+async def _set_entry(admin: AsyncClient, ns: str, clique: str, entry: CliqueDaemon) -> None:
+    name = sharedimex.registry_name(clique)
+    current = ComputeDomainClique.from_resource(
+        await admin.get(ComputeDomainCliqueResource, name, namespace=ns)
+    )
+    await admin.replace(
+        ComputeDomainClique(metadata=current.metadata, daemons=(entry,)).to_resource()
+    )
+
+
 async def test_readiness_waits_for_this_nodes_entry_in_the_registry(
     admin: AsyncClient, spaces: Namespaces
 ) -> None:
     clique, cd = _clique(), _cd("x")
-    reg = registry.Registry(admin, node=NODE_A, driver_namespace=spaces.driver)
+    node = f"ghost-{uuid.uuid4().hex[:8]}"  # no kubelet: the test plays the agent's pod
+    reg = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
     with pytest.raises(errors.TemporaryError, match="the node's shared IMEX is not Ready yet"):
         await reg.wait_ready(cd, clique, 0.5)  # no registry yet
     await reg.allocate(clique, cd)
-    name = sharedimex.registry_name(clique)
-    current = ComputeDomainClique.from_resource(
-        await admin.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
-    )
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.1", ready=True)
     entry = CliqueDaemon(
-        node_name=NODE_A, ip_address="127.9.0.1", clique_id=clique, status=Readiness.NOT_READY
+        node_name=node, ip_address="127.9.0.1", clique_id=clique, status=Readiness.NOT_READY
     )
-    registered = ComputeDomainClique(metadata=current.metadata, daemons=(entry,))
-    await admin.replace(registered.to_resource())
+    await _set_entry(admin, spaces.driver, clique, entry)
     with pytest.raises(errors.TemporaryError, match="the node's shared IMEX is not Ready yet"):
         await reg.wait_ready(cd, clique, 0.5)  # registered, not Ready
     waiting = asyncio.create_task(reg.wait_ready(cd, clique, 30))
-    current = ComputeDomainClique.from_resource(
-        await admin.get(ComputeDomainCliqueResource, name, namespace=spaces.driver)
+    await _set_entry(
+        admin, spaces.driver, clique, dataclasses.replace(entry, status=Readiness.READY)
     )
-    await admin.replace(current.with_status(NODE_A, Readiness.READY).to_resource())
+    await asyncio.wait_for(waiting, 30)
+
+
+async def test_readiness_needs_the_nodes_agent_pod_ready_with_the_entrys_ip(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    """Issue 26, defect 3: the agent killed with ``kill -9`` left its entry Ready (its shared
+    IMEX gone with it) and its pod NotReady: a prepare must not pass on that entry, and says
+    why; the pod Ready again with the entry's IP lets the waiting prepare through."""
+    clique, cd = _clique(), _cd("y")
+    node = f"ghost-{uuid.uuid4().hex[:8]}"
+    reg = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
+    await reg.allocate(clique, cd)
+    entry = CliqueDaemon(
+        node_name=node, ip_address="127.9.0.2", clique_id=clique, status=Readiness.READY
+    )
+    await _set_entry(admin, spaces.driver, clique, entry)
+    with pytest.raises(errors.TemporaryError, match="its IMEX agent pod is gone"):
+        await reg.wait_ready(cd, clique, 0.5)  # no agent pod at all
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.2", ready=False)  # killed
+    with pytest.raises(errors.TemporaryError, match="its IMEX agent is not Ready"):
+        await reg.wait_ready(cd, clique, 0.5)
+    waiting = asyncio.create_task(reg.wait_ready(cd, clique, 30))
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.2", ready=True)  # restarted, Ready
     await asyncio.wait_for(waiting, 30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from compute_domains.api import conditions, names, sharedimex
+from compute_domains.api import agentpods, conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainStatus, Readiness
 from compute_domains.controller import claims, sharedstatus, statuschange
@@ -35,9 +35,21 @@ def _held(*nodes: str) -> list[claims.WorkloadClaim]:
     ]
 
 
+def _agents(registries: dict[str, ComputeDomainClique]) -> list[agentpods.AgentPod]:
+    """A Ready agent pod behind every registry entry (with its IP): the agents are alive."""
+    return [
+        agentpods.AgentPod(
+            name=f"agent-{d.node_name}", node_name=d.node_name, ip=d.ip_address, ready=True
+        )
+        for r in registries.values()
+        for d in r.daemons
+    ]
+
+
 def _derive(**kw: Any) -> ComputeDomainStatus:
     kw.setdefault("num_nodes", 0)
     kw.setdefault("channels", {C1: 3})
+    kw.setdefault("agents", _agents(kw.get("registries", {})))
     return sharedstatus.derive(**kw).status
 
 
@@ -99,12 +111,14 @@ def test_an_imex_crash_makes_the_member_not_ready() -> None:
         node_ready={"a": True, "b": True},
         workload=_held("a", "b"),
     )
+    registries = {C1: _registry(C1, ("a", "1", R), ("b", "2", N))}
     crashed = sharedstatus.derive(
         num_nodes=0,
         channels={C1: 3},
         served=served,
-        registries={C1: _registry(C1, ("a", "1", R), ("b", "2", N))},
+        registries=registries,
         node_ready={"a": True, "b": True},
+        agents=_agents(registries),
         workload=_held("a", "b"),
         previous=formed,
     )
@@ -281,4 +295,71 @@ def test_a_peer_outside_the_cd_that_lost_a_node_does_not_count_in_it() -> None:
     assert (status, reason) == ("False", conditions.PEER_UNREACHABLE)
     assert (
         "node b: its IMEX peers lost their links to it: a (since 2026-12-02T05:00:04Z)" in message
+    )
+
+
+def _agent(node: str, ip: str, *, ready: bool, restarts: int = 0) -> agentpods.AgentPod:
+    return agentpods.AgentPod(
+        name=f"agent-{node}", node_name=node, ip=ip, ready=ready, restarts=restarts
+    )
+
+
+def test_a_ready_entry_whose_agent_pod_is_not_ready_is_not_counted() -> None:
+    """Issue 26, defect 3: ``kill -9`` of b's agent takes its shared IMEX (its child) but leaves
+    its registry entry Ready until the restarted agent registers; the kubelet marks the pod
+    NotReady at once. The entry is NotReady, the CD NodeNotReady naming b's agent; once the
+    pod is Ready again with the same IP, the CD is Ready again on the same indices."""
+    served = _served(("a", C1), ("b", C1))
+    registries = {C1: _registry(C1, ("a", "1", R), ("b", "2", R))}
+    common: dict[str, Any] = {
+        "served": served,
+        "registries": registries,
+        "node_ready": {"a": True, "b": True},
+        "workload": _held("a", "b"),
+    }
+    formed = _derive(**common, agents=[_agent("a", "1", ready=True), _agent("b", "2", ready=True)])
+    assert formed.status is R
+    killed = _derive(
+        **common,
+        agents=[_agent("a", "1", ready=True), _agent("b", "2", ready=False, restarts=1)],
+        previous=formed,
+    )
+    assert killed.status is N
+    assert _summary(killed)["b"] == ("2", C1, 1, "NotReady")
+    assert _summary(killed)["a"] == ("1", C1, 0, "Ready")
+    status, reason, message = _ready(killed)
+    assert (status, reason) == ("False", conditions.NODE_NOT_READY)
+    assert "node b: its IMEX agent is not Ready (restart 1; its shared IMEX went with it)" in (
+        message
+    )
+    back = _derive(
+        **common,
+        agents=[_agent("a", "1", ready=True), _agent("b", "2", ready=True, restarts=1)],
+        previous=killed,
+    )
+    assert back.status is R and _summary(back) == _summary(formed)
+
+
+def test_an_entry_needs_an_agent_pod_with_its_ip() -> None:
+    """No agent pod on the node, or one with another IP (a new pod that has not registered
+    yet): the entry is not counted, whatever it says; the reason names what is missing."""
+    served = _served(("a", C1))
+    registries = {C1: _registry(C1, ("a", "1", R))}
+    common: dict[str, Any] = {
+        "served": served,
+        "registries": registries,
+        "node_ready": {"a": True},
+        "workload": _held("a"),
+    }
+    gone = _derive(**common, agents=[_agent("b", "1", ready=True)])  # another node's pod
+    assert gone.status is N
+    assert "node a: its IMEX agent pod is gone (its shared IMEX went with it)" in _ready(gone)[2]
+    moved = _derive(**common, agents=[_agent("a", "9", ready=True)])
+    assert moved.status is N
+    assert "does not have the registry entry's IP 1" in _ready(moved)[2]
+    starting = _derive(**common, agents=[_agent("a", "1", ready=False)])
+    assert _ready(starting)[1] == "Forming"
+    assert (
+        "node a: its IMEX agent is not Ready (its shared IMEX goes with it)"
+        in (_ready(starting)[2])
     )
