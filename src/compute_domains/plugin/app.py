@@ -87,7 +87,13 @@ class Plugin:
         """Serve the node until cancelled."""
         s, paths = self._s, self._s.paths
         extra = {"node": s.node_name}
-        info = await asyncio.to_thread(self._discovery.discover)
+        try:
+            info = await asyncio.to_thread(self._discovery.discover)
+        except discovery.DiscoveryError as err:
+            seen_at = paths.driver_root_view
+            raise discovery.with_driver_root(
+                err, driver_root=paths.driver_root, seen_at=seen_at
+            ) from err.__cause__
         logger.info(
             "discovered %d GPUs, driver %s, clique %r",
             len(info.gpus),

@@ -177,6 +177,25 @@ class NvmlDiscovery:
         )
 
 
+LIBRARY_NOT_FOUND = 12
+"""``NVML_ERROR_LIBRARY_NOT_FOUND`` (nvml.h): no ``libnvidia-ml.so.1`` could be loaded."""
+
+
+def with_driver_root(err: DiscoveryError, *, driver_root: Path, seen_at: Path) -> DiscoveryError:
+    """``err``, and when NVML's library was not found, where we looked and the chart key that
+    moves it (a driver root left at ``/`` under the GPU Operator is the usual cause)."""
+    if getattr(err.__cause__, "value", None) != LIBRARY_NOT_FOUND:
+        return err
+    hint = DiscoveryError(
+        f"{err}; looked for libnvidia-ml.so.1 under the driver root {driver_root} (chart value "
+        f"nvidiaDriverRoot; this container sees it at {seen_at}): set nvidiaDriverRoot to the "
+        "host folder the NVIDIA driver is installed in ('/' for a driver on the host, "
+        "'/run/nvidia/driver' for the GPU Operator's)"
+    )
+    hint.__cause__ = err.__cause__
+    return hint
+
+
 def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple[GpuInfo, ...]]:
     """The driver version and the visited GPUs, in one NVML session (blocking).
 

@@ -326,3 +326,28 @@ def test_a_binding_without_the_symbol_lookup_is_refused_before_nvml_starts() -> 
     with pytest.raises(discovery.DiscoveryError, match="no _nvmlGetFunctionPointer"):
         discovery.discover_gpus(nvml)
     assert nvml.calls == []
+
+
+def test_a_missing_nvml_library_names_the_driver_root_and_its_chart_key() -> None:
+    """Issue 27 point 2: NVIDIA's chart users who leave nvidiaDriverRoot at '/' under the GPU
+    Operator see which key to set and where the plugin looked, not only NVML's words."""
+    from compute_domains.plugin import nvmllib
+
+    assert pynvml.NVML_ERROR_LIBRARY_NOT_FOUND == discovery.LIBRARY_NOT_FOUND
+    for cause in (
+        nvmllib.LibraryNvmlError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "cannot load x"),
+        pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND),
+    ):
+        err = discovery.DiscoveryError(f"NVML initialisation failed: {cause}")
+        err.__cause__ = cause
+        out = discovery.with_driver_root(err, driver_root=Path("/"), seen_at=Path("/driver-root"))
+        text = str(out)
+        assert text.startswith("NVML initialisation failed: ")
+        assert "nvidiaDriverRoot" in text
+        assert "driver root / " in text and "/driver-root" in text
+        assert "/run/nvidia/driver" in text
+        assert out.__cause__ is cause
+
+    other = discovery.DiscoveryError("NVML initialisation failed: Unknown Error")
+    other.__cause__ = pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+    assert discovery.with_driver_root(other, driver_root=Path("/"), seen_at=Path("/")) is other
