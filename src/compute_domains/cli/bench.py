@@ -29,6 +29,7 @@ from compute_domains.bench import (
     compare,
     drivers,
     floor,
+    othersims,
     placement,
     report,
     rounds,
@@ -213,7 +214,12 @@ def formation_cmd(
     racks = max(1, math.ceil(max(ns) / pods_per_node / 18))
     plan = drivers.plan(specs, repeats)
     done: list[rounds.RoundResult] = []
+    busy: list[str] = []
     for rnd in plan:
+        running = othersims.others(options.sim_home(), own=name)
+        if running and not set(running) <= set(busy):
+            console.print(othersims.warning(running, options.sim_home()), markup=False)
+        busy += [n for n in running if n not in busy]
         console.print(
             f"round {rnd.index + 1}/{len(plan)}: {rnd.driver.name}, repeat "
             f"{rnd.repeat + 1}/{repeats}, load {os.getloadavg()[0]:.1f}"
@@ -238,6 +244,7 @@ def formation_cmd(
     doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
     doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
     doc["workload"] = workload
+    doc["other_sims"] = busy  # sims that ran beside some round (their load is in the numbers)
     console.print(_table(doc["results"], workload))
     side = len(specs) > 1 or specs[0].name != drivers.OURS
     out = _write(console, "sidebyside" if side else "formation", doc, prefix, results_dir)
