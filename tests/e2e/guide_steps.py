@@ -53,6 +53,25 @@ async def running(admin: AsyncClient, pods: tuple[str, ...], seconds: float = 24
         )
 
 
+DRANET_DEVICES = ("gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm")
+"""What DRANET gives a path-A container (the dranet test's probe, through the guide's exec)."""
+
+
+def assert_dranet_nics(sim: state.SimPaths, pods: tuple[str, ...]) -> None:
+    """Path A: each pod's container holds DRANET's RDMA interfaces and devices."""
+    for pod in pods:
+        seen = helpers.kubectl(sim, "exec", pod, "--", "ls", "/sys/class/net", "/dev/infiniband")
+        for dev in DRANET_DEVICES:
+            assert dev in seen, seen
+
+
+async def assert_host_network(admin: AsyncClient, pods: tuple[str, ...]) -> None:
+    """Path B: each pod runs in the host's network (its IP is the host's)."""
+    for pod in pods:
+        obj = await admin.get(Pod, pod, namespace="default")
+        assert obj.status is not None and obj.status.podIP == obj.status.hostIP, obj.status
+
+
 async def node_of(admin: AsyncClient, pod: str) -> str:
     obj = await admin.get(Pod, pod, namespace="default")
     assert obj.spec is not None and obj.spec.nodeName

@@ -70,12 +70,8 @@ async def test_guide_5_3_cross_domain_two_nodes_paths_a_and_b(
     # Path A: DRANET.
     guide_steps.apply(rack_sim, "k8s134-nccl-cross-domain-dranet.yaml")
     await _formed(admin)
+    guide_steps.assert_dranet_nics(rack_sim, PODS)
     for pod in PODS:
-        seen = helpers.kubectl(
-            rack_sim, "exec", pod, "--", "ls", "/sys/class/net", "/dev/infiniband"
-        )
-        for dev in ("gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm"):
-            assert dev in seen, seen
         env = helpers.kubectl(rack_sim, "exec", pod, "--", "printenv", "NCCL_MNNVL_ENABLE")
         assert env.strip() == "0", env
     guide_steps.delete(rack_sim, "k8s134-nccl-cross-domain-dranet.yaml")
@@ -84,9 +80,7 @@ async def test_guide_5_3_cross_domain_two_nodes_paths_a_and_b(
     # Path B: hostNetwork.
     guide_steps.apply(rack_sim, "k8s134-nccl-cross-domain-hostnet.yaml")
     await _formed(admin)
-    for pod in PODS:
-        obj = await admin.get(Pod, pod, namespace="default")
-        assert obj.status is not None and obj.status.podIP == obj.status.hostIP, obj.status
+    await guide_steps.assert_host_network(admin, PODS)
     guide_steps.delete(rack_sim, "k8s134-nccl-cross-domain-hostnet.yaml")
     await _gone(admin)
     guide_steps.delete(rack_sim, "k8s134-nccl-computedomain-test.yaml")

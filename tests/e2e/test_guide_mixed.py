@@ -75,20 +75,13 @@ async def test_guide_5_4_mixed_four_nodes_paths_a_and_b(
     # Path A: DRANET.
     guide_steps.apply(rack_sim, "k8s134-nccl-4node-mixed-dranet.yaml")
     await _formed(admin)
-    for pod in PODS:
-        seen = helpers.kubectl(
-            rack_sim, "exec", pod, "--", "ls", "/sys/class/net", "/dev/infiniband"
-        )
-        for dev in ("gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm"):
-            assert dev in seen, seen
+    guide_steps.assert_dranet_nics(rack_sim, PODS)
     guide_steps.delete(rack_sim, "k8s134-nccl-4node-mixed-dranet.yaml")
     await _gone(admin)
 
     # Path B: hostNetwork.
     guide_steps.apply(rack_sim, "k8s134-nccl-4node-mixed-hostnet.yaml")
     await _formed(admin)
-    for pod in PODS:
-        obj = await admin.get(Pod, pod, namespace="default")
-        assert obj.status is not None and obj.status.podIP == obj.status.hostIP, obj.status
+    await guide_steps.assert_host_network(admin, PODS)
     guide_steps.delete(rack_sim, "k8s134-nccl-4node-mixed-hostnet.yaml")
     await _gone(admin)

@@ -96,13 +96,7 @@ async def test_guide_5_2_same_domain_two_nodes_paths_a_and_b(
     # Path A: DRANET.
     guide_steps.apply(rack_sim, "k8s134-nccl-same-domain-dranet.yaml")
     await _formed(admin)
-    for pod in PODS:
-        # What DRANET gave the container (the dranet test's probe, through the guide's exec).
-        seen = helpers.kubectl(
-            rack_sim, "exec", pod, "--", "ls", "/sys/class/net", "/dev/infiniband"
-        )
-        for dev in ("gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm"):
-            assert dev in seen, seen
+    guide_steps.assert_dranet_nics(rack_sim, PODS)
     shown = helpers.kubectl(rack_sim, "get", "computedomain", "-o", "wide")
     assert CD in shown and "Ready" in shown, shown
     guide_steps.delete(rack_sim, "k8s134-nccl-same-domain-dranet.yaml")
@@ -111,9 +105,7 @@ async def test_guide_5_2_same_domain_two_nodes_paths_a_and_b(
     # Path B: hostNetwork.
     guide_steps.apply(rack_sim, "k8s134-nccl-same-domain-hostnet.yaml")
     await _formed(admin)
-    for pod in PODS:
-        obj = await admin.get(Pod, pod, namespace="default")
-        assert obj.status is not None and obj.status.podIP == obj.status.hostIP, obj.status
+    await guide_steps.assert_host_network(admin, PODS)
     guide_steps.delete(rack_sim, "k8s134-nccl-same-domain-hostnet.yaml")
     await _gone(admin)
     guide_steps.delete(rack_sim, "k8s134-nccl-computedomain-test.yaml")

@@ -31,6 +31,7 @@ from compute_domains.api.clique import ComputeDomainCliqueResource as Registry
 from compute_domains.api.computedomain import Readiness
 from compute_domains.infra import kube
 from compute_domains.infra.kube import cache, informers
+from compute_domains.plugin import computedomain
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -113,26 +114,11 @@ class AgentReady:
 
     async def _registry(self, name: str) -> AsyncIterator[Any | None]:
         """The registry now (None while absent) and after every change."""
-        if self._cliques is not None:
-            async for obj in informers.follow(self._cliques, (self._ns, name)):
-                yield obj
-            return
-        version: str | None = None
-        try:
-            with kube.translated(f"reading registry {self._ns}/{name}"):
-                obj = await self._client.get(Registry, name, namespace=self._ns)
-            version = obj.metadata.resourceVersion if obj.metadata else None
-        except kube.NotFound:
-            obj = None  # not created yet: the watch below sees it appear
-        yield obj
         with kube.translated(f"watching registry {self._ns}/{name}"):
-            async for op, obj in self._client.watch(
-                Registry,
-                namespace=self._ns,
-                fields={"metadata.name": name},
-                resource_version=version,
+            async for obj in computedomain.states(
+                self._client, Registry, name, self._ns, self._cliques
             ):
-                yield None if op == "DELETED" else obj
+                yield obj
 
     async def _agent_pods(self) -> AsyncIterator[list[agentpods.AgentPod]]:
         """The agent pods on this node now and after every change."""

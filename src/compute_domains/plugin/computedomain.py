@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
@@ -320,6 +320,33 @@ def cliques(shared: informers.Informers, driver_namespace: str) -> cache.Cache[A
     return shared.informer(ComputeDomainCliqueResource, namespace=driver_namespace)
 
 
+async def states(
+    client: AsyncClient,
+    res: Any,
+    name: str,
+    namespace: str,
+    shared: cache.Cache[Any] | None = None,
+) -> AsyncIterator[Any | None]:
+    """``name`` now (None while absent) and after every change: a read, then a watch from that
+    read; with the host's cache of the kind (``shared``), from it instead."""
+    if shared is not None:
+        async for cached in informers.follow(shared, (namespace, name)):
+            yield cached
+        return
+    version: str | None = None
+    try:
+        with kube.translated(f"reading {name}"):
+            obj = await client.get(res, name, namespace=namespace)
+        version = obj.metadata.resourceVersion if obj.metadata else None
+    except kube.NotFound:
+        obj = None  # not created yet: the watch below sees it appear
+    yield obj
+    async for op, obj in client.watch(
+        res, namespace=namespace, fields={"metadata.name": name}, resource_version=version
+    ):
+        yield None if op == "DELETED" else obj
+
+
 async def follow(
     client: AsyncClient,
     res: Any,
@@ -333,17 +360,6 @@ async def follow(
     if shared is not None:
         await informers.wait_until(shared, (namespace, name), ready)
         return
-    version: str | None = None
-    try:
-        with kube.translated(f"reading {name}"):
-            obj = await client.get(res, name, namespace=namespace)
-        if ready(obj):
-            return
-        version = obj.metadata.resourceVersion if obj.metadata else None
-    except kube.NotFound:
-        pass  # not created yet: the watch below sees it appear
-    async for op, obj in client.watch(
-        res, namespace=namespace, fields={"metadata.name": name}, resource_version=version
-    ):
-        if op != "DELETED" and ready(obj):
+    async for obj in states(client, res, name, namespace):
+        if obj is not None and ready(obj):
             return
