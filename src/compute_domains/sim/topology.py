@@ -5,11 +5,13 @@ a cluster UUID and a clique id, so their ``nvidia.com/gpu.clique`` label is the 
 are loopback addresses derived from the node's position, so they are stable across restarts and
 never collide between nodes nor between sims running side by side: a sim holds an address
 slot *s* (0..15, see ``sim.slots``); its node *n* is ``127.<1 + s>.<n // 250>.<n % 250 + 1>`` and
-the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` for the first 1,024
-nodes and ``127.<128 + 8s + (n - 1024) // 256>.<n % 256>.2-254`` for the next 2,048, so a
-shape of up to 3,000 GPU nodes (and the control-plane node after them) fits, and a shape of at
-most 1,023 nodes has the addresses it always had. ``nodes`` yields the GPU nodes, ``all_nodes``
-every node the sim runs, the control-plane node included.
+the node's pods draw from ``127.<64 + 4s + n // 256>.<n % 256>.2-254`` (253 addresses) for the
+first 1,024 nodes and from half a /24 each for the next 4,096: node ``n = 1024 + k`` has
+``127.<128 + 8s + k // 512>.<(k % 512) // 2>.<128 (k % 2) + 2 .. + 126>`` (125 addresses,
+more than the kubelet's default of 110 pods; never .255, so never 127.255.255.255). A shape of
+up to 5,000 GPU nodes (256 racks of 18 = 4,608, issue 28, and the control-plane node after
+them) fits, and a shape of at most 1,023 nodes has the addresses it always had. ``nodes``
+yields the GPU nodes, ``all_nodes`` every node the sim runs, the control-plane node included.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ FabricState = str
 
 _PLAIN_RACK_BASE = 1000
 """Identity seed for nodes without a rack (their GPUs still need stable UUIDs)."""
-_MAX_NODES = 3000
-"""GPU nodes a shape may have: 3,072 pod ranges per slot, one left for the control plane."""
+_MAX_NODES = 5000
+"""GPU nodes a shape may have: 1,024 + 4,096 pod ranges per slot, one left for the control plane."""
 _LOW_POD_RANGES = 1024
 """Nodes whose pods use the first plan (127.64-127.127; unchanged since it held 1,000 nodes)."""
+_LOW_POD_SLOTS = 253
+"""Pod addresses of a node in the first plan (.2-.254 of its own /24)."""
+_HIGH_POD_SLOTS = 125
+"""Pod addresses of a node in the second plan (half a /24: .2-.126 or .130-.254)."""
 SLOTS = 16
 """Address slots: how many sims can run side by side without sharing an address."""
 CONTROL_PLANE_NODE = "control-plane"
@@ -106,15 +112,21 @@ class NodeSpec:
             return ""
         return f"{self.cluster_uuid}.{self.clique_id}"
 
+    @property
+    def pod_slots(self) -> int:
+        """How many pod addresses this node has (``pod_address`` takes 0 .. this - 1)."""
+        return _LOW_POD_SLOTS if self.ordinal < _LOW_POD_RANGES else _HIGH_POD_SLOTS
+
     def pod_address(self, slot: int) -> str:
-        """The ``slot``-th pod address of this node (slot in 0..252)."""
-        if not 0 <= slot <= 252:
-            raise ValueError("pod address slot out of range 0..252")
+        """The ``slot``-th pod address of this node (slot in 0 .. ``pod_slots`` - 1)."""
+        if not 0 <= slot < self.pod_slots:
+            raise ValueError(f"pod address slot out of range 0..{self.pod_slots - 1}")
         n = self.ordinal
         if n < _LOW_POD_RANGES:
             return f"127.{64 + 4 * self.slot + n // 256}.{n % 256}.{slot + 2}"
         high = n - _LOW_POD_RANGES
-        return f"127.{128 + 8 * self.slot + high // 256}.{n % 256}.{slot + 2}"
+        half = 128 * (high % 2)
+        return f"127.{128 + 8 * self.slot + high // 512}.{(high % 512) // 2}.{half + slot + 2}"
 
 
 def node_name(rack: int | None, index: int) -> str:

@@ -40,7 +40,7 @@ def test_1152_nodes_in_every_slot_have_unique_addresses_apart_from_every_other_s
     count = 0
     for slot in range(topology.SLOTS):
         for spec in topology.all_nodes(shape, slot=slot):
-            octets = [spec.address, spec.pod_address(0), spec.pod_address(252)]
+            octets = [spec.address, spec.pod_address(0), spec.pod_address(spec.pod_slots - 1)]
             for address in octets:
                 parts = [int(p) for p in address.split(".")]
                 assert parts[0] == 127 and all(0 <= p <= 255 for p in parts), address
@@ -51,12 +51,36 @@ def test_1152_nodes_in_every_slot_have_unique_addresses_apart_from_every_other_s
 
 
 def test_the_largest_shape_fits_and_one_more_node_is_refused() -> None:
-    shape = topology.Shape(racks=0, plain_nodes=3000)
+    shape = topology.Shape(racks=0, plain_nodes=5000)
     every = list(topology.all_nodes(shape, slot=15))
-    assert every[-1].pod_address(252) == "127.255.184.254"  # the plan's last range in slot 15
-    assert len({n.pod_address(0) for n in every}) == 3001
-    with pytest.raises(ValueError, match="at most 3000 nodes"):
-        topology.Shape(racks=0, plain_nodes=3001)
+    last = every[-1]  # the control-plane node, 5,001st: k = 3,976 of the second plan
+    assert last.pod_slots == 125
+    assert last.pod_address(124) == "127.255.196.126"
+    with pytest.raises(ValueError, match=r"out of range 0\.\.124"):
+        last.pod_address(125)
+    assert len({n.pod_address(0) for n in every}) == 5001
+    with pytest.raises(ValueError, match="at most 5000 nodes"):
+        topology.Shape(racks=0, plain_nodes=5001)
+
+
+def test_256_racks_in_every_slot_have_unique_addresses_never_a_broadcast() -> None:
+    """Issue 28's 4,608 nodes: first and last pod address of every node, unique across all 16
+    slots; every pod address of the last slot (the plan.s edge)."""
+    shape = topology.Shape(racks=256)
+    seen: set[str] = set()
+    count = 0
+    for slot in range(topology.SLOTS):
+        for spec in topology.all_nodes(shape, slot=slot):
+            every = slot == topology.SLOTS - 1
+            picks = range(spec.pod_slots) if every else (0, spec.pod_slots - 1)
+            addresses = [spec.address] + [spec.pod_address(i) for i in picks]
+            for address in addresses:
+                parts = [int(p) for p in address.split(".")]
+                assert parts[0] == 127 and all(0 <= p <= 255 for p in parts), address
+                assert parts[3] not in (0, 255), address
+            seen.update(addresses)
+            count += len(addresses)
+    assert len(seen) == count
 
 
 def test_shapes_of_up_to_1023_nodes_keep_their_addresses() -> None:

@@ -99,12 +99,13 @@ class SimNode:
     def _allocate_ip(self, pod: Pod) -> str:
         if pod.spec is not None and pod.spec.hostNetwork:
             return self._s.spec.address
-        for step in range(253):
-            slot = (self._next_slot + step) % 253
+        slots = self._s.spec.pod_slots
+        for step in range(slots):
+            slot = (self._next_slot + step) % slots
             if slot not in self._used_slots:
                 self._used_slots.add(slot)
                 # Rotate, so a re-created pod gets a new address (as with a CNI's IPAM).
-                self._next_slot = (slot + 1) % 253
+                self._next_slot = (slot + 1) % slots
                 return self._s.spec.pod_address(slot)
         raise RuntimeError(f"node {self.name} ran out of pod addresses")
 
