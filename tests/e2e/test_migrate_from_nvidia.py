@@ -14,7 +14,8 @@ among them). Then:
   ``OnDelete``), and the ServiceAccount they run as is the same object (UID); helm's uninstall
   reports it kept;
 * growing the workload to 5 pods puts our daemon on the new node; the new pod runs with its
-  channel and sees the IMEX domain UP, the domain is Ready with 5 nodes, NVIDIA's IMEX processes
+  channel; its IMEX writes NVIDIA's node map and reaches the 4 IMEX daemons NVIDIA started
+  (one IMEX domain); the domain is Ready with 5 nodes, NVIDIA's IMEX processes
   still untouched;
 * NVIDIA's old daemons never log ``Unauthorized``;
 * shrinking to 3 releases the freed nodes; deleting the workload and the CD leaves no daemon
@@ -48,8 +49,7 @@ from compute_domains.api import clique, computedomain, names
 from compute_domains.infra import kube
 from compute_domains.sim import driverroot, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
-from tests.e2e import helpers
-from tests.e2e.test_seed_example import sees_domain_up
+from tests.e2e import guide_steps, helpers
 
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=1, nodes_per_rack=6)
@@ -166,6 +166,12 @@ async def _daemons(admin: AsyncClient, uid: str) -> dict[str, tuple[str, str, st
         program = (p.spec.containers[0].command or [""])[0]
         out[str(p.spec.nodeName)] = (str(p.metadata.uid), program, owner)
     return out
+
+
+def _nodes_cfg(sim: state.SimPaths, node: str, uid: str) -> str:
+    """The IMEX node map the domain's daemon on ``node`` wrote (in the per-domain folder)."""
+    folder = sim.node_root(node) / "var/lib/kubelet/plugins" / names.DRIVER_NAME / "domains"
+    return (folder / uid / "nodes.cfg").read_text()
 
 
 async def _unauthorized(admin: AsyncClient, pods: list[str]) -> list[str]:
@@ -301,7 +307,12 @@ async def test_switch_from_nvidias_chart_under_a_running_domain(
         assert {k: v for k, v in grown.items() if k in before} == before
         (new_pod,) = set(grown) - set(before)
         new_node = grown[new_pod][1]
-        await sees_domain_up(admin, new_pod)
+        # One IMEX domain: the new node's IMEX has NVIDIA's node map (IMEX knows a domain only
+        # by it) and reaches the 4 IMEX daemons NVIDIA started.
+        await guide_steps.reaches_peers(admin, new_pod, 4)
+        maps = {n: _nodes_cfg(sim, n, uid) for n in (*nvidias, new_node)}
+        assert len(set(maps.values())) == 1, maps
+        assert "compute-domain-daemon-0000\n" in maps[new_node], maps[new_node]
         daemons = await _daemons(admin, uid)
         assert daemons[new_node][1] == "cdctl", daemons
         assert {n: d[:2] for n, d in daemons.items() if n != new_node} == {

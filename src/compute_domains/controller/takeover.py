@@ -16,8 +16,9 @@ without restarting a running daemon (docs/decisions/0021):
    replaced: each runs until its node leaves the domain, and a node that joins gets ours.
 
 NVIDIA's daemons and ours share one IMEX domain: both label their pod with the clique ID (our
-controller then keeps the index of an existing entry), read the same clique object and write
-the same DNS-name node map.
+controller then keeps the index of an existing entry) and read the same clique object, and
+:func:`keep_running` sets our daemons to NVIDIA's peer names, so both write the same DNS-name
+node map (``compute-domain-daemon-%04d``; ours are otherwise unique per domain, decision 0016).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from lightkube.models.apps_v1 import DaemonSetUpdateStrategy
+from lightkube.models.core_v1 import EnvVar
 from lightkube.resources.apps_v1 import DaemonSet
 
 from compute_domains.api import names
@@ -34,6 +36,8 @@ from compute_domains.controller import kubeapi
 NVIDIA_DAEMON_PROGRAM: Final = "compute-domain-daemon"
 """What the daemon container of NVIDIA's DaemonSet runs (``command[0]``)."""
 ON_DELETE: Final = "OnDelete"
+PEER_NAMES_ENV: Final = "IMEX_PEER_NAMES"
+"""The daemon's setting of its IMEX peer names (``cdctl daemon run --imex-peer-names``)."""
 
 
 def _runs_nvidias_daemon(pod_spec: Any) -> bool:
@@ -59,9 +63,13 @@ def nvidias_pods(pods: Iterable[Any]) -> list[str]:
 
 
 def keep_running(ds: DaemonSet) -> DaemonSet:
-    """``ds`` with the ``OnDelete`` update strategy: adopted pods of another template stay."""
-    assert ds.spec is not None
+    """``ds`` with the ``OnDelete`` update strategy (adopted pods of another template stay) and
+    its daemons set to NVIDIA's peer names (``IMEX_PEER_NAMES=nvidia``), so that their IMEX
+    joins the domain of NVIDIA's running daemons, whose node map lists those names."""
+    assert ds.spec is not None and ds.spec.template.spec is not None
     ds.spec.updateStrategy = DaemonSetUpdateStrategy(type=ON_DELETE)
+    for container in ds.spec.template.spec.containers:
+        container.env = [*(container.env or []), EnvVar(name=PEER_NAMES_ENV, value="nvidia")]
     return ds
 
 

@@ -100,6 +100,9 @@ async def test_nvidias_daemonset_is_replaced_and_its_running_pod_adopted(
         )
         assert ours.spec.template.spec.containers[0].command == ["cdctl", "daemon", "run"]
         assert ours.spec.updateStrategy.type == "OnDelete"
+        # Its daemons join the IMEX domain of NVIDIA's, whose node map has NVIDIA's names.
+        env = {e.name: e.value for e in ours.spec.template.spec.containers[0].env}
+        assert env["IMEX_PEER_NAMES"] == "nvidia"
         adopted = await wait_for(
             client, Pod, pod_name, lambda p: _owner(p) == ours.metadata.uid, namespace=driver_ns
         )
