@@ -291,6 +291,20 @@ async def test_switch_from_nvidias_chart_under_a_running_domain(
         }, "NVIDIA's daemon pods were replaced"
         print(f"our DaemonSet owns NVIDIA's 4 daemons {found:.1f}s after helm returned")
         assert (await admin.get(ServiceAccount, SA, namespace=NS)).metadata.uid == sa_uid  # type: ignore[union-attr]
+        # Step 6: each plugin took over its node's claims (4 workload, 4 daemon claims).
+        plugin_logs = "".join(
+            [
+                await helpers.log_of(admin, str(p.metadata.name), NS)
+                async for p in admin.list(
+                    Pod, namespace=NS, labels={"app.kubernetes.io/component": "kubelet-plugin"}
+                )
+            ]
+        )
+        adopted = plugin_logs.count("from NVIDIA's checkpoint: PrepareCompleted there")
+        assert adopted == 8, plugin_logs[-3000:]
+        for node in nvidias:
+            folder = sim.node_root(node) / "var/lib/kubelet/plugins" / names.DRIVER_NAME
+            assert (folder / "checkpoint.json.nvidia-v25.12").is_file(), node
         assert await _cd_ready(admin, 4)
         assert await _workload(admin) == before, "the workload changed under the switch"
         assert all(p[2] == 0 for p in before.values()), before
