@@ -335,6 +335,7 @@ async def test_switch_from_nvidias_chart_under_a_running_domain(
         imex_now = helpers.imex_processes(sim)
         assert {n: imex_now[n] for n in imex_before} == imex_before, "an IMEX restarted"
         assert new_node in imex_now
+        print(f"IMEX (pid, start) per node before the switch: {imex_before}; grown: {imex_now}")
         old_pods = [
             p.metadata.name  # type: ignore[union-attr]
             for p in await _daemon_pods(admin, uid)
