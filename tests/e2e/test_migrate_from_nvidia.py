@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -379,3 +380,4 @@ async def test_switch_from_nvidias_chart_under_a_running_domain(
         await helpers.within(180, nothing_left, f"nothing of the domain left ({left})")
     finally:
         await admin.close()
+        shutil.rmtree(work, ignore_errors=True)
