@@ -432,6 +432,32 @@ def component_processes(paths: state.SimPaths) -> list[str]:
     return [line for line in lines if any(m in line for m in marks)]
 
 
+def imex_processes(paths: state.SimPaths) -> dict[str, tuple[int, str]]:
+    """Node → (pid, start time in clock ticks) of each running ``nvidia-imex`` stand-in of the
+    sim (process-mode nodes): a restarted IMEX has another pair. The node is the ``NODE_NAME``
+    its daemon container gave it (ours and NVIDIA's daemon pods both set it)."""
+    recorded = state.read_state(paths)
+    assert recorded is not None
+    found: dict[str, tuple[int, str]] = {}
+    for pid in _descendants(recorded.supervisor_pid):
+        proc = Path("/proc") / str(pid)
+        try:
+            if "imex_main imex" not in " ".join(procs.pid_cmdline(pid)):
+                continue
+            env = dict(
+                item.split("=", 1)
+                for item in (proc / "environ").read_text().split("\0")
+                if "=" in item
+            )
+            started = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[19]
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        node = env.get("NODE_NAME", "")
+        assert node not in found, f"two IMEX processes on {node}: {found[node][0]} and {pid}"
+        found[node] = (pid, started)
+    return found
+
+
 def nodes_mode(paths: state.SimPaths) -> str:
     """How the sim's nodes run their containers (its state record)."""
     recorded = state.read_state(paths)

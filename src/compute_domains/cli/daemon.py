@@ -133,6 +133,7 @@ def daemon_settings(opts: Mapping[str, Any]) -> DaemonSettings:
             domain_namespace=opts["compute_domain_namespace"],
         ),
         max_nodes=opts["max_nodes_per_imex_domain"],
+        nvidia_peer_names=str(opts.get("imex_peer_names") or "domain").lower() == "nvidia",
         imex=imexconfig.ImexFilesSettings(
             config_path=opts["imex_config"],
             nodes_config_path=opts["imex_nodes_config"],

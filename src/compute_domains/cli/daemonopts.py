@@ -141,6 +141,18 @@ RUN_OPTIONS: tuple[Option, ...] = (
         show_default=True,
     ),
     Option(
+        ("--imex-peer-names",),
+        "imex_peer_names",
+        "IMEX peer names: `domain` (compute-domain-daemon-<infix>-NNNN, unique per domain) or "
+        "`nvidia` (NVIDIA's compute-domain-daemon-NNNN, to join the IMEX domain of NVIDIA's "
+        "daemons in a domain NVIDIA formed). Env IMEX_PEER_NAMES.",
+        default="domain",
+        env=("IMEX_PEER_NAMES",),
+        kind="choice",
+        choices=("domain", "nvidia"),
+        show_default=True,
+    ),
+    Option(
         ("--hosts-file",),
         "hosts_file",
         "Hosts file whose managed block maps peer names to pod IPs.",

@@ -22,6 +22,7 @@ _COMMANDS = {
     "agent": ("compute_domains.cli.agent", "group"),
     "validate": ("compute_domains.cli.validate", "group"),
     "job": ("compute_domains.cli.job", "group"),
+    "migrate": ("compute_domains.cli.migrate", "group"),
     "status": ("compute_domains.cli.views", "status"),
     "topology": ("compute_domains.cli.views", "topology"),
     "bench": ("compute_domains.cli.bench", "group"),

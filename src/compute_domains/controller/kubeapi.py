@@ -126,10 +126,14 @@ class Api:
         )
         return await self._call("patch", res, f"{namespace}/{name}", call)  # type: ignore[no-any-return]
 
-    async def delete(self, res: type[Resource], name: str, *, namespace: str | None = None) -> bool:
-        """Delete (background propagation); False when it was already gone."""
+    async def delete(
+        self, res: type[Resource], name: str, *, namespace: str | None = None, orphan: bool = False
+    ) -> bool:
+        """Delete (background propagation; ``orphan``: the dependents stay, their owner
+        references to it removed); False when it was already gone."""
         kind: Any = res
-        call = self.client.delete(kind, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+        cascade = CascadeType.ORPHAN if orphan else CascadeType.BACKGROUND
+        call = self.client.delete(kind, name, namespace=namespace, cascade=cascade)
         try:
             await self._call("delete", res, f"{namespace}/{name}", call)
         except NotFound:

@@ -26,7 +26,8 @@ once the finalizer is in place:
 Existing objects are never updated (spec is immutable), with one exception: the DaemonSet's
 placement follows the CD's warm-nodes annotation (``warm``: it labels the selected nodes, and the
 DaemonSet's node affinity adds them); ours found terminating while the CD
-lives lose our finalizer so they go, and are created again on the next pass.
+lives lose our finalizer so they go, and are created again on the next pass. A DaemonSet that
+NVIDIA's controller made is replaced by ours, its running daemons adopted (``takeover``).
 
 A CD being deleted *waits for its workload*, as Kubernetes' PVC protection does: while any of
 its workload claims is allocated to a node (cache first; when the cache says none, a live list
@@ -62,6 +63,7 @@ from compute_domains.controller import (
     metrics,
     scope,
     statussync,
+    takeover,
     teardown,
     warm,
 )
@@ -246,14 +248,25 @@ class Reconciler:
             ds = daemonset.render(
                 domain_uid=cd.uid, namespace=ns, settings=self._settings.daemon, warm=warm_nodes
             )
+            kept = takeover.nvidias_pods(self._cache.pods.by_index(caches.CD_INDEX, cd.uid))
+            ds = takeover.keep_running(ds) if kept else ds
             if await self._create(ds, self._cache.daemonsets):
                 message = f"created DaemonSet {ns}/{ds.metadata.name} for the IMEX daemons"  # type: ignore[union-attr]
+                if kept:
+                    message += f"; it adopts NVIDIA's running daemons, kept: {', '.join(kept)}"
                 logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}"})
                 await self._events.emit(
                     statussync.target(cd), events.NORMAL, events.DAEMONSET_CREATED, message
                 )
         elif found[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
             await self._release_terminating(DaemonSet, found[0])
+        elif takeover.is_nvidias(found[0]):
+            logger.info(
+                "replacing NVIDIA's DaemonSet %s by ours; its running daemons stay",
+                found[0].metadata.name,  # type: ignore[union-attr]
+                extra={"cd": f"{cd.namespace}/{cd.name}"},
+            )
+            await takeover.release(self._api, found[0])
         elif daemonset.is_warm(found[0]) != warm_nodes:
             await self._replace_placement(cd, found[0], warm_nodes=warm_nodes)
 

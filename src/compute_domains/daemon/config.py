@@ -130,6 +130,11 @@ class DaemonSettings:
     their infix (``names.imex_dns_infix``; unique per domain, so a reused pod IP never carries
     one domain's messages into another, upstream #1447): "" is the CD's own domain (its UID);
     a clique's shared IMEX names ``shared-imex.<cliqueID>``."""
+    nvidia_peer_names: bool = False
+    """Use NVIDIA's peer names, ``compute-domain-daemon-%04d`` without an infix (``--imex-peer-
+    names nvidia``): the daemon then joins the IMEX domain of NVIDIA's daemons, whose node map
+    has those names, in a ComputeDomain NVIDIA formed and our controller took over
+    (docs/decisions/0021). Such a domain keeps #1447's flaw (decision 0016) until it ends."""
     imex: imexconfig.ImexFilesSettings = dataclasses.field(
         default_factory=imexconfig.ImexFilesSettings
     )
@@ -168,7 +173,9 @@ class DaemonSettings:
     @property
     def imex_domain_identity(self) -> str:
         """The IMEX domain's identity the names are made from: ``imex_domain``, else the CD's
-        UID."""
+        UID; "" (no infix) with ``nvidia_peer_names``."""
+        if self.nvidia_peer_names:
+            return ""
         return self.imex_domain or self.identity.domain_uid
 
     def validate(self) -> None:

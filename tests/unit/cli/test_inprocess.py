@@ -12,6 +12,7 @@ from compute_domains.cli import daemon as daemon_cli
 from compute_domains.cli import inprocess
 from compute_domains.cli import plugin as plugin_cli
 from compute_domains.containers import runtime, virtual
+from compute_domains.daemon import imexconfig
 
 PLUGIN_ENV = {"NODE_NAME": "n1", "POD_NAMESPACE": "drv", "CHANNEL_SLOTS": "4"}
 
@@ -103,6 +104,16 @@ def test_daemon_parameters_build_its_settings() -> None:
     settings = daemon_cli.daemon_settings(opts)
     assert settings.identity.clique_id == "c.1" and settings.max_nodes == 4
     assert settings.imex.config_path == Path("/imexd/imexd.cfg")
+    # Peer names unique to the domain by default (decision 0016) ...
+    assert settings.imex_domain_identity == "cd-uid"
+    # ... NVIDIA's in a domain taken over from NVIDIA's driver (decision 0021).
+    taken = inprocess.resolve(inprocess.daemon_command(), [], {**env, "IMEX_PEER_NAMES": "NVIDIA"})
+    settings = daemon_cli.daemon_settings(taken)
+    assert settings.nvidia_peer_names and settings.imex_domain_identity == ""
+    names = imexconfig.dns_nodes_config(2, settings.imex_domain_identity)
+    assert "compute-domain-daemon-0001" in names, names
+    with pytest.raises(click.UsageError, match="'theirs' is not one of 'domain', 'nvidia'"):
+        inprocess.resolve(inprocess.daemon_command(), [], {**env, "IMEX_PEER_NAMES": "theirs"})
 
 
 def _view(*mounts: tuple[str, str], env: dict[str, str] | None = None) -> virtual.View:
