@@ -160,6 +160,16 @@ class DaemonSettings:
     metrics_port: int = 0
     """Port of ``/metrics`` and ``/readyz`` (the kubelet's probes) on the pod IP
     (``METRICS_PORT``; the controller's DaemonSet sets it); 0 serves none."""
+    resident: bool = False
+    """Run by a resident IMEX agent (``agent.app``) inside its own, long-lived pod, not by a
+    per-CD daemon pod. The agent labels its pod for the CD, clique ID included, in one patch
+    before the daemon starts, so the daemon does not label it again; and our entry's status is
+    this daemon's own IMEX check alone, not gated on the pod's ``Ready`` condition: the agent's
+    ``/readyz`` answers the kubelet from that same check, so the condition would only add the
+    readiness probe's period (up to 5 s a node in an 18-node formation; a per-CD pod's fresh
+    startup probe answers within 1 s), and a condition that predates the formation cannot make
+    the entry Ready here, since it is never consulted. Who reads the entry still checks the
+    pod: the controller counts a node Ready only while its agent pod is Ready too."""
     kube: kube.KubeSettings = dataclasses.field(
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )
