@@ -17,11 +17,14 @@ Ready, so a Ready pod must mean that what the Node asks runs, ``api.agentpods``)
    A per-domain CD ``X`` is not served when it has its own per-CD DaemonSet (made before the
    switch to resident agents: its pod serves ``X``, and a second ``nvidia-imex`` must not
    start; the agent logs that and leaves ``X`` alone). To serve ``X``: read its name and
-   namespace (log lines), label our pod ``resource.nvidia.com/computeDomain=X``, then run
-   ``daemon.app.Daemon`` with the settings the CLI's factory builds for ``X`` as a task: it
-   writes ``X``'s IMEX files in the per-CD folder, labels our pod with the clique ID (asking the
-   controller for a clique slot), starts ``nvidia-imex`` and registers, exactly as ``X``'s own
-   daemon pod would. To stop: remove both labels from our pod first (so the controller no
+   namespace (log lines; read together with the DaemonSet check), label our pod
+   ``resource.nvidia.com/computeDomain=X`` and with the clique ID (asking the controller for a
+   clique slot; one patch), then run ``daemon.app.Daemon`` with the settings the CLI's factory
+   builds for ``X``, marked ``resident``, as a task: it writes ``X``'s IMEX files in the per-CD
+   folder, starts ``nvidia-imex`` and registers as ``X``'s own daemon pod would, except that
+   it leaves the pod's labels to us and reports its entry Ready from its own IMEX check, not
+   from our pod's ``Ready`` condition (``DaemonSettings.resident`` says why). To stop: remove
+   both labels from our pod first (so the controller no
    longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
    stops IMEX and removes our clique entry. The shared IMEX is ``shared.SharedImex``, run with
    the factory's settings for the pseudo-domain ``config.SHARED_FOLDER`` (files in
@@ -215,7 +218,13 @@ class ResidentAgent:
 
     async def _start(self, wanted: Assignment) -> None:
         uid = wanted.domain_uid
-        if await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log):
+        self._log.info("the node asks for CD %s (clique %r)", uid, wanted.clique_id)
+        # Both reads at once: each is an API round trip on the way to the CD's IMEX start.
+        own, (name, namespace) = await asyncio.gather(
+            kubeops.has_own_daemonset(self._client, self._settings, uid, self._log),
+            kubeops.describe(self._client, uid, self._log),
+        )
+        if own:
             # Made while the controller created per-CD DaemonSets: that DaemonSet's pod runs
             # this CD's IMEX here, and a second nvidia-imex must never start beside it.
             self._declined = wanted
@@ -227,16 +236,16 @@ class ResidentAgent:
             )
             return
         self._declined = None
-        name, namespace = await kubeops.describe(self._client, uid, self._log)
         domain = Domain(
             assignment=wanted,
             name=name,
             namespace=namespace,
             domain_dir=self._settings.domains_dir / uid,
         )
-        settings = self._factory(domain)
+        # We label our pod for the CD, clique ID included, so the daemon does not.
+        settings = dataclasses.replace(self._factory(domain), resident=True)
         await asyncio.to_thread(_make_dir, domain.domain_dir)
-        await self._label(uid)
+        await self._label(uid, settings.identity.clique_id)
         daemon = daemon_app.Daemon(
             settings,
             self._client,
@@ -318,8 +327,10 @@ class ResidentAgent:
         self._running, self._task = None, None
         self._log.info("stopped %s", what)
 
-    async def _label(self, serving: str | None) -> None:
-        await kubeops.label_pod(self._client, self._settings, serving, self._rng, self._log)
+    async def _label(self, serving: str | None, clique_id: str = "") -> None:
+        await kubeops.label_pod(
+            self._client, self._settings, serving, clique_id, self._rng, self._log
+        )
 
     # ---- probes -------------------------------------------------------------------------
 

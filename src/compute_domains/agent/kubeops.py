@@ -8,8 +8,9 @@ own-DaemonSet check, the CD lookup and its pod's labels.
   perComputeDomain mode: its pod serves ``X``; the agent must not start a second IMEX). A read
   that fails for another reason than 404 is logged, and the CD served.
 * :func:`describe`: the CD's name and namespace, for log lines only ("" when unreadable).
-* :func:`label_pod`: the merge patch of our pod's labels (``labels.pod_label_patch``);
-  temporary failures are retried with backoff, a permanent one (RBAC) raised.
+* :func:`label_pod`: the merge patch of our pod's labels (``labels.pod_label_patch``: the CD
+  label and the clique ID label in one write); temporary failures are retried with backoff, a
+  permanent one (RBAC) raised.
 """
 
 from __future__ import annotations
@@ -99,10 +100,12 @@ async def label_pod(
     client: AsyncClient,
     settings: AgentSettings,
     serving: str | None,
+    clique_id: str,
     rng: random.Random,
     log: logging.LoggerAdapter[logging.Logger],
 ) -> None:
-    """Patch our pod's labels for ``serving`` (None: unlabel); temporary failures retry.
+    """Patch our pod's labels for ``serving`` with ``clique_id`` (None: unlabel); temporary
+    failures retry.
 
     Raises:
         errors.PermanentError: the patch is refused for good.
@@ -114,7 +117,7 @@ async def label_pod(
             await client.patch(
                 Pod,
                 s.pod_name,
-                labels.pod_label_patch(serving),
+                labels.pod_label_patch(serving, clique_id),
                 namespace=s.pod_namespace,
                 patch_type=PatchType.MERGE,
             )

@@ -31,6 +31,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
         (r"plugin run", r"\bcompute-domain-kubelet-plugin\b", r"kubelet-plugin-prestart"),
     ),
     ("IMEX daemons", (r"daemon run", r"\bcompute-domain-daemon\b.*\srun ")),
+    # Ours with imex.agents=resident: one long-running `cdctl agent run` per GPU node hosts the
+    # served CD's daemon (or the clique's shared IMEX) in its own process, and reaps its own
+    # `nvidia-imex-ctl` checks (their CPU is its children's).
+    ("IMEX agents", (r"agent run",)),
     ("daemon probes", (r"daemon check", r"\bcompute-domain-daemon\b.*\scheck ")),
     ("simulated nvidia-imex(-ctl)", (r"imex_main",)),
     ("container start-up", (r"container_init",)),
@@ -38,7 +42,13 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Category name → regular expressions searched in the command line (its arguments joined by
 spaces, plus a trailing space); the first category with a match wins."""
 
-DRIVER_KINDS = ("driver controller", "kubelet plugins", "IMEX daemons", "daemon probes")
+DRIVER_KINDS = (
+    "driver controller",
+    "kubelet plugins",
+    "IMEX daemons",
+    "IMEX agents",
+    "daemon probes",
+)
 """The categories that are the driver's own processes (the rest is the cluster and the sim).
 Exec probes that ended before a sample count under the sim kubelets' exited children, with
 ended containers, for either driver."""

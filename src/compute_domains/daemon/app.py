@@ -20,6 +20,10 @@ IP) and meanwhile does, in order:
    membership, following the clique meanwhile, sees arrive; only what the first report needs
    waits for anything.
 
+Run by a resident agent (``DaemonSettings.resident``), steps 1 and 3 leave the pod's labels to
+the agent (it set them before starting us), and our entry reports the own IMEX check alone: no
+watch of the pod's readiness (the settings say why).
+
 Each start-up step is timed (``steps``). Any task failing cancels the others, and the error
 propagates (the container restarts). On cancellation (SIGTERM) the IMEX process is stopped
 (SIGTERM, bounded wait, SIGKILL) while, at the same time, our clique entry is removed (bounded);
@@ -165,9 +169,11 @@ class Daemon:
         await self._run_tasks()
 
     async def _label(self) -> None:
-        """Label our pod with its clique ID (for a fabric node: our request for an index)."""
+        """Label our pod with its clique ID (for a fabric node: our request for an index); a
+        resident agent did that already, with the CD label (``DaemonSettings.resident``)."""
         s = self._settings
-        await readiness.label_pod(self._client, s.identity, retry=s.retry, rng=self._rng)
+        if not s.resident:
+            await readiness.label_pod(self._client, s.identity, retry=s.retry, rng=self._rng)
         self.steps.mark(steps.POD_LABELLED)
 
     def _write_imex_files(self) -> None:
@@ -276,15 +282,7 @@ class Daemon:
                 self.steps.mark(steps.POD_READY)
             member.set_status(value)
 
-        pod = readiness.PodReadiness(
-            self._client,
-            ident,
-            on_change=on_readiness,
-            retry=s.retry,
-            own_check=True,
-            shared=self._informers,
-        )
-        self.imex, self.membership, self._pod = imex, member, pod
+        self.imex, self.membership = imex, member
         work: dict[str, Coroutine[Any, Any, None]] = {
             "label-pod": label(),
             "imex-supervisor": imex.run(),
@@ -292,10 +290,20 @@ class Daemon:
             "clique-membership": member.run(),
             "own-imex-check": self.health.run(),
             "peer-watch": watch.run(),
-            "pod-readiness": pod.run(),
             "events": recorder.run(),
             "session-note": in_use.run(self._client, ident, retry=s.retry, rng=self._rng),
         }
+        if not s.resident:
+            # A per-CD pod: our entry follows its Ready condition, gated by our own check.
+            self._pod = readiness.PodReadiness(
+                self._client,
+                ident,
+                on_change=on_readiness,
+                retry=s.retry,
+                own_check=True,
+                shared=self._informers,
+            )
+            work["pod-readiness"] = self._pod.run()
         async with asyncio.TaskGroup() as tg:
             for name, coro in work.items():
                 tasks.spawn(tg, name, coro, log=logger)
@@ -307,6 +315,9 @@ class Daemon:
                 self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
+        elif self._settings.resident and self.membership is not None:
+            # A resident agent's daemon: our entry is our own check (DaemonSettings.resident).
+            self.membership.set_status(Readiness.READY if ok else Readiness.NOT_READY)
 
     def _entry_seen(self, entry: CliqueDaemon) -> None:
         self.steps.mark(steps.REGISTERED)

@@ -107,6 +107,12 @@ class HealthSettings:
     """Seconds between own checks while IMEX is READY (the readiness probe's period)."""
     settle: float = 0.1
     """Seconds of quiet on IMEX's output before a check it brought forward runs."""
+    settle_max: float = 0.3
+    """Seconds after the first line of a burst by which that check runs even if IMEX keeps
+    printing: IMEX turns READY a few lines into its start-up burst and then logs one line per
+    peer link (dialled, established), so waiting for quiet held the check back until the
+    links settled (0.45 s median, 0.9 s max from READY to a passing check in an 18-node
+    formation)."""
     timeout: float = 8.0
     """Seconds before a hanging ``nvidia-imex-ctl -q`` counts as not ready."""
 
@@ -165,6 +171,16 @@ class DaemonSettings:
     metrics_port: int = 0
     """Port of ``/metrics`` and ``/readyz`` (the kubelet's probes) on the pod IP
     (``METRICS_PORT``; the controller's DaemonSet sets it); 0 serves none."""
+    resident: bool = False
+    """Run by a resident IMEX agent (``agent.app``) inside its own, long-lived pod, not by a
+    per-CD daemon pod. The agent labels its pod for the CD, clique ID included, in one patch
+    before the daemon starts, so the daemon does not label it again; and our entry's status is
+    this daemon's own IMEX check alone, not gated on the pod's ``Ready`` condition: the agent's
+    ``/readyz`` answers the kubelet from that same check, so the condition would only add the
+    readiness probe's period (up to 5 s a node in an 18-node formation; a per-CD pod's fresh
+    startup probe answers within 1 s), and a condition that predates the formation cannot make
+    the entry Ready here, since it is never consulted. Who reads the entry still checks the
+    pod: the controller counts a node Ready only while its agent pod is Ready too."""
     kube: kube.KubeSettings = dataclasses.field(
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )

@@ -7,8 +7,9 @@ Ready means is unchanged: the answer is the result of the daemon's own check, th
 
 * not before IMEX was started (until then: not ready, and no process is started to say so);
 * then every ``fast_interval`` seconds until it passes, and sooner when IMEX prints a line (its
-  start-up lines come just before it turns READY), after ``settle`` seconds of quiet; lines
-  printed while a check runs that then passes bring nothing forward;
+  start-up lines come just before it turns READY), after ``settle`` seconds of quiet but no
+  later than ``settle_max`` after the burst's first line (IMEX goes on printing its peer links
+  once READY); lines printed while a check runs that then passes bring nothing forward;
 * then every ``period`` seconds, back to the fast pace as soon as one fails;
 * an IMEX exit (the supervisor's restart hook) makes it not ready at once.
 
@@ -127,11 +128,14 @@ class ImexHealth:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wake.wait()
-                # Output comes in bursts: let it settle, so one check covers the burst.
+                # Output comes in bursts: let it settle, so one check covers the burst, but not
+                # past settle_max (a READY IMEX keeps logging its links).
+                loop = asyncio.get_running_loop()
+                until = loop.time() + self._s.settle_max
                 while True:
                     self._wake.clear()
-                    await asyncio.sleep(self._s.settle)
-                    if not self._wake.is_set():
+                    await asyncio.sleep(max(0.0, min(self._s.settle, until - loop.time())))
+                    if not self._wake.is_set() or loop.time() >= until:
                         return
 
     def _set(self, ok: bool, why: str) -> None:

@@ -46,8 +46,13 @@ def test_assignment_of_a_node(node_labels: dict[str, str] | None, wanted: Any) -
     assert labels.assignment_of(node_labels) == wanted
 
 
-def test_pod_label_patch_sets_the_cd_label_and_removes_both_after() -> None:
-    assert labels.pod_label_patch("u1") == {"metadata": {"labels": {CD: "u1"}}}
+def test_pod_label_patch_sets_both_labels_in_one_write_and_removes_both_after() -> None:
+    # The clique ID label (the request for a clique slot) rides on the CD label's patch.
+    both = {CD: "u1", names.CLIQUE_ID_LABEL: "c.1"}
+    assert labels.pod_label_patch("u1", "c.1") == {"metadata": {"labels": both}}
+    # A node without multi-node NVLink: the empty value, as a per-CD daemon writes it.
+    no_fabric = {CD: "u1", names.CLIQUE_ID_LABEL: ""}
+    assert labels.pod_label_patch("u1") == {"metadata": {"labels": no_fabric}}
     removed = labels.pod_label_patch(None)["metadata"]["labels"]
     assert removed == {CD: None, names.CLIQUE_ID_LABEL: None}
 

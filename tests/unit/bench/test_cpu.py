@@ -49,6 +49,11 @@ def test_command_lines_fall_into_their_categories() -> None:
         # Ours, unchanged.
         ("python3 .venv/bin/cdctl controller run", "driver controller"),
         ("python3 .venv/bin/cdctl plugin run", "kubelet plugins"),
+        # The resident agent (imex.agents=resident), as the chart starts it: the driver's own.
+        (
+            "python3 .venv/bin/cdctl agent run --imex-binary /driver-root/usr/bin/nvidia-imex",
+            "IMEX agents",
+        ),
         # Names that only look alike are not the driver's.
         ("compute-domain-daemon-runner", None),
         ("/x/bin/kube-controller-manager --v=2", "controller-manager+scheduler"),

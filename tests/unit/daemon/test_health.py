@@ -97,6 +97,30 @@ async def test_imex_output_brings_the_next_check_forward() -> None:
         assert ctl.calls == 2
 
 
+async def test_a_check_brought_forward_runs_within_settle_max_of_endless_output() -> None:
+    """IMEX logs its peer links after it turned READY: a cue's check must not wait for quiet."""
+    ctl = FakeCtl()
+    h = health.ImexHealth(ctl, _settings(fast_interval=3600.0, settle=0.05, settle_max=0.2))
+    stop = asyncio.Event()
+
+    async def chatter() -> None:
+        while not stop.is_set():  # a line every 10 ms: never 50 ms of quiet
+            h.imex_output()
+            await asyncio.sleep(0.01)
+
+    async with running(h):
+        h.imex_started()
+        talk = asyncio.create_task(chatter())
+        try:
+            async with asyncio.timeout(5):  # not an hour (fast_interval), not forever
+                check = await ctl.next_call()
+        finally:
+            stop.set()
+            await talk
+        check.set_result(True)
+    assert ctl.calls == 1
+
+
 async def test_output_during_a_passing_check_brings_no_second_check() -> None:
     ctl, verdicts = FakeCtl(), Verdicts()
     h = health.ImexHealth(ctl, _settings(fast_interval=3600.0, period=3600.0), on_change=verdicts)

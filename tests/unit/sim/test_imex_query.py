@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +98,36 @@ def test_ready_answer_is_printed_as_the_full_tools(
     cfg = _config(tmp_path, f"IMEX_CMD_PORT={port}\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\n")
     light, full = _both(["-c", str(cfg), "-q", "-t", "2000"], capsys)
     assert light == full == (0, "READY\n", "")
+
+
+_HEAVY_PROBE = """
+import runpy, sys
+sys.argv = ["nvidia-imex-ctl", *sys.argv[1:]]
+try:
+    runpy.run_module("compute_domains.sim.imex_main", run_name="__main__")
+except SystemExit as stop:
+    heavy = sorted(m for m in ("asyncio", "typing", "argparse") if m in sys.modules)
+    print(f"rc={stop.code} heavy={heavy}", file=sys.stderr)
+"""
+
+
+def test_the_ctl_process_answers_without_importing_asyncio(
+    tmp_path: Path, server: tuple[int, list[bytes]]
+) -> None:
+    """The stand-in's ``-q`` process, run as the drivers run it, imports no asyncio: that was
+    two thirds of its CPU, spent on every node's check while a domain forms (a native
+    ``nvidia-imex-ctl`` spends none of it)."""
+    port, _ = server
+    cfg = _config(tmp_path, f"IMEX_CMD_PORT={port}\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _HEAVY_PROBE, "ctl", "-c", str(cfg), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout == "READY\n"
+    assert done.stderr.strip().splitlines()[-1] == "rc=0 heavy=[]"
 
 
 @pytest.mark.parametrize(
