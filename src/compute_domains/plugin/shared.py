@@ -2,7 +2,9 @@
 
 ``SharedPort`` is what the claim state machine needs (``Shared`` here; unit tests pass a fake):
 
-- ``allocate`` / ``wait_ready``: the clique's shared registry (``registry``).
+- ``following`` / ``allocate`` / ``wait_ready``: the clique's shared registry (``registry``);
+  a prepare opens ``following`` as soon as it knows its CD is per clique, so the registry's
+  and the agent pods' reads and watches run during its writes.
 - ``attach(cd, n)``: one merge patch of our Node that sets the annotation
   ``compute-domains/channel.<X>=<n>`` and the label ``compute-domains/shared-imex=on`` (the
   resident agent then runs, or keeps running, the clique's shared IMEX). It carries the
@@ -19,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -42,6 +45,11 @@ Scope = sharedimex.Scope
 
 class SharedPort(Protocol):
     """What the claim state machine needs of the per-clique scope's API."""
+
+    def following(self, clique_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """While open, the clique's registry and the node's agent pods are followed, and
+        ``allocate`` and ``wait_ready`` of that clique read them from there."""
+        ...
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in the clique (temporary error when none can be had)."""
@@ -90,6 +98,10 @@ class Shared:
         self._registry = registry.Registry(
             client, node=node, driver_namespace=driver_namespace, cliques=cliques, pods=pods
         )
+
+    def following(self, clique_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """See ``registry.Registry.following``."""
+        return self._registry.following(clique_id)
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """See ``registry.Registry.allocate``."""
