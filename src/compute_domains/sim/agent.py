@@ -110,9 +110,10 @@ def install_executor(nodes: int) -> None:
 
     Every node's kubelet runs its blocking steps (the DRA claim checkpoint's writes with their
     fsyncs, the netns view) in this process's default executor; asyncio's default of
-    min(32, cores + 4) threads (6 on 2 cores) queued one node's checkpoint write behind other
-    nodes' (a claim step 1.3 s longer than its plugin's prepare, issue 26 point 6), which real
-    kubelets, one process each, never do.
+    min(32, cores + 4) threads (6 on 2 cores) lets one node's checkpoint write wait for other
+    nodes' to finish, which real kubelets, one process each, never do (issue 26 point 6: claim
+    steps were seen ending up to 1.3 s after their plugin's prepare returned, with this queue
+    as one cause; how much of it was this queue was not measured apart).
     """
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(
