@@ -2,7 +2,8 @@
 agent pod (``api.agentpods``: a ``kill -9`` of the agent leaves the entry Ready until its
 restarted process registers, while its shared IMEX is already gone and its pod NotReady).
 
-Two things are followed at once, and the wait returns the moment both hold:
+Two things are followed at once (``Following``, one background task), and a wait returns the
+moment both hold:
 
 - the registry ``shared-imex.<C>``: a read, then a watch from it (or, with the host's shared
   caches, its clique cache, as ``computedomain.follow`` does);
@@ -12,7 +13,10 @@ Two things are followed at once, and the wait returns the moment both hold:
   informers.bound_pods``, indexed by node), so a host adds no watch and no LIST for it.
 
 ``Waited`` keeps the last state seen of each, so a wait that times out can say which of the
-two it waited for.
+two it waited for. A ``Following`` also keeps the registry object itself, so the channel
+allocation of the same prepare plans from it instead of reading the registry again
+(``registry``): a per-clique prepare starts following as soon as it knows the CD's scope, and
+the reads and watches run while it writes the channel and the Node's marks, instead of after.
 """
 
 from __future__ import annotations
@@ -63,6 +67,96 @@ class Waited:
         return agentpods.not_serving_text(self.pods, node=node, ip=entry.ip_address)
 
 
+class Following:
+    """Both followers of one registry, run as one background task while any prepare of this
+    node needs them (``AgentReady.following``); several prepares at once share one."""
+
+    def __init__(self, ready: AgentReady, registry_name: str) -> None:
+        self._ready = ready
+        self._name = registry_name
+        self.seen = Waited()
+        """The newest entry and agent pods seen (also the timeout's error text)."""
+        self.registry: Any | None = None
+        """The registry as last seen (None while absent); valid once ``synced`` is set."""
+        self.synced = asyncio.Event()
+        """Set once the registry was read the first time (or a follower failed)."""
+        self.users = 0
+        """Prepares holding this follower open (``registry.Registry.following``)."""
+        self._changed = asyncio.Condition()
+        self._failure: Exception | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start following (a background task until ``stop``)."""
+        self._task = asyncio.create_task(self._run(), name=f"follow {self._name}")
+
+    async def stop(self) -> None:
+        """Stop following; waits for the followers to end."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are cancelled ourselves, not only our follower
+
+    async def registry_now(self) -> Any | None:
+        """The registry as last seen, after its first read.
+
+        Raises:
+            kube.KubeError: a follower's API failure (or what else ended it).
+        """
+        await self.synced.wait()
+        self._raise_failure()
+        return self.registry
+
+    async def until_ready(self, node: str) -> None:
+        """Return once ``seen.ready(node)`` holds (the caller bounds it).
+
+        Raises:
+            kube.KubeError: a follower's API failure.
+        """
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._failure is not None or self.seen.ready(node))
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _run(self) -> None:
+        ready = self._ready
+
+        async def entries() -> None:
+            async for obj in ready.registry_states(self._name):
+                found = ComputeDomainClique.from_resource(obj) if obj is not None else None
+                self.registry = obj
+                self.seen.entry = found.daemon(ready.node) if found is not None else None
+                self.synced.set()
+                await self._notify()
+
+        async def pods() -> None:
+            async for now in ready.agent_pods():
+                self.seen.pods = now
+                await self._notify()
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(entries())
+                tg.create_task(pods())
+        except* Exception as group:  # a follower's failure (the API's): the waiters' error
+            self._failure = group.exceptions[0]
+            self.synced.set()
+            await self._notify()
+
+
 class AgentReady:
     """The combined wait of one node (module docstring)."""
 
@@ -78,41 +172,16 @@ class AgentReady:
         """``cliques``: the host's clique cache; ``pods``: the host's bound-pod cache
         (``informers.bound_pods``); None: watch on our own."""
         self._client = client
-        self._node = node
+        self.node = node
         self._ns = driver_namespace
         self._cliques = cliques
         self._pods = pods
 
-    async def wait(self, registry_name: str, seen: Waited) -> None:
-        """Return once ``seen.ready`` holds (the caller bounds it; ``seen`` keeps the newest
-        state for its error text)."""
-        changed = asyncio.Event()
+    def following(self, registry_name: str) -> Following:
+        """A follower of ``registry_name`` and this node's agent pods (not started yet)."""
+        return Following(self, registry_name)
 
-        async def entries() -> None:
-            async for obj in self._registry(registry_name):
-                found = ComputeDomainClique.from_resource(obj) if obj is not None else None
-                seen.entry = found.daemon(self._node) if found is not None else None
-                changed.set()
-
-        async def pods() -> None:
-            async for now in self._agent_pods():
-                seen.pods = now
-                changed.set()
-
-        try:
-            async with asyncio.TaskGroup() as tg:
-                followers = [tg.create_task(entries()), tg.create_task(pods())]
-                try:
-                    while not seen.ready(self._node):
-                        await changed.wait()
-                        changed.clear()
-                finally:
-                    for task in followers:
-                        task.cancel()
-        except* kube.KubeError as group:  # a follower's API failure: the caller's error
-            raise group.exceptions[0] from None
-
-    async def _registry(self, name: str) -> AsyncIterator[Any | None]:
+    async def registry_states(self, name: str) -> AsyncIterator[Any | None]:
         """The registry now (None while absent) and after every change."""
         with kube.translated(f"watching registry {self._ns}/{name}"):
             async for obj in computedomain.states(
@@ -120,9 +189,9 @@ class AgentReady:
             ):
                 yield obj
 
-    async def _agent_pods(self) -> AsyncIterator[list[agentpods.AgentPod]]:
+    async def agent_pods(self) -> AsyncIterator[list[agentpods.AgentPod]]:
         """The agent pods on this node now and after every change."""
-        node = self._node
+        node = self.node
         if self._pods is not None:
             shared = self._pods
             changed = asyncio.Event()

@@ -203,6 +203,7 @@ class Plugin:
             node=s.node_name,
             on_change=device_state.set_node_labels,
             shared=self._informers,
+            on_node=shared_imex.node_seen,
         )
         warm_task = asyncio.create_task(warm.run(), name="node-watch")
         try:

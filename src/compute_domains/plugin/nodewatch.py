@@ -9,7 +9,9 @@ Two labels decide what the channel slots advertise (``holder``) and which claims
 The plugin learns both from one list+watch of its own Node (field selector ``metadata.name``;
 chart RBAC: nodes get/list/watch), never by polling: ``infra.kube.watch.stream`` resumes and
 re-lists, and each state seen is passed on, so a label set or removed reaches the
-ResourceSlice within one watch event. The Node gone (a re-list without it) means no labels.
+ResourceSlice within one watch event. The whole Node seen is passed on too (``on_node``): the
+per-clique scope's first Node write of a prepare carries its resourceVersion instead of reading
+the Node first (``shared``). The Node gone (a re-list without it) means no labels.
 Given the host's shared caches (a virtual node), it follows the Node in the host's one Node
 cache instead (``infra.kube.informers.follow``), with the same outcome.
 """
@@ -52,14 +54,23 @@ class NodeWatch:
         node: str,
         on_change: Callable[[holder.NodeLabels], None],
         shared: informers.Informers | None = None,
+        on_node: Callable[[Any], None] | None = None,
     ) -> None:
+        """``on_node``: also called with every state of the Node seen (None: gone), before
+        ``on_change`` (``shared.Shared.node_seen``)."""
         self._client = client
+        self._on_node = on_node
         self._shared = shared
         self._node = node
         self._on_change = on_change
         self._value: holder.NodeLabels | None = None
         self.synced = asyncio.Event()
         """Set once the first list was seen."""
+
+    def _seen_node(self, node: Any) -> None:
+        if self._on_node is not None:
+            self._on_node(node)
+        self._seen(node_labels(node))
 
     def _seen(self, value: holder.NodeLabels) -> None:
         if value != self._value:
@@ -87,7 +98,7 @@ class NodeWatch:
         if self._shared is not None:
             nodes = informers.nodes(self._shared)
             async for node in informers.follow(nodes, ("", self._node)):
-                self._seen(node_labels(node))
+                self._seen_node(node)
             return
         async for item in kube_watch.stream(
             self._client,
@@ -96,8 +107,8 @@ class NodeWatch:
             fields={"metadata.name": self._node},
         ):
             if isinstance(item, kube_watch.Listed):
-                self._seen(node_labels(item.objects[0]) if item.objects else holder.NodeLabels())
+                self._seen_node(item.objects[0] if item.objects else None)
             elif item.type == "DELETED":
-                self._seen(holder.NodeLabels())
+                self._seen_node(None)
             else:
-                self._seen(node_labels(item.obj))
+                self._seen_node(item.obj)

@@ -3,7 +3,13 @@
 The shared registry of clique ``C`` is the ComputeDomainClique ``shared-imex.<C>`` in the driver
 namespace (``api.sharedimex``). The plugin does two things with it:
 
-- **Allocate** CD ``X``'s channel in the clique (``allocate``): read the registry, plan with
+- **Follow** the registry and the node's agent pods for the span of one prepare
+  (``following``, ``agentready.Following``): opened as soon as the prepare knows the CD's
+  scope, so the first read and the watches run while the prepare writes; prepares of the same
+  clique at once share one. Inside it, ``allocate`` plans from the followed registry (no read
+  of its own) and ``wait_ready`` waits on the followers (no read or watch of its own).
+- **Allocate** CD ``X``'s channel in the clique (``allocate``): read the registry (the
+  followed state when a ``following`` is open; every re-read after a conflict is fresh), plan with
   ``sharedimex.allocate`` (``X``'s existing number, else the lowest free one), and write a new
   number as the annotation ``compute-domains/channel.<X>`` by a merge patch that carries the
   read's ``resourceVersion``, so the API server refuses it (409) if anyone wrote the registry
@@ -18,7 +24,8 @@ namespace (``api.sharedimex``). The plugin does two things with it:
 - **Wait** until this node's entry in the registry (the resident agent writes it) is Ready
   and the node's agent pod is Ready with the entry's IP (``wait_ready``, ``agentready``: an
   agent killed with ``kill -9`` leaves its entry Ready, and its shared IMEX is gone with it);
-  each is read once, then followed by a watch (or the host's shared caches); a timeout says
+  each is read once, then followed by a watch (or the host's shared caches), from the
+  prepare's ``following`` when one is open, else for this wait alone; a timeout says
   why: the controller's ``CliqueFull`` naming this node when it says so (the registry has
   every slot taken), else that the node's shared IMEX is not Ready yet, or its agent not.
 """
@@ -26,7 +33,9 @@ namespace (``api.sharedimex``). The plugin does two things with it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from lightkube import AsyncClient
@@ -66,8 +75,30 @@ class Registry:
         )
         """The readiness wait; with the host's clique and bound-pod caches (``cliques``,
         ``pods``), no watch of its own."""
+        self._open: dict[str, agentready.Following] = {}
+        """Registry name → its follower while a prepare holds it open (``following``)."""
         # Only asked why a wait timed out (a full clique): its own reads are rare enough.
         self._domains = computedomain.Domains(client, node=node, driver_namespace=driver_namespace)
+
+    @contextlib.asynccontextmanager
+    async def following(self, clique_id: str) -> AsyncIterator[None]:
+        """Follow clique ``clique_id``'s registry and this node's agent pods while open
+        (shared with every other prepare that holds the same clique's open)."""
+        name = sharedimex.registry_name(clique_id)
+        found = self._open.get(name)
+        if found is None:
+            found = self._ready.following(name)
+            found.start()
+            self._open[name] = found
+        found.users += 1
+        try:
+            yield
+        finally:
+            found.users -= 1
+            if found.users == 0:
+                if self._open.get(name) is found:
+                    del self._open[name]
+                await found.stop()
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in clique ``clique_id``'s registry (allocated now if it has none).
@@ -78,8 +109,15 @@ class Registry:
         """
         name = sharedimex.registry_name(clique_id)
         where = f"registry {self._ns}/{name}"
-        for _ in range(ALLOCATE_ATTEMPTS):
-            found = await self._read(name)
+        followed = self._open.get(name)
+        for attempt in range(ALLOCATE_ATTEMPTS):
+            # The first plan may use the followed state: a stale one only costs a conflict
+            # (the write carries its resourceVersion) or names X's own, kept number.
+            found = (
+                await self._followed(followed, name)
+                if followed is not None and attempt == 0
+                else await self._read(name)
+            )
             meta = found.metadata if found is not None else None
             annotations = (meta.annotations if meta is not None else None) or {}
             try:
@@ -114,6 +152,16 @@ class Registry:
             f"allocating an IMEX channel for ComputeDomain {cd.namespace}/{cd.name} in {where}: "
             f"{ALLOCATE_ATTEMPTS} writes in a row conflicted with other writers; retrying"
         )
+
+    async def _followed(
+        self, followed: agentready.Following, name: str
+    ) -> GenericNamespacedResource | None:
+        try:
+            with kube.translated(f"reading registry {self._ns}/{name}"):
+                found: GenericNamespacedResource | None = await followed.registry_now()
+        except kube.KubeError as err:
+            raise errors.TemporaryError(str(err)) from err
+        return found
 
     async def _read(self, name: str) -> GenericNamespacedResource | None:
         try:
@@ -166,8 +214,10 @@ class Registry:
         where = f"registry {self._ns}/{name}"
         seen = agentready.Waited()
         try:
-            async with asyncio.timeout(timeout):
-                await self._ready.wait(name, seen)
+            async with self.following(clique_id), asyncio.timeout(timeout):
+                followed = self._open[name]
+                seen = followed.seen
+                await followed.until_ready(self._node)
         except TimeoutError as err:
             # A full registry keeps the node out for good: say so, as a per-domain wait does
             # (the kubelet shows this as the pod's event; upstream's 18-per-clique limit).

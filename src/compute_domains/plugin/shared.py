@@ -2,14 +2,21 @@
 
 ``SharedPort`` is what the claim state machine needs (``Shared`` here; unit tests pass a fake):
 
-- ``allocate`` / ``wait_ready``: the clique's shared registry (``registry``).
+- ``following`` / ``allocate`` / ``wait_ready``: the clique's shared registry (``registry``);
+  a prepare opens ``following`` as soon as it knows its CD is per clique, so the registry's
+  and the agent pods' reads and watches run during its writes.
 - ``attach(cd, n)``: one merge patch of our Node that sets the annotation
   ``compute-domains/channel.<X>=<n>`` and the label ``compute-domains/shared-imex=on`` (the
   resident agent then runs, or keeps running, the clique's shared IMEX). It carries the
   Node's ``resourceVersion``, like the per-domain CD label's patch (``computedomain``), so the
   two scopes can never both win a node: a Node with a CD label refuses the attach
   (``NodeHeldError``), and a Node with the shared label refuses the CD label. A conflict
-  re-reads (bounded). No CD label is written for a per-clique CD.
+  re-reads (bounded). No CD label is written for a per-clique CD. The first try plans from the
+  Node as the plugin's Node watch last saw it (``node_seen``) when that one lacks the marks to
+  write, so a formation's attach is one write, not a read and a write: a stale Node only costs
+  a conflict (the patch carries its resourceVersion), and a Node that seems to have every mark
+  already is read fresh before nothing is written (our own detach may not have reached the
+  watch yet).
 - ``detach(X)``: removes X's annotation (X's last live claim here went). The label stays: the
   shared IMEX is never stopped by a detach.
 - ``join`` / ``leave``: the label alone (``eager``: at start with ``shared_imex_eager``, or to
@@ -19,6 +26,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -42,6 +50,11 @@ Scope = sharedimex.Scope
 
 class SharedPort(Protocol):
     """What the claim state machine needs of the per-clique scope's API."""
+
+    def following(self, clique_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """While open, the clique's registry and the node's agent pods are followed, and
+        ``allocate`` and ``wait_ready`` of that clique read them from there."""
+        ...
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in the clique (temporary error when none can be had)."""
@@ -87,9 +100,19 @@ class Shared:
         """``cliques``, ``pods``: the host's clique and bound-pod caches (None: own watches)."""
         self._client = client
         self._node = node
+        self._seen: Node | None = None
+        """Our Node as the plugin's Node watch last saw it (``node_seen``)."""
         self._registry = registry.Registry(
             client, node=node, driver_namespace=driver_namespace, cliques=cliques, pods=pods
         )
+
+    def node_seen(self, node: Any) -> None:
+        """Our Node as the plugin's Node watch sees it now (None: gone)."""
+        self._seen = node
+
+    def following(self, clique_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """See ``registry.Registry.following``."""
+        return self._registry.following(clique_id)
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """See ``registry.Registry.allocate``."""
@@ -132,22 +155,29 @@ class Shared:
     async def _conditional(self, who: str, annotations: Mapping[str, str]) -> bool:
         """Set the label (and ``annotations``) under the Node's resourceVersion, unless a CD
         label is there; whether anything was written."""
-        for _ in range(NODE_ATTEMPTS):
-            node = await self._get()
+        # The watched Node may only lead to a write (its resourceVersion guards it); a
+        # decision not to write (held, or nothing missing) is made on a fresh read.
+        seen = self._seen
+        conflicts = 0
+        while conflicts < NODE_ATTEMPTS:
+            node = seen if seen is not None else await self._get()
             meta = node.metadata
             labels = (meta.labels if meta else None) or {}
             current = (meta.annotations if meta else None) or {}
             held = labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+            missing = {k: v for k, v in annotations.items() if current.get(k) != v}
+            done = labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON
+            if node is seen and (held or (done and not missing)):
+                seen = None
+                continue
+            seen = None
             if held:
                 raise computedomain.NodeHeldError(
                     f"node {self._node} is held by another ComputeDomain (label "
                     f"{names.COMPUTE_DOMAIN_LABEL}={held}, scope {Scope.PER_DOMAIN}); {who} "
                     f"(scope {Scope.PER_CLIQUE}) can use it once that one leaves"
                 )
-            missing = {k: v for k, v in annotations.items() if current.get(k) != v}
-            if labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON and not (
-                missing
-            ):
+            if done and not missing:
                 return False
             patch: dict[str, Any] = {
                 "labels": {sharedimex.SHARED_IMEX_LABEL: sharedimex.SHARED_IMEX_ON},
@@ -159,6 +189,7 @@ class Shared:
             try:
                 await self._patch({"metadata": patch})
             except kube.Conflict:
+                conflicts += 1
                 continue
             return True
         raise errors.TemporaryError(

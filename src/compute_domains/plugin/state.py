@@ -13,7 +13,8 @@ node's holder and scope forbid (``holder``), record ``PrepareStarted`` with the 
 and the scope (and so the node's holder), then mark the node: per-domain, the CD's node label;
 per-clique (issue 26), the CD's channel from the clique's shared registry and the Node's
 channel annotation and shared-IMEX label (``shared``); (2) without any lock: wait until the
-node's IMEX is Ready (the CD's daemon, or the clique's shared IMEX); (3) in a transaction: if
+node's IMEX is Ready (the CD's daemon, or the clique's shared IMEX: followed from the moment
+step 1 knows the CD is per clique, so its reads overlap step 1's writes); (3) in a transaction: if
 the claim was not unprepared meanwhile, write its files (``claimfiles``: CDI spec, per-CD or
 shared folder) and record ``PrepareCompleted``. Daemon claims need no wait.
 
@@ -234,6 +235,13 @@ class DeviceState:
             errors.PermanentError: retrying cannot help (bad config, wrong namespace, ...).
             errors.TemporaryError: retrying may help (daemon not Ready, conflict, lock).
         """
+        async with contextlib.AsyncExitStack() as following:
+            return await self._prepare(claim, wait_s, following)
+
+    async def _prepare(
+        self, claim: configs.Claim, wait_s: float, following: contextlib.AsyncExitStack
+    ) -> tuple[checkpoint.PreparedDevice, ...]:
+        """``prepare``; ``following`` holds the per-clique followers open until it returns."""
         async with self.transaction() as txn:
             entry = txn.current.get(claim.uid)
             if entry is not None and entry.state is State.PREPARE_COMPLETED:
@@ -261,7 +269,7 @@ class DeviceState:
                 resource_version=claim.resource_version,
             )
             try:
-                begun = await self._begin(txn, claim, base)
+                begun = await self._begin(txn, claim, base, following)
             except errors.PermanentError:
                 # Recorded so that the failure is visible and the cleanup can judge the claim.
                 recorded = txn.current.get(claim.uid) or base
@@ -298,9 +306,17 @@ class DeviceState:
         return prepared
 
     async def _begin(
-        self, txn: Transaction, claim: configs.Claim, base: checkpoint.ClaimEntry
+        self,
+        txn: Transaction,
+        claim: configs.Claim,
+        base: checkpoint.ClaimEntry,
+        following: contextlib.AsyncExitStack,
     ) -> _Begun:
-        """Step 1 under the locks: plan, CD lookup, scope and holder checks, record, mark."""
+        """Step 1 under the locks: plan, CD lookup, scope and holder checks, record, mark.
+
+        A per-clique claim opens the clique's followers (``shared.SharedPort.following``) in
+        ``following`` as soon as its scope is checked: their reads and watches then run while
+        this step writes, and step 2's wait and the allocation here read from them."""
         plan = configs.plan(claim, node=self._node, offered=self._offered)
         self._check_overlap(txn.current, claim, plan)
         planned = dataclasses.replace(base, devices=edits.planned_devices(plan))
@@ -313,6 +329,7 @@ class DeviceState:
         clique_id = self._facts.clique_id
         if claim_scope is sharedimex.Scope.PER_CLIQUE:
             scope.check_per_clique(plan, cd, node=self._node, clique_id=clique_id)
+            await following.enter_async_context(self._shared.following(clique_id))
         holder.check_free_for(
             txn.current,
             node=self._node,

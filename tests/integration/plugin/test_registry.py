@@ -8,10 +8,11 @@ one, and no writer's annotation is lost to another's write.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
@@ -284,3 +285,74 @@ async def test_readiness_needs_the_nodes_agent_pod_ready_with_the_entrys_ip(
     waiting = asyncio.create_task(reg.wait_ready(cd, clique, 30))
     await _agent_pod(admin, spaces.driver, node, "127.9.0.2", ready=True)  # restarted, Ready
     await asyncio.wait_for(waiting, 30)
+
+
+async def test_racing_plugins_allocating_from_their_followed_registries_get_one_number(
+    admin: AsyncClient, spaces: Namespaces, clients: Callable[[], AsyncClient]
+) -> None:
+    """The per-clique prepare plans its first allocation from the registry its followers read
+    (``following``), which may be stale by the time it writes: the race of the test above,
+    from followed state, still gives every CD one number and no two CDs one number."""
+    clique, cds = _clique(), [_cd(f"cd{i}") for i in range(3)]
+    plugins = [
+        registry.Registry(clients(), node=n, driver_namespace=spaces.driver)
+        for n in (f"node-{i}" for i in range(6))
+    ]
+
+    async def allocate(p: registry.Registry, cd: ComputeDomain) -> int:
+        async with p.following(clique):
+            return await p.allocate(clique, cd)
+
+    got = await asyncio.gather(*(allocate(p, cd) for cd in cds for p in plugins))
+    by_cd: dict[str, set[int]] = {}
+    for (cd, _p), channel in zip(((cd, p) for cd in cds for p in plugins), got, strict=True):
+        by_cd.setdefault(cd.uid, set()).add(channel)
+    assert all(len(v) == 1 for v in by_cd.values()), f"one number per CD: {by_cd}"
+    assert {next(iter(v)) for v in by_cd.values()} == {1, 2, 3}, f"distinct: {by_cd}"
+    stored = sharedimex.channels(await _annotations(admin, spaces.driver, clique))
+    assert stored == {uid: next(iter(v)) for uid, v in by_cd.items()}
+
+
+class _Counting:
+    """A client that counts the API calls made through it (by method name)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._wrapped = client
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("get", "list", "watch", "patch", "create", "replace"):
+            self.calls[name] += 1
+        return getattr(self._wrapped, name)
+
+
+async def test_a_prepare_following_the_clique_reads_the_registry_once(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    """Inside ``following`` (a per-clique prepare from its scope check to its end), the
+    allocation and the readiness wait read the registry and the agent pods from the one pair of
+    followers: one read of the registry and two watches in all, no read or watch of their own
+    (before: a read for the allocation, then a read and two watches for the wait); and the
+    readiness rule still holds: an entry Ready without its Ready agent pod is waited on."""
+    clique, cd = _clique(), _cd("z")
+    node = f"ghost-{uuid.uuid4().hex[:8]}"
+    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
+    channel = await setup.allocate(clique, cd)
+    entry = CliqueDaemon(
+        node_name=node, ip_address="127.9.0.3", clique_id=clique, status=Readiness.READY
+    )
+    await _set_entry(admin, spaces.driver, clique, entry)
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.3", ready=False)
+    counting = _Counting(admin)
+    reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
+    async with reg.following(clique):
+        assert await reg.allocate(clique, cd) == channel, "the CD's number, kept"
+        with pytest.raises(errors.TemporaryError, match="its IMEX agent is not Ready"):
+            await reg.wait_ready(cd, clique, 0.5)
+        waiting = asyncio.create_task(reg.wait_ready(cd, clique, 30))
+        await _agent_pod(admin, spaces.driver, node, "127.9.0.3", ready=True)
+        await asyncio.wait_for(waiting, 30)
+    calls = dict(counting.calls)
+    # The timed-out wait asked the CD (``blocked``) why: a list of CDs, not the registry.
+    calls.pop("list", None)
+    assert calls == {"get": 1, "watch": 2}, calls

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,9 +173,24 @@ class FakeShared:
         self.became_ready = asyncio.Event()
         self.cliques: list[str] = []
         """The clique of every ``allocate``."""
+        self.followed: list[str] = []
+        """The clique of every ``following`` opened."""
+        self.open_followers = 0
+        self.allocated_while_following: list[bool] = []
+        self.waited_while_following: list[bool] = []
+
+    @contextlib.asynccontextmanager
+    async def following(self, clique_id: str) -> AsyncIterator[None]:
+        self.followed.append(clique_id)
+        self.open_followers += 1
+        try:
+            yield
+        finally:
+            self.open_followers -= 1
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         self.cliques.append(clique_id)
+        self.allocated_while_following.append(self.open_followers > 0)
         try:
             channel, new = sharedimex.allocate(self.registry, cd.uid)
         except sharedimex.ChannelsExhaustedError as err:
@@ -184,6 +200,7 @@ class FakeShared:
         return channel
 
     async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
+        self.waited_while_following.append(self.open_followers > 0)
         self.waiting.set()
         try:
             async with asyncio.timeout(timeout):

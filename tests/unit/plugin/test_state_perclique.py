@@ -84,6 +84,28 @@ async def test_a_per_clique_claim_gets_its_cds_channel_and_marks_the_node(
     assert entry.scope is sharedimex.Scope.PER_CLIQUE
 
 
+async def test_a_per_clique_prepare_follows_the_clique_from_its_allocation_to_its_wait(
+    tmp_path: Path, domains: fakes.FakeDomains, shared: fakes.FakeShared
+) -> None:
+    """The registry and agent-pod followers open before the channel is allocated (their reads
+    overlap the prepare's writes, and the allocation and the wait read from them), and close
+    when the prepare ends, also when it fails; a per-domain prepare opens none."""
+    s = fakes.device_state(tmp_path, domains, shared=shared)
+    await s.prepare(_claim("x1", CD_X), wait_s=1)
+    assert shared.followed == [fakes.CLIQUE]
+    assert shared.allocated_while_following == [True]
+    assert shared.waited_while_following == [True]
+    assert shared.open_followers == 0, "closed once the prepare returned"
+    shared.ready = False
+    with pytest.raises(errors.TemporaryError, match="not Ready yet"):
+        await s.prepare(_claim("y1", CD_Y, slot=1), wait_s=0.1)
+    assert shared.followed == [fakes.CLIQUE] * 2 and shared.open_followers == 0
+    unused = fakes.FakeShared(domains)
+    other = fakes.device_state(tmp_path / "other", domains, shared=unused)
+    await other.prepare(_claim("a1", CD_A), wait_s=1)
+    assert not unused.followed, "a per-domain claim follows no shared registry"
+
+
 async def test_two_per_clique_cds_share_a_node_each_seeing_only_its_own_channel(
     tmp_path: Path, domains: fakes.FakeDomains, shared: fakes.FakeShared
 ) -> None:
