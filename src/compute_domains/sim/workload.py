@@ -18,7 +18,14 @@ SIGTERM (exit 0), reporting changes of the IMEX domain state:
    Today nothing injects either into workload containers; the program then says so and only
    reports what it can see.
 
-The final line is ``mnnvl-workload: OK ...`` or ``mnnvl-workload: NOT READY ...``.
+4. **Transport**: which peers NCCL would reach how (``NCCL_MNNVL_ENABLE=2``, the guide's §15.5:
+   MNNVL inside the NVLink domain, RDMA across): over MNNVL the READY nodes of its IMEX domain;
+   the rest of ``WORLD_SIZE`` (one rank per pod, as in the guide; ``OMPI_COMM_WORLD_SIZE``,
+   ``PMIX_SIZE``) falls back to RDMA over the container's RDMA NICs (a ``/sys/class/net``
+   interface with an ``device/infiniband`` entry: what DRANET gives), or to sockets without one.
+   ``NCCL_MNNVL_ENABLE=0`` sends every peer over the fallback. Printed again on a domain change.
+
+The verdict line is ``mnnvl-workload: OK ...`` or ``mnnvl-workload: NOT READY ...``.
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ from pathlib import Path
 from typing import Protocol
 
 CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
+NET_DIR = Path("/sys/class/net")
 DEFAULT_CONFIG = Path("/imexd/imexd.cfg")
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "JOB_COMPLETION_INDEX")
+SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
 # A host wider than its column is followed by "- " with no space ("...-0000- READY").
 _NODE_LINE = re.compile(r"^Node #(\d+)\s+([*-])\s+(\S+?)\s*(?:\*\s*)?-\s+(\S+)")
 _DOMAIN_LINE = re.compile(r"^Domain State:\s*(\S+)")
@@ -122,6 +131,49 @@ def rank_from(env: Mapping[str, str], explicit: int | None) -> tuple[int, str] |
     return None
 
 
+def world_size(env: Mapping[str, str]) -> int | None:
+    """The job's rank count from the first of ``SIZE_VARS`` set to a number (None: unknown)."""
+    for var in SIZE_VARS:
+        value = env.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def rdma_nics(net: Path) -> list[str]:
+    """The interfaces under ``net`` (a ``/sys/class/net``) that are RDMA NICs: those with a
+    ``device/infiniband/<link>`` entry, as the kernel shows an RDMA-capable netdev."""
+    found = []
+    for entry in sorted(net.iterdir()) if net.is_dir() else []:
+        ib = entry / "device" / "infiniband"
+        if ib.is_dir() and any(ib.iterdir()):
+            found.append(entry.name)
+    return found
+
+
+def transport(domain: Domain | None, world: int | None, nics: Sequence[str], mnnvl: str) -> str:
+    """Which peers NCCL reaches over MNNVL and which it falls back to the network for
+    (module docstring, point 4); one rank per pod."""
+    fallback = (
+        f"RDMA over {len(nics)} NICs ({', '.join(nics)})"
+        if nics
+        else "sockets (no RDMA NIC in this container)"
+    )
+    if mnnvl == "0":
+        return f"NCCL_MNNVL_ENABLE=0: no MNNVL; every peer falls back to {fallback}"
+    near = domain.ready if domain is not None else 0
+    if near == 0:
+        return f"no READY IMEX domain: every peer falls back to {fallback}"
+    text = f"MNNVL to the {near} READY nodes of this IMEX domain"
+    if world is None:
+        return f"{text}; peers outside it fall back to {fallback} (WORLD_SIZE unknown)"
+    if world <= near:
+        return f"{text}; all {world} ranks can be within it"
+    return (
+        f"{text}; at least {world - near} of {world} ranks are outside it: fall back to {fallback}"
+    )
+
+
 def hostname_ordinal(hostname: str) -> int | None:
     """The ordinal of a StatefulSet-style name ``<name>-<n>``, else None."""
     m = re.fullmatch(r".+-(0|[1-9]\d{0,5})", hostname)
@@ -161,6 +213,7 @@ class Workload:
         *,
         path: Callable[[Path], Path] = Path,
         found_channels: Callable[[], list[Channel]] | None = None,
+        found_nics: Callable[[], list[str]] | None = None,
         query: Query | None = None,
         hostname: str = "",
     ) -> None:
@@ -169,6 +222,7 @@ class Workload:
         self._out = out
         self._path = path
         self._channels = found_channels or (lambda: channels(Path(args.channel_dir)))
+        self._nics = found_nics or (lambda: rdma_nics(NET_DIR))
         self._ask = query or self._ask_process
         self._hostname = hostname or socket.gethostname()
 
@@ -247,6 +301,7 @@ class Workload:
             self.say(f"IMEX daemon: asking the local daemon via {target[1]}")
             domain = await self._wait_up(target[0])
         self._report_rank(domain)
+        self._report_transport(domain)
         ok = bool(found) and domain is not None and domain.state == "UP"
         verdict = "OK" if ok else "NOT READY"
         self.say(f"{verdict}: channels={len(found)} domain={domain.state if domain else 'unknown'}")
@@ -265,6 +320,10 @@ class Workload:
             self.say("rank: unknown (no RANK/JOB_COMPLETION_INDEX, no IMEX node ID)")
         else:
             self.say(f"rank: {rank[0]} (from {rank[1]})")
+
+    def _report_transport(self, domain: Domain | None) -> None:
+        mnnvl = self._env.get("NCCL_MNNVL_ENABLE", "")
+        self.say(f"transport: {transport(domain, world_size(self._env), self._nics(), mnnvl)}")
 
     async def _wait_up(self, cfg: Path) -> Domain | None:
         loop = asyncio.get_running_loop()
@@ -285,6 +344,7 @@ class Workload:
             domain = await self._query(cfg)
             if domain is not None and (last is None or domain.describe() != last.describe()):
                 self.say(f"IMEX domain changed: {domain.describe()}")
+                self._report_transport(domain)
                 last = domain
 
 

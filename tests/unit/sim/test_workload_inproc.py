@@ -103,6 +103,11 @@ async def test_reports_channels_and_an_up_domain_through_the_containers_config(
     assert "IMEX domain: UP, 2/2 configured nodes READY, this node is #1" in text
     assert "rank: 1 (from local IMEX node ID" in text
     assert "OK: channels=1 domain=UP" in text
+    # No /sys/class/net of its own (no DRANET): no RDMA NIC, whatever the machine has.
+    assert (
+        "transport: MNNVL to the 2 READY nodes of this IMEX domain; peers outside it fall back "
+        "to sockets (no RDMA NIC in this container) (WORLD_SIZE unknown)"
+    ) in text
     assert text.rstrip().endswith("mnnvl-workload: stopping")
 
 
@@ -114,3 +119,17 @@ def test_runs_in_process_only_the_wrapper_this_installation_wrote(tmp_path: Path
     assert not standins.runs_here(tmp_path / "missing", "mnnvl-workload")
     assert not standins.runs_here(ours / "mnnvl-workload", "nvidia-imex")
     assert sys.executable in (ours / "mnnvl-workload").read_text()
+
+
+def test_rdma_nics_are_those_in_the_pods_own_net_view(tmp_path: Path) -> None:
+    bare = _view(tmp_path, ())
+    assert workload_inproc.nics_of(bare) == []
+    net = tmp_path / "podnet"
+    (net / "gpu2rdma0" / "device" / "infiniband" / "mlx5_2").mkdir(parents=True)
+    (net / "eth0").mkdir()
+    given = virtual.View(
+        argv=bare.argv,
+        env={},
+        mounts=(*bare.mounts, runtime.Mount(source=str(net), target="/sys/class/net")),
+    )
+    assert workload_inproc.nics_of(given) == ["gpu2rdma0"]
