@@ -12,7 +12,8 @@ SIGTERM (exit 0), reporting changes of the IMEX domain state:
 3. **IMEX domain**: asks the *local* IMEX daemon for the whole domain (``nvidia-imex-ctl -N``,
    whose text marks the answering node with ``*``): the domain state, how many configured nodes
    are READY, and this node's ID. It waits up to ``--wait`` seconds for ``UP``, as a real job
-   would before importing peers' memory. The daemon's command endpoint must be visible:
+   would before importing peers' memory (not with ``NCCL_MNNVL_ENABLE=0``: no import then).
+   The daemon's command endpoint must be visible:
    ``--imex-config``/``COMPUTE_DOMAIN_IMEX_CONFIG`` (a daemon config, default
    ``/imexd/imexd.cfg`` when present), else ``COMPUTE_DOMAIN_IMEX_ADDRESS`` (``ip[:port]``).
    Today nothing injects either into workload containers; the program then says so and only
@@ -299,7 +300,9 @@ class Workload:
             )
         else:
             self.say(f"IMEX daemon: asking the local daemon via {target[1]}")
-            domain = await self._wait_up(target[0])
+            # With MNNVL off NCCL imports no peer memory over IMEX: nothing to wait for.
+            mnnvl_off = self._env.get("NCCL_MNNVL_ENABLE", "") == "0"
+            domain = await self._wait_up(target[0], 0.0 if mnnvl_off else self._args.wait)
         self._report_rank(domain)
         self._report_transport(domain)
         ok = bool(found) and domain is not None and domain.state == "UP"
@@ -325,9 +328,9 @@ class Workload:
         mnnvl = self._env.get("NCCL_MNNVL_ENABLE", "")
         self.say(f"transport: {transport(domain, world_size(self._env), self._nics(), mnnvl)}")
 
-    async def _wait_up(self, cfg: Path) -> Domain | None:
+    async def _wait_up(self, cfg: Path, wait: float) -> Domain | None:
         loop = asyncio.get_running_loop()
-        until = loop.time() + self._args.wait
+        until = loop.time() + wait
         last: Domain | None = None
         while True:
             domain = await self._query(cfg)
