@@ -24,7 +24,8 @@ SIGTERM (exit 0), reporting changes of the IMEX domain state:
    the rest of ``WORLD_SIZE`` (one rank per pod, as in the guide; ``OMPI_COMM_WORLD_SIZE``,
    ``PMIX_SIZE``) falls back to RDMA over the container's RDMA NICs (a ``/sys/class/net``
    interface with an ``device/infiniband`` entry: what DRANET gives), or to sockets without one.
-   ``NCCL_MNNVL_ENABLE=0`` sends every peer over the fallback. Printed again on a domain change.
+   ``NCCL_MNNVL_ENABLE=0`` sends every peer over the fallback. Printed again on a domain change;
+   worded by ``sim.transport``.
 
 The verdict line is ``mnnvl-workload: OK ...`` or ``mnnvl-workload: NOT READY ...``.
 """
@@ -46,11 +47,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from compute_domains.sim import transport
+
 CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
-NET_DIR = Path("/sys/class/net")
 DEFAULT_CONFIG = Path("/imexd/imexd.cfg")
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "JOB_COMPLETION_INDEX")
-SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
 # A host wider than its column is followed by "- " with no space ("...-0000- READY").
 _NODE_LINE = re.compile(r"^Node #(\d+)\s+([*-])\s+(\S+?)\s*(?:\*\s*)?-\s+(\S+)")
 _DOMAIN_LINE = re.compile(r"^Domain State:\s*(\S+)")
@@ -132,49 +133,6 @@ def rank_from(env: Mapping[str, str], explicit: int | None) -> tuple[int, str] |
     return None
 
 
-def world_size(env: Mapping[str, str]) -> int | None:
-    """The job's rank count from the first of ``SIZE_VARS`` set to a number (None: unknown)."""
-    for var in SIZE_VARS:
-        value = env.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return None
-
-
-def rdma_nics(net: Path) -> list[str]:
-    """The interfaces under ``net`` (a ``/sys/class/net``) that are RDMA NICs: those with a
-    ``device/infiniband/<link>`` entry, as the kernel shows an RDMA-capable netdev."""
-    found = []
-    for entry in sorted(net.iterdir()) if net.is_dir() else []:
-        ib = entry / "device" / "infiniband"
-        if ib.is_dir() and any(ib.iterdir()):
-            found.append(entry.name)
-    return found
-
-
-def transport(domain: Domain | None, world: int | None, nics: Sequence[str], mnnvl: str) -> str:
-    """Which peers NCCL reaches over MNNVL and which it falls back to the network for
-    (module docstring, point 4); one rank per pod."""
-    fallback = (
-        f"RDMA over {len(nics)} NICs ({', '.join(nics)})"
-        if nics
-        else "sockets (no RDMA NIC in this container)"
-    )
-    if mnnvl == "0":
-        return f"NCCL_MNNVL_ENABLE=0: no MNNVL; every peer falls back to {fallback}"
-    near = domain.ready if domain is not None else 0
-    if near == 0:
-        return f"no READY IMEX domain: every peer falls back to {fallback}"
-    text = f"MNNVL to the {near} READY nodes of this IMEX domain"
-    if world is None:
-        return f"{text}; peers outside it fall back to {fallback} (WORLD_SIZE unknown)"
-    if world <= near:
-        return f"{text}; all {world} ranks can be within it"
-    return (
-        f"{text}; at least {world - near} of {world} ranks are outside it: fall back to {fallback}"
-    )
-
-
 def hostname_ordinal(hostname: str) -> int | None:
     """The ordinal of a StatefulSet-style name ``<name>-<n>``, else None."""
     m = re.fullmatch(r".+-(0|[1-9]\d{0,5})", hostname)
@@ -223,7 +181,7 @@ class Workload:
         self._out = out
         self._path = path
         self._channels = found_channels or (lambda: channels(Path(args.channel_dir)))
-        self._nics = found_nics or (lambda: rdma_nics(NET_DIR))
+        self._nics = found_nics or (lambda: transport.rdma_nics(transport.NET_DIR))
         self._ask = query or self._ask_process
         self._hostname = hostname or socket.gethostname()
 
@@ -326,7 +284,9 @@ class Workload:
 
     def _report_transport(self, domain: Domain | None) -> None:
         mnnvl = self._env.get("NCCL_MNNVL_ENABLE", "")
-        self.say(f"transport: {transport(domain, world_size(self._env), self._nics(), mnnvl)}")
+        ready = domain.ready if domain is not None else 0
+        world = transport.world_size(self._env)
+        self.say(f"transport: {transport.paths(ready, world, self._nics(), mnnvl)}")
 
     async def _wait_up(self, cfg: Path, wait: float) -> Domain | None:
         loop = asyncio.get_running_loop()

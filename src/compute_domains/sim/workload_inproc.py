@@ -22,7 +22,7 @@ import io
 from pathlib import Path, PurePosixPath
 
 from compute_domains.containers import virtual
-from compute_domains.sim import imex_ctl, imex_ctlbase, workload
+from compute_domains.sim import imex_ctl, imex_ctlbase, transport, workload
 
 QUERY_TIMEOUT_S = 5.0
 """The ``-t 5000`` the process form passes to the ctl."""
@@ -55,9 +55,9 @@ def channels_of(view: virtual.View, channel_dir: str) -> list[workload.Channel]:
 
 def nics_of(view: virtual.View) -> list[str]:
     """The RDMA NICs in the container's ``/sys/class/net`` (its pod's view), if it has one."""
-    if not view.mounted(workload.NET_DIR):
+    if not view.mounted(transport.NET_DIR):
         return []
-    return workload.rdma_nics(view.host_path(workload.NET_DIR))
+    return transport.rdma_nics(view.host_path(transport.NET_DIR))
 
 
 async def run(view: virtual.View) -> int:
