@@ -3,13 +3,15 @@ modules: each reads its manifests from ``examples/guide/`` and applies them as t
 
 ``reaches_peers`` reads what the guide's program would depend on from the workload stand-in's
 log (``sim.workload``): the IMEX channel, and the local IMEX daemon's view of the domain,
-``UP, <ready>/<configured> configured nodes READY``.
+``UP, <ready>/<configured> configured nodes READY``; ``transport`` reads which peers it says NCCL
+reaches over MNNVL and which fall back to RDMA (its ``transport:`` line).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from lightkube import AsyncClient
@@ -19,6 +21,9 @@ from compute_domains.sim import state
 from tests.e2e import helpers
 
 GUIDE = Path(__file__).resolve().parents[2] / "examples" / "guide"
+_TRANSPORT = re.compile(r"mnnvl-workload: transport: (.*)")
+FOUR_NICS = "RDMA over 4 NICs (gpu0rdma0, gpu1rdma0, gpu2rdma0, gpu3rdma0)"
+"""How the workload names the fallback with DRANET's four NICs in its container."""
 _DOMAIN = re.compile(r"IMEX domain(?: changed)?: (\S+), (\d+)/(\d+) configured nodes READY")
 
 
@@ -111,3 +116,23 @@ async def reaches_peers(admin: AsyncClient, pod: str, peers: int, channel: int =
     assert f"/dev/nvidia-caps-imex-channels/channel{channel} " in log, log
     assert "IMEX channels: 1:" in log, log
     return log
+
+
+async def transport(
+    admin: AsyncClient, pod: str, ok: Callable[[str], bool], what: str, seconds: float = 240
+) -> str:
+    """The pod's program's latest ``transport:`` line once ``ok`` holds for it (its program
+    repeats the line on every IMEX domain change); fails naming the line it last saw."""
+    seen = "(no transport line yet)"
+
+    async def said() -> bool:
+        nonlocal seen
+        lines = _TRANSPORT.findall(await helpers.log_of(admin, pod))
+        seen = lines[-1] if lines else seen
+        return bool(lines) and ok(lines[-1])
+
+    try:
+        await helpers.within(seconds, said, f"{pod}: {what}", 1.0)
+    except AssertionError as err:
+        raise AssertionError(f"{pod}: {what} not within {seconds:.0f}s; it said: {seen}") from err
+    return seen

@@ -12,7 +12,8 @@ Running, one on each domain's node (two ClusterUUIDs), the CD Ready over both no
 cliques, each pod holding the channel while its program's IMEX domain holds only its own node:
 in no view it logs is more than one node READY, so the peer is not reachable over IMEX and NCCL
 (with NCCL_MNNVL_ENABLE=0, set by the files) uses the network. Path A's pods hold DRANET's four
-RDMA NICs, the network NCCL falls back to; path B's run in the host's network (podIP = hostIP).
+RDMA NICs, the network NCCL falls back to, and their programs say every peer goes over them;
+path B's run in the host's network (podIP = hostIP).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ DRANET = True
 CD = "nccl-computedomain-test"
 PODS = ("nccl-cd-host-1", "nccl-cd-host-2")
 WORKERS = (topology.node_name(0, 0), topology.node_name(1, 0))
+ALL_OVER_RDMA = f"NCCL_MNNVL_ENABLE=0: no MNNVL; every peer falls back to {guide_steps.FOUR_NICS}"
 
 
 async def _formed(admin: AsyncClient) -> None:
@@ -74,6 +76,8 @@ async def test_guide_5_3_cross_domain_two_nodes_paths_a_and_b(
     for pod in PODS:
         env = helpers.kubectl(rack_sim, "exec", pod, "--", "printenv", "NCCL_MNNVL_ENABLE")
         assert env.strip() == "0", env
+        # The program says what NCCL does here: no MNNVL, every peer over DRANET's RDMA NICs.
+        await guide_steps.transport(admin, pod, ALL_OVER_RDMA.__eq__, "every peer over RDMA")
     guide_steps.delete(rack_sim, "k8s134-nccl-cross-domain-dranet.yaml")
     await _gone(admin)
 

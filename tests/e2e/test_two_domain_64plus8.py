@@ -1,12 +1,16 @@
 """The seeds' two-domain 64+8 scenario end to end on 2 racks x 18 virtual nodes (issue 16).
 
-``examples/two-domain-64plus8.yaml`` (PriorityClasses, a ``numNodes: 36`` ComputeDomain with the
-warm-nodes annotation, 2 placeholders per rack) and the training framework (``sim.trainer``: 16
-ranks per rack), driven by ``bench.scenario`` as ``cdctl demo --scenario two-domain-64plus8``
-drives it. Asserted, step by step:
+The guide's §15.6 file ``examples/guide/k8s134-2domain-64plus8-computedomain-dranet.yaml``
+(PriorityClasses, a ``numNodes: 36`` ComputeDomain, given our warm-nodes annotation here, the
+shared RDMA template, each rack's rank-0 pod and 2 placeholders per rack; the guide's §3.4
+DeviceClass before it; DRANET's stand-in on) and the training framework (``sim.trainer``: 16
+ranks per rack, each claiming the channel and 4 RDMA NICs), driven by ``bench.scenario`` as
+``cdctl demo --scenario two-domain-64plus8`` drives it. Asserted, step by step:
 
 1. the job forms: each rack's 16 ranks on 16 nodes of their own rack, its 2 placeholders on the
-   other 2, every CD entry Ready (all 18 nodes per rack: the spares are warm);
+   other 2, every CD entry Ready (all 18 nodes per rack: the spares are warm); every rank holds
+   its channel and DRANET's 4 NICs, its program sees its rack's 18 nodes READY over IMEX and says
+   that the ranks of the other rack fall back to RDMA;
 2. a rack-a node stops: the guide's timeline in order (NotReady → pod removed → replacement
    created → placeholder preempted → bound to a rack-a spare → Running with its channel), the
    spare's daemon was Ready before the failure and bound → Running takes at most 5 s, rack b
@@ -23,28 +27,31 @@ Not in ``make test`` (its fast e2e subset is ``test_seed_example.py``); ``make t
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import computedomain
 from compute_domains.bench import scenario, timeline
 from compute_domains.cli import options
 from compute_domains.sim import state, topology, trainer
 from tests.conftest import contention
-from tests.e2e import helpers
+from tests.e2e import guide_steps, helpers
 
 pytestmark = pytest.mark.timeout(1500)
 SHAPE = topology.Shape(racks=2, nodes_per_rack=18)
 NODES_MODE = "virtual"
+DRANET = True
 PER_CLIQUE = helpers.per_clique()
 WARM = not PER_CLIQUE
-"""The scenario as the manifest is written (with its warm-nodes annotation). In the per-clique
-scope a spare needs no annotation (decision 0015: every node's shared IMEX is up before any CD,
-and the controller ignores the annotation for a per-clique CD), so the manifest goes without it
-and the spares are shown ready by their entries in the clique's shared registry instead."""
+"""The scenario with warm spares (the guide's file plus our warm-nodes annotation). In the
+per-clique scope a spare needs no annotation (decision 0015: every node's shared IMEX is up before
+any CD, and the controller ignores the annotation for a per-clique CD), so the guide's file goes
+as written and the spares are shown ready by their entries in the clique's shared registry."""
 STEP_S = 300.0
 NS = "default"
 
@@ -81,6 +88,36 @@ def _story(run: scenario.Scenario, t0: float) -> str:
     ]
     events += [(a.at, f"trainer {a.kind} {a.pod} {a.reason}".rstrip()) for a in run.actions]
     return "\n".join(f"{at - t0:+.3f}s {what}" for at, what in sorted(events) if at >= t0)
+
+
+def _claim(c: ResourceClaim) -> str:
+    """One ResourceClaim's state, for an assertion's message."""
+    st, meta = c.status, c.metadata
+    users = [r.name for r in (st.reservedFor if st else None) or []]
+    allocated = st is not None and st.allocation is not None
+    deleting = " deleting" if meta is not None and meta.deletionTimestamp else ""
+    return f"claim {meta.name if meta else '?'} for {users} allocated={allocated}{deleting}"
+
+
+def _unsettled(run: scenario.Scenario) -> str:
+    """What keeps the scenario from settling, for an assertion's message: nodes, entries and
+    daemons not Ready, pods terminating or not Ready (with the scheduler's reason)."""
+    tl = run.timeline
+    lines = [f"node {n} NotReady" for n, ok in tl.nodes.items() if not ok]
+    lines += [f"entry {n}: {e}" for n, e in tl.entries.items() if e.get("status") != "Ready"]
+    lines += [
+        f"daemon {d.metadata.name} on {d.spec.nodeName} not Ready"
+        for d in tl.daemons.values()
+        if not timeline._ready(d)
+    ]
+    for p in tl.pods.values():
+        if p.metadata.deletionTimestamp or not timeline._ready(p):
+            phase = p.status.phase if p.status else None
+            lines.append(
+                f"pod {p.metadata.name} on {p.spec.nodeName or '-'} {phase}"
+                f"{' terminating' if p.metadata.deletionTimestamp else ''} {_unschedulable(p)}"
+            )
+    return "\n".join(lines) or "(nothing: the ranks were not all Running)"
 
 
 def _assert_formed(run: scenario.Scenario) -> None:
@@ -134,13 +171,40 @@ def _assert_timeline(f: scenario.Failure, factor: float = 1.0) -> None:
         print(f"per clique: {f.spare} bound -> Running in {took:.2f}s (contention {factor:.1f})")
 
 
+_ACROSS = re.compile(
+    r"MNNVL to the (\d+) READY nodes of this IMEX domain; at least (\d+) of 32 ranks are "
+    rf"outside it: fall back to {re.escape(guide_steps.FOUR_NICS)}"
+)
+
+
+async def _falls_back_across_racks(admin: AsyncClient, pod: str) -> None:
+    """The rank's program reaches over MNNVL only its own rack (16 ranks + 2 spares at most: the
+    other rack is never in its IMEX domain) and says the rest fall back to RDMA over the 4 NICs
+    DRANET gave it (the guide's "域内用 MNNVL, 跨域降级到 RDMA")."""
+
+    def across(said: str) -> bool:
+        m = _ACROSS.fullmatch(said)
+        return bool(m) and 16 <= int(m.group(1)) <= 18 and int(m.group(1)) + int(m.group(2)) == 32
+
+    await guide_steps.transport(admin, pod, across, "its own rack over MNNVL, the other over RDMA")
+
+
 async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) -> None:
     manifest = (options.repo_root() / scenario.MANIFEST).read_text()
-    run = scenario.Scenario(admin, rack_sim.root / "control.sock", manifest, warm=WARM)
+    run = scenario.Scenario(
+        admin,
+        rack_sim.root / "control.sock",
+        manifest,
+        warm=WARM,
+        device_class=options.repo_root() / scenario.DEVICECLASS,
+    )
     async with run.running():
         await run.apply()
         await run.wait_formed(600)
         _assert_formed(run)
+        for rack in ("a", "b"):
+            for pod in run.rack_pods(rack, placeholders=False):
+                await _falls_back_across_racks(admin, str(pod.metadata.name))
         tl = run.timeline
 
         # 2. A rack-a node fails: its rank is replaced on a rack-a spare; rack b sees nothing.
@@ -163,6 +227,7 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
         )
         channel = await helpers.expected_channel(admin, str(cd.metadata.uid), f.spare)  # type: ignore[union-attr]
         assert f"/dev/nvidia-caps-imex-channels/channel{channel} " in log, log
+        await _falls_back_across_racks(admin, f.new_pod)
 
         # 3. Cross-rack rule: rack b's replacement takes rack b's spare, never rack a's.
         left_a = _placeholders(run, "a")
@@ -230,7 +295,17 @@ async def test_two_domain_64plus8(admin: AsyncClient, rack_sim: state.SimPaths) 
             }
             return len(ranks) == 32 and run.settled()
 
-        await tl.until(healed, STEP_S, "every rank Running and the domain settled")
+        try:
+            await tl.until(healed, STEP_S, "every rank Running and the domain settled")
+        except TimeoutError as err:
+            claims = [
+                _claim(c)
+                async for c in admin.list(ResourceClaim, namespace=NS)
+                if "allocated=False" in _claim(c) or "deleting" in _claim(c)
+            ]
+            raise AssertionError(
+                f"{err}; still unsettled:\n{_unsettled(run)}\n" + "\n".join(claims)
+            ) from err
         assert tl.pods[str(pending.metadata.name)].spec.nodeName in stopped
         for rack in ("a", "b"):
             entries = {e["name"]: e for e in run.rack_entries(rack)}

@@ -1,9 +1,13 @@
 """The seeds' two-domain 64+8 scenario, step by step, on a running sim (issue 16).
 
 Shared by ``cdctl demo --scenario two-domain-64plus8`` (which prints it) and its e2e test (which
-asserts it). ``Scenario`` applies ``examples/two-domain-64plus8.yaml`` with the racks' cluster
-UUIDs filled in (without the warm-nodes annotation for NVIDIA's behaviour, ``warm=False``), runs
-the training framework (``sim.trainer``), and measures three phases on a ``timeline.Timeline``:
+asserts it). ``Scenario`` applies the guide's §3.4 DeviceClass and its §15.6 file
+(``examples/guide/k8s134-2domain-64plus8-computedomain-dranet.yaml``) with the racks' cluster
+UUIDs filled in for the guide's placeholders (and, with warm spares, our warm-nodes annotation
+added to its ComputeDomain; ``warm=False`` is the file as written, NVIDIA's behaviour), runs the
+training framework (``sim.trainer``, which adopts the file's rank-0 pods and creates the other
+ranks with the same channel and RDMA claims), and measures three phases on a
+``timeline.Timeline``:
 
 - ``formed``: 16 training pods Running with their channel and 2 placeholders per rack, every CD
   entry Ready;
@@ -18,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import string
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,28 +33,47 @@ from lightkube.resources.core_v1 import Node
 
 from compute_domains.api import names
 from compute_domains.bench import timeline
+from compute_domains.infra import kube
 from compute_domains.sim import control, trainer
 
-MANIFEST: Final = "examples/two-domain-64plus8.yaml"
+MANIFEST: Final = "examples/guide/k8s134-2domain-64plus8-computedomain-dranet.yaml"
+DEVICECLASS: Final = "examples/guide/k8s134-rdma-deviceclass.yaml"
+"""The guide's §3.4 ``rdma-devices`` DeviceClass, which the manifest's RDMA template names."""
+GUIDE_UUIDS: Final = (
+    "804c7837-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+    "89164aa7-yyyy-yyyy-yyyy-yyyyyyyyyyyy",
+)
+"""The guide's ClusterUUID placeholders for Domain A and Domain B (§15.5), filled in by rack."""
 CD_NAME: Final = "training-job-cd"
 CHANNEL_TEMPLATE: Final = "training-job-imex-channel"
+RDMA_TEMPLATE: Final = "training-job-rdma"
 PLACEHOLDER_LABEL: Final = "app"
 PLACEHOLDER_APP: Final = "gpu-placeholder"
 
 
 def render(text: str, racks: tuple[trainer.Rack, ...], *, warm: bool) -> list[dict[str, Any]]:
-    """The manifest's objects with ``${RACK_A}``/``${RACK_B}`` filled in; ``warm=False`` drops
-    the warm-nodes annotation (the manifest exactly as written for NVIDIA's driver)."""
-    filled = string.Template(text).substitute(
-        {f"RACK_{r.name.upper()}": r.cluster_uuid for r in racks}
-    )
-    docs = [d for d in yaml.safe_load_all(filled) if d]
-    if not warm:
+    """The manifest's objects with the guide's two ClusterUUID placeholders filled in by the
+    first two racks; ``warm=True`` adds the warm-nodes annotation over both racks to the
+    ComputeDomain (``warm=False``: the guide's file as written, for NVIDIA's driver).
+
+    Raises:
+        ValueError: fewer than two racks, or the text lacks a placeholder (not the guide's file).
+    """
+    if len(racks) < 2:
+        raise ValueError(f"the 2-domain scenario needs two racks, the cluster has {len(racks)}")
+    for placeholder, rack in zip(GUIDE_UUIDS, racks, strict=False):
+        if placeholder not in text:
+            raise ValueError(f"the manifest has no ClusterUUID placeholder {placeholder!r}")
+        text = text.replace(placeholder, rack.cluster_uuid)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    if warm:
+        selector = (
+            f"{trainer.CLUSTER_UUID_LABEL} in ({racks[0].cluster_uuid},{racks[1].cluster_uuid})"
+        )
         for doc in docs:
-            annotations = doc.get("metadata", {}).get("annotations") or {}
-            annotations.pop(names.WARM_NODES_ANNOTATION, None)
-            if "annotations" in doc.get("metadata", {}) and not annotations:
-                del doc["metadata"]["annotations"]
+            if doc["kind"] == "ComputeDomain":
+                meta = doc["metadata"]
+                meta.setdefault("annotations", {})[names.WARM_NODES_ANNOTATION] = selector
     return docs
 
 
@@ -107,11 +129,13 @@ class Scenario:
         manifest: str,
         *,
         warm: bool,
+        device_class: Path,
         namespace: str = "default",
         driver_ns: str = "compute-domains",
     ) -> None:
         self.client, self._sock, self._manifest = client, control_socket, manifest
         self.warm, self.namespace = warm, namespace
+        self._device_class = device_class
         self.timeline = timeline.Timeline(
             client, namespace=namespace, driver_ns=driver_ns, cd=CD_NAME
         )
@@ -140,14 +164,24 @@ class Scenario:
         return render(self._manifest, self.racks, warm=self.warm)
 
     async def apply(self) -> list[str]:
-        """Create the manifest's objects, then start the framework; returns what was created."""
+        """Create the §3.4 DeviceClass (unless there) and the manifest's objects, then start the
+        framework; returns what was created."""
         self.t_applied = time.monotonic()
         done = []
+        device_class = yaml.safe_load(self._device_class.read_text())
+        try:
+            with kube.translated("create DeviceClass rdma-devices"):
+                await self.client.create(codecs.from_dict(device_class))
+            done.append(f"DeviceClass/{device_class['metadata']['name']} created")
+        except kube.AlreadyExists:
+            done.append(f"DeviceClass/{device_class['metadata']['name']} already there")
         for doc in self.objects():
             obj = codecs.from_dict(doc)
             await self.client.create(obj)
             done.append(f"{doc['kind']}/{doc['metadata']['name']} created")
-        settings = trainer.TrainerSettings(racks=self.racks, channel_template=CHANNEL_TEMPLATE)
+        settings = trainer.TrainerSettings(
+            racks=self.racks, channel_template=CHANNEL_TEMPLATE, rdma_template=RDMA_TEMPLATE
+        )
         framework = trainer.Trainer(self.client, settings, self.actions.append)
         self._trainer_task = self._tg.create_task(framework.run(), name="scenario:trainer")
         return done

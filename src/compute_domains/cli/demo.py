@@ -236,6 +236,7 @@ def _two_domain(
             shape=topology.Shape(racks=2),
             chart=options.chart_dir(),
             nodes_mode=nodes_mode,
+            dranet=True,  # the guide's §15.6 pods claim DRANET's RDMA NICs
         )
     console.print(f"cluster and driver up in {time.monotonic() - t0:.1f}s")
     mode = "without warm spares (NVIDIA's behaviour)" if no_warm else "with warm spares"

@@ -1,8 +1,10 @@
 """``cdctl demo --scenario two-domain-64plus8``: the seeds' 64+8 failure timeline, measured.
 
 Starts a 2-rack sim (virtual nodes unless ``--nodes-mode process`` is given; the sim's fast
-node-lifecycle timings: NotReady 8 s after the last heartbeat, eviction 10 s later), applies
-``examples/two-domain-64plus8.yaml`` (with or without its warm-nodes annotation), runs the
+node-lifecycle timings: NotReady 8 s after the last heartbeat, eviction 10 s later; DRANET's
+stand-in on), applies the guide's §15.6 file
+``examples/guide/k8s134-2domain-64plus8-computedomain-dranet.yaml`` (with or without our
+warm-nodes annotation), runs the
 training framework (``sim.trainer``, in this process), shows each rack forming, stops the node
 of rack A's rank 5 and prints the guide's timeline with the measured times, domain A's entries
 and what happened in rack B; then starts the node again and shows the domain heal. The steps
@@ -125,7 +127,13 @@ async def run(
     """The scenario on the running sim ``paths``; returns what was measured."""
     client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="cdctl"))
     manifest = (options.repo_root() / scenario.MANIFEST).read_text()
-    run_ = scenario.Scenario(client, paths.root / "control.sock", manifest, warm=warm)
+    run_ = scenario.Scenario(
+        client,
+        paths.root / "control.sock",
+        manifest,
+        warm=warm,
+        device_class=options.repo_root() / scenario.DEVICECLASS,
+    )
     try:
         async with run_.running():
             for line in await run_.apply():

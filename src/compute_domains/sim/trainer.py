@@ -73,6 +73,9 @@ class TrainerSettings:
     IMEX domain its node's daemon sees, then runs until stopped (the simulator runs a
     container's command; an image has no entrypoint of its own there)."""
     gpus: int = 4
+    rdma_template: str = ""
+    """The shared RDMA ResourceClaimTemplate every rank's pod also claims (§15.5's
+    ``training-job-rdma``, DRANET's NICs); empty: no RDMA claim."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,7 +98,13 @@ def pod_name(rack: str, rank: int, generation: int) -> str:
 
 
 def rank_pod(s: TrainerSettings, rack: Rack, rank: int, generation: int) -> Pod:
-    """The guide's training pod for one rank (its §15.5 spec without the DRANET claim)."""
+    """The guide's training pod for one rank (its §15.5 spec; the DRANET claim when
+    ``rdma_template`` is set). ``RANK`` counts in domain order over the racks (the guide's
+    rank order), ``WORLD_SIZE`` is every rack's ranks, ``NCCL_MNNVL_ENABLE=2`` as §15.5."""
+    claims = [{"name": "compute-domain-channel", "resourceClaimTemplateName": s.channel_template}]
+    if s.rdma_template:
+        claims.append({"name": "rdma-nics", "resourceClaimTemplateName": s.rdma_template})
+    first = next(i for i, r in enumerate(s.racks) if r.name == rack.name) * s.ranks_per_rack
     labels = {
         "job": s.job,
         RACK_LABEL: rack.name,
@@ -138,16 +147,18 @@ def rank_pod(s: TrainerSettings, rack: Rack, rank: int, generation: int) -> Pod:
                 "name": "trainer",
                 "image": s.image,
                 "command": list(s.command),
-                "env": [{"name": "RANK", "value": str(rank)}],
+                "env": [
+                    {"name": "RANK", "value": str(first + rank)},
+                    {"name": "WORLD_SIZE", "value": str(len(s.racks) * s.ranks_per_rack)},
+                    {"name": "NCCL_MNNVL_ENABLE", "value": "2"},
+                ],
                 "resources": {
                     "limits": {"nvidia.com/gpu": s.gpus},
-                    "claims": [{"name": "compute-domain-channel"}],
+                    "claims": [{"name": c["name"]} for c in claims],
                 },
             }
         ],
-        "resourceClaims": [
-            {"name": "compute-domain-channel", "resourceClaimTemplateName": s.channel_template}
-        ],
+        "resourceClaims": claims,
     }
     doc = {
         "metadata": {

@@ -12,13 +12,22 @@ SIGTERM (exit 0), reporting changes of the IMEX domain state:
 3. **IMEX domain**: asks the *local* IMEX daemon for the whole domain (``nvidia-imex-ctl -N``,
    whose text marks the answering node with ``*``): the domain state, how many configured nodes
    are READY, and this node's ID. It waits up to ``--wait`` seconds for ``UP``, as a real job
-   would before importing peers' memory. The daemon's command endpoint must be visible:
+   would before importing peers' memory (not with ``NCCL_MNNVL_ENABLE=0``: no import then).
+   The daemon's command endpoint must be visible:
    ``--imex-config``/``COMPUTE_DOMAIN_IMEX_CONFIG`` (a daemon config, default
    ``/imexd/imexd.cfg`` when present), else ``COMPUTE_DOMAIN_IMEX_ADDRESS`` (``ip[:port]``).
    Today nothing injects either into workload containers; the program then says so and only
    reports what it can see.
 
-The final line is ``mnnvl-workload: OK ...`` or ``mnnvl-workload: NOT READY ...``.
+4. **Transport**: which peers NCCL would reach how (``NCCL_MNNVL_ENABLE=2``, the guide's §15.5:
+   MNNVL inside the NVLink domain, RDMA across): over MNNVL the READY nodes of its IMEX domain;
+   the rest of ``WORLD_SIZE`` (one rank per pod, as in the guide; ``OMPI_COMM_WORLD_SIZE``,
+   ``PMIX_SIZE``) falls back to RDMA over the container's RDMA NICs (a ``/sys/class/net``
+   interface with an ``device/infiniband`` entry: what DRANET gives), or to sockets without one.
+   ``NCCL_MNNVL_ENABLE=0`` sends every peer over the fallback. Printed again on a domain change;
+   worded by ``sim.transport``.
+
+The verdict line is ``mnnvl-workload: OK ...`` or ``mnnvl-workload: NOT READY ...``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from compute_domains.sim import transport
 
 CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
 DEFAULT_CONFIG = Path("/imexd/imexd.cfg")
@@ -161,6 +172,7 @@ class Workload:
         *,
         path: Callable[[Path], Path] = Path,
         found_channels: Callable[[], list[Channel]] | None = None,
+        found_nics: Callable[[], list[str]] | None = None,
         query: Query | None = None,
         hostname: str = "",
     ) -> None:
@@ -169,6 +181,7 @@ class Workload:
         self._out = out
         self._path = path
         self._channels = found_channels or (lambda: channels(Path(args.channel_dir)))
+        self._nics = found_nics or (lambda: transport.rdma_nics(transport.NET_DIR))
         self._ask = query or self._ask_process
         self._hostname = hostname or socket.gethostname()
 
@@ -245,8 +258,11 @@ class Workload:
             )
         else:
             self.say(f"IMEX daemon: asking the local daemon via {target[1]}")
-            domain = await self._wait_up(target[0])
+            # With MNNVL off NCCL imports no peer memory over IMEX: nothing to wait for.
+            mnnvl_off = self._env.get("NCCL_MNNVL_ENABLE", "") == "0"
+            domain = await self._wait_up(target[0], 0.0 if mnnvl_off else self._args.wait)
         self._report_rank(domain)
+        self._report_transport(domain)
         ok = bool(found) and domain is not None and domain.state == "UP"
         verdict = "OK" if ok else "NOT READY"
         self.say(f"{verdict}: channels={len(found)} domain={domain.state if domain else 'unknown'}")
@@ -266,9 +282,15 @@ class Workload:
         else:
             self.say(f"rank: {rank[0]} (from {rank[1]})")
 
-    async def _wait_up(self, cfg: Path) -> Domain | None:
+    def _report_transport(self, domain: Domain | None) -> None:
+        mnnvl = self._env.get("NCCL_MNNVL_ENABLE", "")
+        ready = domain.ready if domain is not None else 0
+        world = transport.world_size(self._env)
+        self.say(f"transport: {transport.paths(ready, world, self._nics(), mnnvl)}")
+
+    async def _wait_up(self, cfg: Path, wait: float) -> Domain | None:
         loop = asyncio.get_running_loop()
-        until = loop.time() + self._args.wait
+        until = loop.time() + wait
         last: Domain | None = None
         while True:
             domain = await self._query(cfg)
@@ -285,6 +307,7 @@ class Workload:
             domain = await self._query(cfg)
             if domain is not None and (last is None or domain.describe() != last.describe()):
                 self.say(f"IMEX domain changed: {domain.describe()}")
+                self._report_transport(domain)
                 last = domain
 
 

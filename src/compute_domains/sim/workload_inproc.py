@@ -8,6 +8,8 @@ with what its container would have, taken from the container's view instead of a
 * the channel device nodes are the ones the runtime would create in the container's ``/dev``
   (the CDI edits of its claims: ``View.devices``), listed as the process lists ``/dev``;
 * files (``/imexd/imexd.cfg``, the container's ``/tmp``) through its mounts (``View.host_path``);
+* the RDMA NICs are those in the pod's own ``/sys/class/net`` view, where DRANET's stand-in
+  moves them (none when that path is not mounted: the machine's own sysfs is not the pod's);
 * the ``-N`` query is the simulated ctl's own code (``imex_ctl.run_ctl``) over the same TCP
   command port, without starting a process;
 * its output lines go to the container's log, as a process's stdout would.
@@ -20,7 +22,7 @@ import io
 from pathlib import Path, PurePosixPath
 
 from compute_domains.containers import virtual
-from compute_domains.sim import imex_ctl, imex_ctlbase, workload
+from compute_domains.sim import imex_ctl, imex_ctlbase, transport, workload
 
 QUERY_TIMEOUT_S = 5.0
 """The ``-t 5000`` the process form passes to the ctl."""
@@ -51,6 +53,13 @@ def channels_of(view: virtual.View, channel_dir: str) -> list[workload.Channel]:
     return sorted(found, key=lambda c: c.minor)
 
 
+def nics_of(view: virtual.View) -> list[str]:
+    """The RDMA NICs in the container's ``/sys/class/net`` (its pod's view), if it has one."""
+    if not view.mounted(transport.NET_DIR):
+        return []
+    return transport.rdma_nics(view.host_path(transport.NET_DIR))
+
+
 async def run(view: virtual.View) -> int:
     """Run the stand-in for the container ``view`` until it is stopped (exit status 0)."""
     args = workload.parser().parse_args(list(view.argv[1:]))
@@ -70,6 +79,7 @@ async def run(view: virtual.View) -> int:
         out,
         path=view.host_path,
         found_channels=lambda: channels_of(view, args.channel_dir),
+        found_nics=lambda: nics_of(view),
         query=query,
         hostname=view.hostname,
     )

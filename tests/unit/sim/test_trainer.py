@@ -52,6 +52,29 @@ def test_rank_pod_is_the_guides_pod_pinned_to_its_rack() -> None:
     assert spec["resourceClaims"] == [
         {"name": "compute-domain-channel", "resourceClaimTemplateName": "cd-rct"}
     ]
+    assert ctr["env"] == [
+        {"name": "RANK", "value": "5"},
+        {"name": "WORLD_SIZE", "value": "16"},
+        {"name": "NCCL_MNNVL_ENABLE", "value": "2"},
+    ]
+
+
+def test_with_rdma_every_rank_claims_the_shared_template_and_ranks_count_in_domain_order() -> None:
+    rack_b = trainer.Rack("b", "uuid-b")
+    s = trainer.TrainerSettings(
+        racks=(RACK, rack_b), channel_template="cd-rct", rdma_template="training-job-rdma"
+    )
+    spec = trainer.rank_pod(s, rack_b, 3, 0).to_dict()["spec"]
+    ctr = spec["containers"][0]
+    assert ctr["resources"]["claims"] == [{"name": "compute-domain-channel"}, {"name": "rdma-nics"}]
+    assert spec["resourceClaims"][1] == {
+        "name": "rdma-nics",
+        "resourceClaimTemplateName": "training-job-rdma",
+    }
+    assert ctr["env"][:2] == [
+        {"name": "RANK", "value": "19"},
+        {"name": "WORLD_SIZE", "value": "32"},
+    ]
 
 
 def _pod(**extra: Any) -> Pod:

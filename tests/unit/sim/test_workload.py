@@ -1,4 +1,5 @@
-"""The mnnvl-workload stand-in's pure parts: domain report parsing, rank sources, channels."""
+"""The mnnvl-workload stand-in's pure parts: domain report parsing, rank sources, channels, and
+what it says of MNNVL and RDMA peers (``sim.transport``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import imex_report, workload
+from compute_domains.sim import imex_report, transport, workload
 from compute_domains.sim.imex_wire import Link
 
 
@@ -107,3 +108,57 @@ def test_channels_are_char_devices_listed_by_number(tmp_path: Path) -> None:
         ("channel2", 234, 2),
         ("channel10", 234, 10),
     ]
+
+
+def _nic(net: Path, name: str, link: str | None) -> None:
+    (net / name).mkdir(parents=True)
+    if link is not None:
+        (net / name / "device" / "infiniband" / link).mkdir(parents=True)
+
+
+def test_rdma_nics_are_the_interfaces_with_an_infiniband_device(tmp_path: Path) -> None:
+    _nic(tmp_path, "gpu1rdma0", "mlx5_1")
+    _nic(tmp_path, "gpu0rdma0", "mlx5_0")
+    _nic(tmp_path, "eth0", None)
+    (tmp_path / "eth1" / "device" / "infiniband").mkdir(parents=True)  # no link under it
+    assert transport.rdma_nics(tmp_path) == ["gpu0rdma0", "gpu1rdma0"]
+    assert transport.rdma_nics(tmp_path / "absent") == []
+
+
+NICS = ("gpu0rdma0", "gpu1rdma0", "gpu2rdma0", "gpu3rdma0")
+
+
+def test_across_domains_the_transport_falls_back_to_rdma() -> None:
+    # The guide's §15.5: 36 ranks, 18 in this NVLink domain.
+    said = transport.paths(18, 36, NICS, "2")
+    assert said == (
+        "MNNVL to the 18 READY nodes of this IMEX domain; at least 18 of 36 ranks are outside "
+        "it: fall back to RDMA over 4 NICs (gpu0rdma0, gpu1rdma0, gpu2rdma0, gpu3rdma0)"
+    )
+    assert transport.paths(2, 2, NICS, "") == (
+        "MNNVL to the 2 READY nodes of this IMEX domain; all 2 ranks can be within it"
+    )
+
+
+def test_without_mnnvl_or_nics_the_transport_says_so() -> None:
+    off = transport.paths(2, 2, NICS, "0")
+    assert off.startswith("NCCL_MNNVL_ENABLE=0: no MNNVL; every peer falls back to RDMA over 4")
+    alone = transport.paths(1, 2, (), "")
+    assert alone.endswith(
+        "1 of 2 ranks are outside it: fall back to sockets (no RDMA NIC in this container)"
+    ), alone
+    assert transport.paths(0, 2, NICS, "").startswith("no READY IMEX domain: every peer")
+    assert "(WORLD_SIZE unknown)" in transport.paths(2, None, NICS, "")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"WORLD_SIZE": "36", "PMIX_SIZE": "2"}, 36),
+        ({"OMPI_COMM_WORLD_SIZE": "8"}, 8),
+        ({"WORLD_SIZE": "x", "PMIX_SIZE": "4"}, 4),
+        ({}, None),
+    ],
+)
+def test_world_size_sources_in_order(env: dict[str, str], expected: int | None) -> None:
+    assert transport.world_size(env) == expected

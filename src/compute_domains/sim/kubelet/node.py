@@ -68,8 +68,10 @@ class SimNode:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._used_slots: set[int] = set()
         self._next_slot = 0
+        dra_settings = config.DraSettings(node=self.name, root=settings.root)
+        self._sweep_s = dra_settings.reconcile_s
         self.dra = dra.DraManager(
-            config.DraSettings(node=self.name, root=settings.root),
+            dra_settings,
             client,
             active_pods=lambda: set(self._workers),
         )
@@ -200,6 +202,30 @@ class SimNode:
                 self._log.warning("pod watch ended: %s; restarting", kube.server_message(err))
                 await asyncio.sleep(1)
 
+    async def _sweep_sandboxes(self) -> None:
+        """The runtime's cleanup of sandboxes no pod worker owns: a pod deleted while the node
+        was down (force-deleted after a power cut) leaves its network view, holding the NICs an
+        NRI plugin moved into it. Each such sandbox is stopped (the plugins' StopPodSandbox) and
+        its view removed, which returns its netdevs to the host. The first pass waits a period,
+        as the DRA sweep does, so that pods still bound here have their workers again."""
+        netns = self._s.root / nri.NETNS_DIR
+        while True:
+            await asyncio.sleep(self._sweep_s)
+            views = await asyncio.to_thread(
+                lambda: {p.name for p in netns.iterdir()} if netns.is_dir() else set()
+            )
+            for uid in sorted(views - set(self._workers)):
+                sandbox = nri.Sandbox(uid=uid, namespace="", name="", ip="", netns=netns / uid)
+                for plugin in self.services.nri_plugins:
+                    try:
+                        await plugin.stop_pod_sandbox(sandbox)
+                    except nri.NriError as err:
+                        self._log.warning(
+                            "NRI plugin %s failed StopPodSandbox: %s", plugin.name, err
+                        )
+                await asyncio.to_thread(nri.remove_netns, self._s.root, uid)
+                self._log.info("removed the sandbox of vanished pod %s", uid)
+
     def worker(self, namespace: str, name: str) -> pods.PodWorker | None:
         """The worker of a pod on this node (for logs and exec)."""
         for w in self._workers.values():
@@ -219,6 +245,8 @@ class SimNode:
                 tg.create_task(self.dra.run(), name=f"dra:{self.name}")
                 tg.create_task(logs.run(), name=f"kubelet-api:{self.name}")
                 tg.create_task(self._pod_watch(), name=f"pods:{self.name}")
+                if self.services.nri_plugins:
+                    tg.create_task(self._sweep_sandboxes(), name=f"sandboxes:{self.name}")
         finally:
             # A stop is a power cut: cancelled workers SIGKILL their containers and make no
             # API call (no status, no unprepare, no delete).

@@ -16,6 +16,7 @@ container of a pod without ``hostNetwork`` sees it at ``/sys/class/net``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 from typing import Protocol
@@ -85,5 +86,16 @@ def make_netns(node_root: Path, pod_uid: str, pod_ip: str) -> Path:
 
 
 def remove_netns(node_root: Path, pod_uid: str) -> None:
-    """Delete the pod's network-namespace view (blocking)."""
-    shutil.rmtree(node_root / NETNS_DIR / pod_uid, ignore_errors=True)
+    """Delete the pod's network-namespace view (blocking).
+
+    As the kernel does when a network namespace is destroyed, the netdevs a plugin moved into it
+    (every entry but the view's own ``lo`` and ``eth0``, whose veth pair dies with it) go back
+    to the host's ``/sys/class/net`` first: a sandbox no plugin stopped (its pod deleted while
+    the node was down) must not keep a NIC from the next pod."""
+    view = node_root / NETNS_DIR / pod_uid
+    host = node_root / SYS_CLASS_NET.lstrip("/")
+    for entry in sorted(view.iterdir()) if view.is_dir() else []:
+        if entry.name not in ("lo", "eth0") and entry.is_dir() and not (host / entry.name).exists():
+            host.mkdir(parents=True, exist_ok=True)
+            os.rename(entry, host / entry.name)
+    shutil.rmtree(view, ignore_errors=True)
