@@ -19,9 +19,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
 from compute_domains.api import names, sharedimex
-from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.plugin import computedomain, shared
 from tests.integration.plugin.conftest import Namespaces
+from tests.integration.plugin.test_registry import _cd
 
 pytestmark = pytest.mark.integration
 
@@ -46,17 +46,6 @@ class _Counting:
         first = bool(self.order) and self.order[0] == "patch"
         alternating = all(a != b for a, b in zip(self.order, self.order[1:], strict=False))
         return kinds and first and alternating and self.order[-1] == "patch"
-
-
-def _cd(name: str) -> ComputeDomain:
-    return ComputeDomain.from_dict(
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": names.COMPUTE_DOMAIN_KIND,
-            "metadata": {"name": name, "namespace": "user", "uid": str(uuid.uuid4())},
-            "spec": {"channel": {"resourceClaimTemplate": {"name": name}}},
-        }
-    )
 
 
 @pytest.fixture

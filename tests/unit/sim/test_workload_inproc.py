@@ -53,6 +53,37 @@ def test_lists_only_the_channel_char_devices_it_was_given_by_number(tmp_path: Pa
     ]
 
 
+async def _run_until(
+    tmp_path: Path,
+    view: virtual.View,
+    port: int,
+    marker: str,
+    server: asyncio.Server,
+    sink: logroute.Sink,
+) -> str:
+    """Run the program against the command service on ``port`` (two configured nodes) until
+    its log says ``marker``; its log's text. The daemon config names its nodes file as the
+    container sees it (/imexd/...)."""
+    (tmp_path / "domain" / "nodes.cfg").write_text("10.0.0.1\n10.0.0.2\n")
+    (tmp_path / "domain" / "imexd.cfg").write_text(
+        f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT={port}\n"
+        "IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n"
+    )
+    log = tmp_path / "log"
+    task = asyncio.create_task(workload_inproc.run(view))
+    try:
+        async with asyncio.timeout(30):
+            while marker not in (log.read_text() if log.exists() else ""):
+                await asyncio.sleep(0.05)  # the log is a file: nothing to wait on but its text
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        server.close()
+        sink.close()
+    return log.read_text()
+
+
 async def test_reports_channels_and_an_up_domain_through_the_containers_config(
     tmp_path: Path,
 ) -> None:
@@ -78,25 +109,7 @@ async def test_reports_channels_and_an_up_domain_through_the_containers_config(
     dev = runtime.DeviceNode(path="/dev/nvidia-caps-imex-channels/channel0", major=510, minor=0)
     sink = logroute.Sink(tmp_path / "log")
     view = _view(tmp_path, (dev,), sink)
-    # The daemon config names its nodes file as the container sees it (/imexd/...).
-    (tmp_path / "domain" / "nodes.cfg").write_text("10.0.0.1\n10.0.0.2\n")
-    (tmp_path / "domain" / "imexd.cfg").write_text(
-        f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT={port}\n"
-        "IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n"
-    )
-    log = tmp_path / "log"
-    task = asyncio.create_task(workload_inproc.run(view))
-    try:
-        async with asyncio.timeout(30):
-            while "OK:" not in (log.read_text() if log.exists() else ""):
-                await asyncio.sleep(0.05)  # the log is a file: nothing to wait on but its text
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        server.close()
-        sink.close()
-    text = log.read_text()
+    text = await _run_until(tmp_path, view, port, "OK:", server, sink)
     assert "host job-7 starting" in text
     assert "IMEX channels: 1: /dev/nvidia-caps-imex-channels/channel0 (char 510:0)" in text
     assert "asking the local daemon via config /imexd/imexd.cfg" in text
@@ -161,23 +174,6 @@ async def test_with_mnnvl_off_it_does_not_wait_for_the_domain_to_come_up(tmp_pat
     view = virtual.View(
         argv=bare.argv, env={"NCCL_MNNVL_ENABLE": "0"}, mounts=bare.mounts, log=sink
     )
-    (tmp_path / "domain" / "nodes.cfg").write_text("10.0.0.1\n10.0.0.2\n")
-    (tmp_path / "domain" / "imexd.cfg").write_text(
-        f"IMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT={port}\n"
-        "IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n"
-    )
-    log = tmp_path / "log"
-    task = asyncio.create_task(workload_inproc.run(view))
-    try:
-        async with asyncio.timeout(30):
-            while "NOT READY:" not in (log.read_text() if log.exists() else ""):
-                await asyncio.sleep(0.05)  # the log is a file: nothing to wait on but its text
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        server.close()
-        sink.close()
-    text = log.read_text()
+    text = await _run_until(tmp_path, view, port, "NOT READY:", server, sink)
     assert "IMEX domain: DEGRADED, 1/2 configured nodes READY" in text
     assert "transport: NCCL_MNNVL_ENABLE=0: no MNNVL; every peer falls back to sockets" in text
