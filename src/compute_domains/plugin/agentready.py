@@ -103,6 +103,17 @@ class Following:
             if current is not None and current.cancelling():
                 raise  # we are cancelled ourselves, not only our follower
 
+    @property
+    def ended(self) -> bool:
+        """Whether the followers stopped on their own (an API failure), never to change again."""
+        return self._task is not None and self._task.done()
+
+    async def wait_ended(self) -> None:
+        """Return once the followers stopped on their own (``ended``); never cancels them."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait({task})
+
     async def registry_now(self) -> Any | None:
         """The registry as last seen, after its first read.
 

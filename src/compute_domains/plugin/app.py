@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -225,7 +226,11 @@ class Plugin:
                 node=s.node_name,
             )
             await joiner.at_start()
-            await self._serve_rpcs(client, device_state, publisher, sweeper, joiner)
+            hold = None
+            if joiner.eager and info.clique_id:
+                clique_id = info.clique_id
+                hold = functools.partial(shared_imex.hold, clique_id)
+            await self._serve_rpcs(client, device_state, publisher, sweeper, joiner, hold)
         finally:
             warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -238,7 +243,10 @@ class Plugin:
         publisher: resourceslice.SlicePublisher,
         sweeper: cleanup.Cleanup,
         joiner: eager.SharedLabel,
+        hold: Callable[[], Awaitable[None]] | None,
     ) -> None:
+        """Serve the kubelet's RPCs with the node's background tasks; ``hold``: keep the
+        clique's shared registry followed (an eager per-clique node)."""
         s, paths = self._s, self._s.paths
         drv = driver.Driver(
             client=client,
@@ -263,6 +271,8 @@ class Plugin:
                     )
                     if joiner.eager:
                         tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger)
+                    if hold is not None:
+                        tasks.spawn(tg, "shared-imex-follow", hold, log=logger)
                     self._optional_tasks(tg, check)
                     self.ready.set()
                     logger.info("plugin serving", extra={"node": s.node_name})

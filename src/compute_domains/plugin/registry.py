@@ -7,7 +7,11 @@ namespace (``api.sharedimex``). The plugin does two things with it:
   (``following``, ``agentready.Following``): opened as soon as the prepare knows the CD's
   scope, so the first read and the watches run while the prepare writes; prepares of the same
   clique at once share one. Inside it, ``allocate`` plans from the followed registry (no read
-  of its own) and ``wait_ready`` waits on the followers (no read or watch of its own).
+  of its own) and ``wait_ready`` waits on the followers (no read or watch of its own). A node
+  that serves its clique's shared IMEX from its start (eager) holds its clique's follower for
+  the plugin's life (``hold``: a read and two narrow watches per node, replaced when its API
+  fails), so even the first prepare pays neither the read nor the watches' start (measured at
+  N = 36 per clique: the allocation step fell from about 1 s under load to 0).
 - **Allocate** CD ``X``'s channel in the clique (``allocate``): read the registry (the
   followed state when a ``following`` is open; every re-read after a conflict is fresh), plan with
   ``sharedimex.allocate`` (``X``'s existing number, else the lowest free one), and write a new
@@ -86,7 +90,9 @@ class Registry:
         (shared with every other prepare that holds the same clique's open)."""
         name = sharedimex.registry_name(clique_id)
         found = self._open.get(name)
-        if found is None:
+        if found is None or found.ended:
+            # A follower that failed answers only its failure: a new one replaces it for
+            # whoever comes next (its holders still see it, and drop it when they leave).
             found = self._ready.following(name)
             found.start()
             self._open[name] = found
@@ -99,6 +105,24 @@ class Registry:
                 if self._open.get(name) is found:
                     del self._open[name]
                 await found.stop()
+
+    async def hold(self, clique_id: str, *, retry_s: float = 1.0) -> None:
+        """Keep clique ``clique_id``'s follower open until cancelled: on a node that serves
+        its clique's shared IMEX from the start (eager), the first prepare then plans and
+        waits from state already followed instead of paying the first read and the watches'
+        start. A follower that ends (its API failed) is replaced after ``retry_s``."""
+        name = sharedimex.registry_name(clique_id)
+        while True:
+            async with self.following(clique_id):
+                await self._open[name].wait_ended()
+            logger.warning(
+                "following registry %s/%s ended; following it again in %gs",
+                self._ns,
+                name,
+                retry_s,
+                extra={"node": self._node},
+            )
+            await asyncio.sleep(retry_s)
 
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """CD ``cd``'s channel in clique ``clique_id``'s registry (allocated now if it has none).

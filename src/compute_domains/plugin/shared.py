@@ -114,6 +114,10 @@ class Shared:
         """See ``registry.Registry.following``."""
         return self._registry.following(clique_id)
 
+    async def hold(self, clique_id: str) -> None:
+        """See ``registry.Registry.hold``."""
+        await self._registry.hold(clique_id)
+
     async def allocate(self, clique_id: str, cd: ComputeDomain) -> int:
         """See ``registry.Registry.allocate``."""
         return await self._registry.allocate(clique_id, cd)

@@ -356,3 +356,94 @@ async def test_a_prepare_following_the_clique_reads_the_registry_once(
     # The timed-out wait asked the CD (``blocked``) why: a list of CDs, not the registry.
     calls.pop("list", None)
     assert calls == {"get": 1, "watch": 2}, calls
+
+
+class _Failing(_Counting):
+    """``_Counting`` whose first ``failures`` watches fail at once (an API failure that ends a
+    follower); ``followed`` is set once a read and two watches after those were opened."""
+
+    def __init__(self, client: AsyncClient, failures: int = 0) -> None:
+        super().__init__(client)
+        self.failures = failures
+        self.watching = 0
+        self.followed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        found = super().__getattr__(name)
+        if name != "watch":
+            return found
+        if self.failures > 0:
+            self.failures -= 1
+
+            async def broken(*_a: Any, **_k: Any) -> AsyncIterator[Any]:
+                raise RuntimeError("watch failed (test)")
+                yield  # an async generator, as lightkube's watch is
+
+            return broken
+        self.watching += 1
+        if self.watching >= 2:
+            self.followed.set()
+        return found
+
+
+async def test_a_held_follower_serves_the_first_prepare_with_no_read_or_watch(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    """An eager per-clique node's plugin holds its clique's follower (``hold``) from its start:
+    the first prepare's allocation and readiness wait then read nothing and open no watch of
+    their own (without it, the prepare's own ``following`` reads the registry once and opens
+    two watches: the test above)."""
+    clique, cd = _clique(), _cd("h")
+    node = f"ghost-{uuid.uuid4().hex[:8]}"
+    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
+    channel = await setup.allocate(clique, cd)
+    entry = CliqueDaemon(
+        node_name=node, ip_address="127.9.0.4", clique_id=clique, status=Readiness.READY
+    )
+    await _set_entry(admin, spaces.driver, clique, entry)
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.4", ready=True)
+    counting = _Failing(admin)
+    reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
+    held = asyncio.create_task(reg.hold(clique))
+    try:
+        await asyncio.wait_for(counting.followed.wait(), 30)
+        before = dict(counting.calls)
+        async with reg.following(clique):
+            assert await reg.allocate(clique, cd) == channel
+            await reg.wait_ready(cd, clique, 30)
+        assert dict(counting.calls) == before, "the prepare read or watched on its own"
+    finally:
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
+
+
+async def test_a_held_follower_that_fails_is_replaced(
+    admin: AsyncClient, spaces: Namespaces
+) -> None:
+    """A held follower whose watch fails (the API's error) is followed again after the retry
+    delay, and prepares are then served from the new one: a failed follower never stays
+    the node's answer for good."""
+    clique, cd = _clique(), _cd("f")
+    node = f"ghost-{uuid.uuid4().hex[:8]}"
+    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
+    await setup.allocate(clique, cd)
+    entry = CliqueDaemon(
+        node_name=node, ip_address="127.9.0.5", clique_id=clique, status=Readiness.READY
+    )
+    await _set_entry(admin, spaces.driver, clique, entry)
+    await _agent_pod(admin, spaces.driver, node, "127.9.0.5", ready=True)
+    counting = _Failing(admin, failures=1)
+    reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
+    held = asyncio.create_task(reg.hold(clique, retry_s=0.05))
+    try:
+        # The first follower fails; its replacement reads the registry again and watches.
+        await asyncio.wait_for(counting.followed.wait(), 30)
+        assert counting.calls["get"] >= 2, counting.calls
+        before = dict(counting.calls)
+        async with reg.following(clique):
+            await reg.wait_ready(cd, clique, 30)
+        assert dict(counting.calls) == before
+        assert not held.done()
+    finally:
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
