@@ -32,6 +32,8 @@ SERIES: tuple[tuple[str, str, str], ...] = (
 
 PHASES: tuple[tuple[str, str], ...] = (
     ("workloads_created", "workload pods created"),
+    ("claims_created", "channel claims created"),
+    ("claims_allocated", "channel claims allocated"),
     ("workloads_scheduled", "workload pods scheduled"),
     ("daemons_created", "daemon pods created"),
     ("daemons_scheduled", "daemon pods scheduled"),

@@ -131,6 +131,10 @@ class Observer:
         """Per series, each pod's (each entry's node's) first time in that state: the curve."""
         self._workload_nodes: dict[str, str] = {}
         """Workload pod → its node: the domain's nodes, whose registry entries count."""
+        self._claims: dict[str, bool] = {}
+        """The workload's ResourceClaims (one per pod, from the CD's template) → allocated:
+        the claims' share of the scheduling, split into the resourceclaim controller's
+        creation and the scheduler's allocation (issue 28 point 4)."""
 
     def _now(self) -> float:
         return self._clock() - self._t0
@@ -167,6 +171,10 @@ class Observer:
                     self.marks.setdefault(f"{prefix}s_{stage}", now)
             if counts["ready"] >= want:
                 self.marks.setdefault(f"{prefix}s", now)
+        if self._claims and len(self._claims) >= n:
+            self.marks.setdefault("claims_created", now)
+            if sum(self._claims.values()) >= n:
+                self.marks.setdefault("claims_allocated", now)
         entries = [d for ds in self._cliques.values() for d in ds]
         if self._per_clique:
             entries = [d for ds in self._shared.values() for d in ds]
@@ -234,6 +242,13 @@ class Observer:
             if entry.get("status") == "Ready" and node and node not in first:
                 first[node] = self._now()
 
+    def _claim_store(self, op: str, obj: Any) -> None:
+        name = obj.metadata.name
+        if op == "DELETED":
+            self._claims.pop(name, None)
+            return
+        self._claims[name] = obj.status is not None and obj.status.allocation is not None
+
     def _cd_store(self, op: str, obj: Any) -> None:
         data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
         self._cd = {} if op == "DELETED" else dict(data.get("status") or {})
@@ -264,6 +279,7 @@ class Observer:
                     self._clique_store,
                     namespace=self._driver_ns,
                 ),
+                self._follow(ResourceClaim, self._claim_store, namespace=self._ns),
                 self._follow(
                     computedomain.ComputeDomainResource,
                     self._cd_store,

@@ -75,6 +75,8 @@ def formation_table(doc: dict[str, Any], source: str) -> str:
         "",
     ]
     stages = [
+        "claims_created",
+        "claims_allocated",
         "workloads_scheduled",
         "daemons_created",
         "daemons_scheduled",

@@ -133,3 +133,46 @@ def test_per_domain_ignores_the_registries() -> None:
     obs._clique_store("ADDED", _clique(sharedimex.registry_name("c.1"), ["n0"]))
     obs._pod_store(obs._workloads, "workloads_running", "running")("ADDED", _pod("w0", "n0"))
     assert obs.curves()["entries_ready"] == []
+
+
+def _claim(name: str, *, allocated: bool) -> Any:
+    from lightkube.models.resource_v1 import (
+        AllocationResult,
+        DeviceAllocationResult,
+        ResourceClaimSpec,
+        ResourceClaimStatus,
+    )
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    allocation = AllocationResult(devices=DeviceAllocationResult(results=[]))
+    return ResourceClaim(
+        metadata=ObjectMeta(name=name),
+        spec=ResourceClaimSpec(),
+        status=ResourceClaimStatus(allocation=allocation) if allocated else ResourceClaimStatus(),
+    )
+
+
+def test_claims_marks_split_the_scheduling_into_creation_and_allocation() -> None:
+    """Issue 28 point 4: the claims' share of the scheduling is told apart: when every pod's
+    claim exists (the resourceclaim controller's work) and when every one is allocated (the
+    scheduler's DRA allocation); a claim deleted meanwhile no longer counts."""
+    clock = _Clock()
+    obs = _observer(clock, pods=2)
+    clock.now = 101.0
+    obs._claim_store("ADDED", _claim("a", allocated=False))
+    obs._evaluate()
+    assert "claims_created" not in obs.marks
+    clock.now = 101.5
+    obs._claim_store("ADDED", _claim("b", allocated=False))
+    obs._evaluate()
+    assert obs.marks["claims_created"] == 1.5
+    assert "claims_allocated" not in obs.marks
+    clock.now = 102.0
+    obs._claim_store("MODIFIED", _claim("a", allocated=True))
+    obs._claim_store("DELETED", _claim("b", allocated=False))
+    obs._evaluate()
+    assert "claims_allocated" not in obs.marks, "one of two claims is gone, not allocated"
+    clock.now = 103.0
+    obs._claim_store("ADDED", _claim("b", allocated=True))
+    obs._evaluate()
+    assert obs.marks["claims_allocated"] == 3.0

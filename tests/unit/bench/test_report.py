@@ -29,7 +29,7 @@ FORMATION = {
             "writes_formation": _span(400),
             "writes_formation_no_leases": _span(270),
             "cpu_s": {"driver controller": 1.5, "kubelet plugins": 4.0, "kube-apiserver": 9.0},
-            "runs": [{"milestones": {"daemons_created": 2.5, "cd": 8.5}}],
+            "runs": [{"milestones": {"claims_created": 0.4, "daemons_created": 2.5, "cd": 8.5}}],
         }
     ],
 }
@@ -39,7 +39,7 @@ def test_formation_table_has_the_numbers_and_the_breakdown() -> None:
     text = report.render("formation", FORMATION, "bench/results/formation-x.json")
     assert "| 18 | 3 | 8.0 s (7.0..9.0) | 9.0 s (8.0..10.0) | 8.5 s (7.5..9.5) |" in text
     assert "| 270 | 15.0 | 1.5 s | 4.0 s |" in text
-    assert "| 18 | - | 2.5 | - |" in text
+    assert "| 18 | 0.4 | - | - | 2.5 | - |" in text
     assert "bench/results/formation-x.json" in text
     assert "| kube-apiserver | 9.0 |" in text
     assert "start-up steps" not in text  # no run reported any
