@@ -21,8 +21,8 @@ node's IMEX is Ready (the CD's daemon, or the clique's shared IMEX: followed fro
 step 1 knows the CD is per clique, so its reads overlap step 1's writes); (3) in a transaction: if
 the claim was not unprepared meanwhile, write its files (``claimfiles``: CDI spec, per-CD or
 shared folder) and record ``PrepareCompleted``; the claims that reach step 3 while the node is
-busy complete together, in the first of their transactions (one thread writes their files, one
-save records them). Daemon claims need no wait.
+busy complete together, in the first of their transactions (``completions``: one thread writes
+their files, one save records them). Daemon claims need no wait.
 
 Invariants:
 - Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
@@ -45,11 +45,12 @@ Invariants:
   only a safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
-Size: about 400 lines for one state machine (with the warm-spare hold, issue 16, and the
-per-clique scope, issue 26); prepare, unprepare and the locked transaction they share are its
-transitions and would not read apart (its pure parts are ``holder``, ``scope``, ``edits``,
-``configs``; its file writes ``claimfiles`` and ``checkpointfile``; its API calls
-``computedomain`` and ``shared``).
+Size: about 470 lines for one state machine (with the warm-spare hold, issue 16, the
+per-clique scope, issue 26, and the transactions' hand-over, issue 28); prepare, unprepare and
+the locked transaction they share are its transitions and would not read apart (its pure parts
+are ``holder``, ``scope``, ``edits``, ``configs``; its file writes ``claimfiles`` and
+``checkpointfile``; step 3 done together ``completions``; its API calls ``computedomain`` and
+``shared``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -70,6 +72,7 @@ from compute_domains.plugin import (
     checkpoint,
     checkpointfile,
     claimfiles,
+    completions,
     computedomain,
     configs,
     devices,
@@ -100,28 +103,6 @@ class _Begun:
     plan: configs.Plan
     cd: ComputeDomain
     channel: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class _Completion:
-    """A prepare at step 3, queued to be completed with the others of its node."""
-
-    claim: configs.Claim
-    begun: _Begun
-    done: asyncio.Future[tuple[checkpoint.PreparedDevice, ...]]
-
-
-def _settle(
-    done: asyncio.Future[tuple[checkpoint.PreparedDevice, ...]],
-    outcome: tuple[checkpoint.PreparedDevice, ...] | BaseException,
-) -> None:
-    """Give a completion its outcome, unless it has one (or its prepare went)."""
-    if done.done():
-        return
-    if isinstance(outcome, BaseException):
-        done.set_exception(outcome)
-    else:
-        done.set_result(outcome)
 
 
 @dataclasses.dataclass(slots=True)
@@ -175,7 +156,7 @@ class DeviceState:
         """Transactions waiting for ``_mutex`` (the one ending hands them its file lock)."""
         self._held: filelock.FileLock | None = None
         """The file lock while a transaction runs, or handed from one to the next queued."""
-        self._completing: list[_Completion] = []
+        self._completing = completions.Queue()
         """Prepares at step 3 not yet taken into a transaction (``_complete``)."""
         self._holder: str | None = None
         self._cp = checkpoint.Checkpoint()
@@ -348,95 +329,28 @@ class DeviceState:
     async def _complete(
         self, claim: configs.Claim, begun: _Begun
     ) -> tuple[checkpoint.PreparedDevice, ...]:
-        """Step 3. The completions queued while a transaction runs are done together by the
-        first of them to get the node: one thread writes their files, one save records them
-        (a node's prepares that waited together complete together, not one save apart)."""
-        mine = _Completion(claim, begun, asyncio.get_running_loop().create_future())
-        self._completing.append(mine)
+        """Step 3, together with the node's other prepares queued for it (``completions``)."""
+        write = functools.partial(
+            claimfiles.write,
+            claim.uid,
+            begun.plan,
+            begun.cd,
+            paths=self._paths,
+            facts=self._facts,
+            writer=self.writer,
+            channel=begun.channel,
+        )
+        mine = completions.Completion(claim.uid, claim.ref, write)
+        self._completing.add(mine)
         try:
             async with self.transaction() as txn:
-                batch, self._completing = self._completing, []
-                await self._complete_batch(txn, batch)
+                await completions.complete(
+                    txn.current, self._completing.take(), txn.save, self._now()
+                )
         except BaseException:
-            # This attempt failed (the driver retries it): ours leaves the queue, or the outcome
-            # another transaction may still give it goes unheard.
-            if mine in self._completing:
-                self._completing.remove(mine)
-            if mine.done.done():
-                _ = mine.done.cancelled() or mine.done.exception()  # heard
-            else:
-                mine.done.cancel()
+            self._completing.drop(mine)  # this attempt failed: the driver retries it
             raise
         return await mine.done
-
-    async def _complete_batch(self, txn: Transaction, batch: list[_Completion]) -> None:
-        """Complete ``batch``; every completion's outcome goes to its future, a failure of the
-        whole (the save) to all of them."""
-        try:
-            await self._complete_all(txn, batch)
-        except BaseException as err:
-            # The others' prepares go on (their attempts retry): a cancellation of the one
-            # that took the batch is not theirs.
-            told: BaseException = err
-            if not isinstance(err, Exception):
-                why = type(err).__name__
-                told = errors.TemporaryError(f"completing this claim was interrupted ({why})")
-            for c in batch:
-                _settle(c.done, told)
-            raise
-
-    async def _complete_all(self, txn: Transaction, batch: list[_Completion]) -> None:
-        """Write the files of every live claim in ``batch`` (one thread) and record them all
-        completed (one save); a claim's own failure is its own."""
-        todo: list[tuple[_Completion, checkpoint.ClaimEntry]] = []
-        for c in batch:
-            current = txn.current.get(c.claim.uid)
-            if current is None or not current.state.live:
-                _settle(
-                    c.done,
-                    errors.PermanentError(
-                        f"claim {c.claim.ref} was unprepared while its prepare waited; "
-                        "not preparing"
-                    ),
-                )
-            elif current.state is State.PREPARE_COMPLETED:
-                _settle(c.done, current.devices)
-            else:
-                todo.append((c, current))
-        if not todo:
-            return
-
-        def write_all() -> list[tuple[checkpoint.PreparedDevice, ...] | Exception]:
-            out: list[tuple[checkpoint.PreparedDevice, ...] | Exception] = []
-            for c, _entry in todo:
-                b = c.begun
-                try:
-                    out.append(
-                        claimfiles.write(
-                            c.claim.uid,
-                            b.plan,
-                            b.cd,
-                            paths=self._paths,
-                            facts=self._facts,
-                            writer=self.writer,
-                            channel=b.channel,
-                        )
-                    )
-                except Exception as err:  # that claim's own failure, told to its prepare
-                    out.append(err)
-            return out
-
-        written = await asyncio.to_thread(write_all)
-        new, now = txn.current, self._now()
-        for (_c, entry), result in zip(todo, written, strict=True):
-            if not isinstance(result, Exception):
-                done = dataclasses.replace(
-                    entry, state=State.PREPARE_COMPLETED, devices=result, updated_at=now
-                )
-                new = new.with_claim(done)
-        await txn.save(new)
-        for (c, _entry), result in zip(todo, written, strict=True):
-            _settle(c.done, result)
 
     async def _begin(
         self,
