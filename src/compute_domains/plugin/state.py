@@ -1,10 +1,14 @@
 """DeviceState: the idempotent prepare/unprepare state machine over the node's checkpoint.
 
 The checkpoint (``checkpoint.json`` in our plugin folder) is the only record of what this node
-prepared, and it is re-read inside every transaction, because a second plugin process (a
-rolling update) may have written it. A transaction holds an in-process ``asyncio.Lock`` and the
-node-local lock file ``pu.lock`` (``fcntl.flock``; a holder that dies releases it). Transactions
-are short: no transaction waits for a daemon, so RPCs are never serialised behind one another.
+prepared, and it is re-read whenever a transaction takes the file lock, because a second plugin
+process (a rolling update) may have written it. A transaction holds an in-process
+``asyncio.Lock`` and the node-local lock file ``pu.lock`` (``fcntl.flock``; a holder that dies
+releases it). Transactions are short: no transaction waits for a daemon, so RPCs are never
+serialised behind one another. A transaction that ends while others of this process wait for it
+hands the next one the file lock and its view of the checkpoint (nobody else can have written
+the file in between): a node's concurrent prepares (four workload pods on one node, NVIDIA's
+issue #816) queue here, and each queued one then takes no lock and reads no file.
 
 Claim states: absent → ``PrepareStarted`` → ``PrepareCompleted`` → ``UnprepareCompleted``
 (a tombstone); a permanent failure records ``PrepareAborted``. Prepare of a channel claim runs in
@@ -16,7 +20,9 @@ channel annotation and shared-IMEX label (``shared``); (2) without any lock: wai
 node's IMEX is Ready (the CD's daemon, or the clique's shared IMEX: followed from the moment
 step 1 knows the CD is per clique, so its reads overlap step 1's writes); (3) in a transaction: if
 the claim was not unprepared meanwhile, write its files (``claimfiles``: CDI spec, per-CD or
-shared folder) and record ``PrepareCompleted``. Daemon claims need no wait.
+shared folder) and record ``PrepareCompleted``; the claims that reach step 3 while the node is
+busy complete together, in the first of their transactions (``completions``: one thread writes
+their files, one save records them). Daemon claims need no wait.
 
 Invariants:
 - Prepare of a ``PrepareCompleted`` claim returns the stored devices without new checks.
@@ -39,11 +45,12 @@ Invariants:
   only a safety net).
 - Unprepare of an unknown or already unprepared claim succeeds and changes nothing.
 
-Size: about 400 lines for one state machine (with the warm-spare hold, issue 16, and the
-per-clique scope, issue 26); prepare, unprepare and the locked transaction they share are its
-transitions and would not read apart (its pure parts are ``holder``, ``scope``, ``edits``,
-``configs``; its file writes ``claimfiles`` and ``checkpointfile``; its API calls
-``computedomain`` and ``shared``).
+Size: about 470 lines for one state machine (with the warm-spare hold, issue 16, the
+per-clique scope, issue 26, and the transactions' hand-over, issue 28); prepare, unprepare and
+the locked transaction they share are its transitions and would not read apart (its pure parts
+are ``holder``, ``scope``, ``edits``, ``configs``; its file writes ``claimfiles`` and
+``checkpointfile``; step 3 done together ``completions``; its API calls ``computedomain`` and
+``shared``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -64,6 +72,7 @@ from compute_domains.plugin import (
     checkpoint,
     checkpointfile,
     claimfiles,
+    completions,
     computedomain,
     configs,
     devices,
@@ -143,6 +152,12 @@ class DeviceState:
         self._lock_path = plugin_dir / LOCK_FILE
         self.writer = cdi.CdiWriter(paths.local(paths.cdi_root))
         self._mutex = asyncio.Lock()
+        self._queued = 0
+        """Transactions waiting for ``_mutex`` (the one ending hands them its file lock)."""
+        self._held: filelock.FileLock | None = None
+        """The file lock while a transaction runs, or handed from one to the next queued."""
+        self._completing = completions.Queue()
+        """Prepares at step 3 not yet taken into a transaction (``_complete``)."""
         self._holder: str | None = None
         self._cp = checkpoint.Checkpoint()
         self._labels = holder.NodeLabels()
@@ -153,6 +168,11 @@ class DeviceState:
         the per-domain CD holding the node, ``SHARED_HOLDER`` in the per-clique scope, the CD it
         is a warm spare of, or "" when free."""
         return self._holder or ""
+
+    @property
+    def queued(self) -> int:
+        """Transactions of this process waiting for the running one."""
+        return self._queued
 
     @property
     def labels(self) -> NodeLabels:
@@ -187,16 +207,37 @@ class DeviceState:
         Raises:
             filelock.LockTimeoutError: another plugin process held the lock too long (retryable).
         """
-        async with self._mutex:
-            lock = self._file_lock()
-            await lock.acquire_async()
-            try:
+        self._queued += 1
+        try:
+            await self._mutex.acquire()
+        except BaseException:
+            self._queued -= 1
+            if not self._queued and not self._mutex.locked():
+                self._let_go()  # handed to this waiter alone, which is gone
+            raise
+        self._queued -= 1
+        hand_over = False
+        try:
+            if self._held is None:
+                lock = self._file_lock()
+                await lock.acquire_async()
+                self._held = lock
                 found = await asyncio.to_thread(checkpointfile.load, self.checkpoint_path)
-                cp = found if found is not None else checkpoint.Checkpoint()
-                self.observe(cp)
-                yield Transaction(current=cp, _state=self)
-            finally:
-                lock.release()
+                self.observe(found if found is not None else checkpoint.Checkpoint())
+            # Handed over: the file lock was never let go since the last read or save, so the
+            # checkpoint is as the last transaction left it (``observe`` keeps it).
+            yield Transaction(current=self._cp, _state=self)
+            # A failed transaction lets go: the file may not be what its view says.
+            hand_over = self._queued > 0
+        finally:
+            if not hand_over:
+                self._let_go()
+            self._mutex.release()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
 
     def _file_lock(self) -> filelock.FileLock:
         return filelock.FileLock(
@@ -211,18 +252,20 @@ class DeviceState:
         Raises:
             checkpointfile.CheckpointCorruptError: the file cannot be trusted (left in place).
         """
-        async with self._mutex, self._file_lock():
-            await asyncio.to_thread(
-                takeover.take_over,
-                self.checkpoint_path,
-                cdi_root=self.writer.root,
-                node=self._node,
-                offered=self._offered,
-                now=self._now(),
-            )
-            boot = await asyncio.to_thread(
-                checkpointfile.open_for_boot, self.checkpoint_path, boot_id
-            )
+        async with self._mutex:
+            self._let_go()  # handed to a transaction queued behind this call: it reads again
+            async with self._file_lock():
+                await asyncio.to_thread(
+                    takeover.take_over,
+                    self.checkpoint_path,
+                    cdi_root=self.writer.root,
+                    node=self._node,
+                    offered=self._offered,
+                    now=self._now(),
+                )
+                boot = await asyncio.to_thread(
+                    checkpointfile.open_for_boot, self.checkpoint_path, boot_id
+                )
         self.observe(boot.checkpoint)
         return boot
 
@@ -281,29 +324,33 @@ class DeviceState:
             await self._shared.wait_ready(cd, self._facts.clique_id, wait)
         elif plan.has_channels:
             await self._domains.wait_ready(cd, self._facts.clique_id, wait)
-        async with self.transaction() as txn:
-            current = txn.current.get(claim.uid)
-            if current is None or not current.state.live:
-                raise errors.PermanentError(
-                    f"claim {claim.ref} was unprepared while its prepare waited; not preparing"
+        return await self._complete(claim, begun)
+
+    async def _complete(
+        self, claim: configs.Claim, begun: _Begun
+    ) -> tuple[checkpoint.PreparedDevice, ...]:
+        """Step 3, together with the node's other prepares queued for it (``completions``)."""
+        write = functools.partial(
+            claimfiles.write,
+            claim.uid,
+            begun.plan,
+            begun.cd,
+            paths=self._paths,
+            facts=self._facts,
+            writer=self.writer,
+            channel=begun.channel,
+        )
+        mine = completions.Completion(claim.uid, claim.ref, write)
+        self._completing.add(mine)
+        try:
+            async with self.transaction() as txn:
+                await completions.complete(
+                    txn.current, self._completing.take(), txn.save, self._now()
                 )
-            if current.state is State.PREPARE_COMPLETED:
-                return current.devices
-            prepared = await asyncio.to_thread(
-                claimfiles.write,
-                claim.uid,
-                plan,
-                cd,
-                paths=self._paths,
-                facts=self._facts,
-                writer=self.writer,
-                channel=begun.channel,
-            )
-            done = dataclasses.replace(
-                current, state=State.PREPARE_COMPLETED, devices=prepared, updated_at=self._now()
-            )
-            await txn.save(txn.current.with_claim(done))
-        return prepared
+        except BaseException:
+            self._completing.drop(mine)  # this attempt failed: the driver retries it
+            raise
+        return await mine.done
 
     async def _begin(
         self,
