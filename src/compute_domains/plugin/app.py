@@ -216,7 +216,6 @@ class Plugin:
                 settings=s.cleanup,
                 node=s.node_name,
             )
-            await sweeper.run_once()
             joiner = eager.SharedLabel(
                 device_state=device_state,
                 shared_imex=shared_imex,
@@ -224,8 +223,24 @@ class Plugin:
                 clique_id=info.clique_id,
                 node=s.node_name,
             )
-            await joiner.at_start()
-            await self._serve_rpcs(client, device_state, publisher, sweeper, joiner)
+            async with asyncio.TaskGroup() as tg:
+                # Eager: labelled as soon as the node's holder is known (checkpoint and Node
+                # read), not after the first cleanup and the gRPC start: the agent's shared IMEX,
+                # and so its pod's readiness and an install's wait, no longer waits for the
+                # plugin's whole start (issue 28). A stale per-domain claim holds the node until
+                # the cleanup releases it; the join waits for that (poked by the change).
+                joining = (
+                    tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger)
+                    if joiner.eager
+                    else None
+                )
+                await sweeper.run_once()
+                await joiner.at_start()
+                try:
+                    await self._serve_rpcs(client, device_state, publisher, sweeper)
+                finally:
+                    if joining is not None:
+                        joining.cancel()
         finally:
             warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -237,7 +252,6 @@ class Plugin:
         device_state: state.DeviceState,
         publisher: resourceslice.SlicePublisher,
         sweeper: cleanup.Cleanup,
-        joiner: eager.SharedLabel,
     ) -> None:
         s, paths = self._s, self._s.paths
         drv = driver.Driver(
@@ -261,8 +275,6 @@ class Plugin:
                     tasks.spawn(
                         tg, "cleanup", _after(s.cleanup.interval_s, sweeper.run), log=logger
                     )
-                    if joiner.eager:
-                        tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger)
                     self._optional_tasks(tg, check)
                     self.ready.set()
                     logger.info("plugin serving", extra={"node": s.node_name})
