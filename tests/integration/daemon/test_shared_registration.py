@@ -25,9 +25,13 @@ pytestmark = pytest.mark.integration
 
 CLIQUE_ID = "5b1c0d6e-0000-4000-8000-000000000028.3"
 AGENTS = 18
-WRITES_EACH = 3
-"""Writes per agent the race may cost at most, on average: its entry, one more for a lost tie
-now and then, and the 17 refused creates of the registry only one agent can make."""
+WRITES_EACH = 4
+"""Registry writes the race may cost per agent, on average: one create each (one succeeds),
+one append each, and now and then a second claim for a lost tie or a patch whose entry moved
+(measured 48-57 writes for 18 agents; the old replace: 129)."""
+CONFLICTS_EACH = 3
+"""Refused writes per agent, on average: the 17 creates only one agent can make, and the moved
+entries (measured 22-29 for 18 agents; the old replace: 111, about 18·17/2)."""
 
 
 class _Counting:
@@ -93,4 +97,4 @@ async def test_a_clique_of_agents_registering_at_once_gets_unique_indices_in_few
     writes = sum(counts.values())  # no stop writes: every entry stayed NotReady
     conflicts = sum(sum(m.clique_conflicts.values()) for m in meters.values())
     assert writes <= WRITES_EACH * AGENTS, (dict(counts), conflicts)
-    assert conflicts <= AGENTS, (dict(counts), conflicts)
+    assert conflicts <= CONFLICTS_EACH * AGENTS, (dict(counts), conflicts)
