@@ -26,9 +26,9 @@ dropped):
   resourceVersion (``registrypatch``), so two agents may claim the same index at once; the API
   server serialises the appends, and the entry further down the list is void: no reader maps
   it, its agent never starts IMEX on it and re-plans (:func:`plan` then moves it to a free
-  index, spread by a hash of the node name so that the other losers of the same race rarely
-  pick the same one again). A valid entry stays valid: entries are only ever appended, and an
-  index is never changed in place.
+  index: the free ones go, lowest first, to the void entries in list order, so the losers of
+  one race claim distinct ones and the indices stay compact). A valid entry stays valid:
+  entries are only ever appended, and an index is never changed in place.
 
 None from a plan means nothing to write.
 """
@@ -116,13 +116,13 @@ def _claim(
     base: ComputeDomainClique, node: str, ip: str, max_nodes: int, index: int | None
 ) -> ComputeDomainClique:
     """``base`` with our entry registered: a valid entry keeps its index (a new IP is taken
-    over); a new or void one takes the index our running IMEX uses, else the one we last held
-    (``lastIndices``), when free, else a free one picked by a hash of our node name: the agents
-    of a clique that join at the same moment then rarely claim the same index (the lowest free
-    one, which every one of them would claim, makes all but one void)."""
+    over). A new or void one takes the index our running IMEX uses, else the one we last held
+    (``lastIndices``), when free; else the free indices go, lowest first, to the void entries in
+    list order and then to us: the losers of one race, each planning from the same list, claim
+    distinct indices (not all the lowest free one again), and the indices stay 0, 1, 2, …"""
     position = _position(base, node)
-    if not base.daemons or (position is not None and valid_position(base, position)):
-        return base.with_registered(node, ip, max_nodes)  # the first entry: no one to race
+    if position is not None and valid_position(base, position):
+        return base.with_registered(node, ip, max_nodes)
     others = tuple(d for d in base.daemons if d.node_name != node)
     taken = {d.index for d in others}
     free = [i for i in range(max_nodes) if i not in taken]
@@ -133,7 +133,11 @@ def _claim(
     before = base.remembered_indices().get(node)
     pick = next((i for i in (index, before) if i in free), None)
     if pick is None:
-        pick = free[zlib.crc32(node.encode()) % len(free)]
+        void = [
+            k for k in range(len(base.daemons)) if k != position and not valid_position(base, k)
+        ]
+        rank = sum(1 for k in void if position is None or k < position)
+        pick = free[rank] if rank < len(free) else free[zlib.crc32(node.encode()) % len(free)]
     entry = CliqueDaemon(node_name=node, ip_address=ip, clique_id=base.clique_id, index=pick)
     # Appended at the end, as the server will: the list's order is the claims' order.
     claimed = dataclasses.replace(base, daemons=(*others, entry))

@@ -16,9 +16,6 @@ from compute_domains.api.computedomain import Readiness
 CLIQUE = "uuid.1"
 NS = "driver"
 READY, NOT_READY = Readiness.READY, Readiness.NOT_READY
-N1 = 14
-"""The index n1 takes when it joins n0 (index 0) in a clique of 18: the 17 free ones, in order,
-at the CRC-32 of "n1" modulo 17 (13)."""
 
 
 def _plan(
@@ -70,10 +67,7 @@ def test_a_missing_registry_is_made_with_our_entry_and_no_cd_label_or_owner() ->
 def test_nodes_get_distinct_indices_and_nothing_is_written_twice() -> None:
     one = _stored(_plan(None, "n0", "10.0.0.1"))
     two = _stored(_plan(one, "n1", "10.0.0.2"))
-    # The first entry takes the lowest index; a node joining a listed clique the one a hash of
-    # its name picks among the free ones (issue 28: not the lowest, which every agent joining
-    # at the same moment would claim).
-    assert {d.node_name: d.index for d in two.daemons} == {"n0": 0, "n1": N1}
+    assert {d.node_name: d.index for d in two.daemons} == {"n0": 0, "n1": 1}
     assert _plan(two, "n0", "10.0.0.1") is None
     assert _plan(two, "n1", "10.0.0.2") is None
 
@@ -92,7 +86,7 @@ def test_a_new_pod_on_our_node_keeps_the_index_and_reports_its_own_status() -> N
     assert new is not None
     entry = new.daemon("n1")
     assert entry is not None
-    assert (entry.index, entry.ip_address, entry.status) == (N1, "10.0.0.9", NOT_READY)
+    assert (entry.index, entry.ip_address, entry.status) == (1, "10.0.0.9", NOT_READY)
 
 
 def test_other_writers_annotations_and_labels_are_kept_and_missing_labels_added() -> None:
@@ -144,7 +138,7 @@ def test_stopping_marks_our_entry_not_ready_and_keeps_it() -> None:
     stopped = registry.plan_stopped(ready, node="n1", ip="10.0.0.2")
     assert stopped is not None
     entry = stopped.daemon("n1")
-    assert entry is not None and (entry.index, entry.status) == (N1, NOT_READY)
+    assert entry is not None and (entry.index, entry.status) == (1, NOT_READY)
     assert len(stopped.daemons) == 2
     assert registry.plan_stopped(_stored(stopped), node="n1", ip="10.0.0.2") is None
 
@@ -207,7 +201,7 @@ def test_the_peers_our_imex_lost_are_our_lost_peers_note_by_node_name() -> None:
     since = "2026-12-02T05:00:03Z"
     wanted = _reporting(both, "n1", "10.0.0.2", lost={0: since, 9: since})
     assert wanted is not None
-    key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}{N1}"
+    key = f"{names.LOST_PEERS_ANNOTATION_PREFIX}1"
     note = json.loads((wanted.metadata.annotations or {})[key])
     assert note == {"node": "n1", "ip": "10.0.0.2", "lost": {"n0": since}}  # index 9: no entry
     assert wanted.daemons == both.daemons  # nothing else changes
@@ -221,19 +215,19 @@ def test_why_our_imex_cannot_start_is_our_blocked_note_until_it_can() -> None:
     wanted = _reporting(both, "n1", "10.0.0.2", blocked=IN_USE)
     assert wanted is not None
     annotations = wanted.metadata.annotations or {}
-    assert json.loads(annotations[sharedimex.blocked_key(N1)]) == {
+    assert json.loads(annotations[sharedimex.blocked_key(1)]) == {
         "node": "n1",
         "ip": "10.0.0.2",
         "reason": "ImexSessionInUse",
         "message": "nvidia-imex cannot start: held",
     }
-    assert sharedimex.blocked_of(annotations, index=N1, node="n1", ip="10.0.0.2") == IN_USE
+    assert sharedimex.blocked_of(annotations, index=1, node="n1", ip="10.0.0.2") == IN_USE
     assert _reporting(_stored(wanted), "n1", "10.0.0.2", blocked=IN_USE) is None
     # Stopping keeps the note (it is still true); IMEX passing its check removes it.
     assert registry.plan_stopped(_stored(wanted), node="n1", ip="10.0.0.2") is None
     cleared = _reporting(_stored(wanted), "n1", "10.0.0.2")
     assert cleared is not None
-    assert sharedimex.blocked_key(N1) not in (cleared.metadata.annotations or {})
+    assert sharedimex.blocked_key(1) not in (cleared.metadata.annotations or {})
 
 
 def test_a_new_agent_pod_drops_its_predecessors_notes_and_writes_its_own() -> None:
@@ -241,13 +235,13 @@ def test_a_new_agent_pod_drops_its_predecessors_notes_and_writes_its_own() -> No
     old = _stored(_reporting(both, "n1", "10.0.0.2", blocked=IN_USE, lost={0: "t"}))
     # Read by the controller with the entry's new IP, the old pod's notes count for nothing.
     assert (
-        sharedimex.blocked_of(old.metadata.annotations, index=N1, node="n1", ip="10.0.0.9") is None
+        sharedimex.blocked_of(old.metadata.annotations, index=1, node="n1", ip="10.0.0.9") is None
     )
     new = _reporting(old, "n1", "10.0.0.9")
     assert new is not None
     annotations = new.metadata.annotations or {}
-    assert sharedimex.blocked_key(N1) not in annotations
-    assert f"{names.LOST_PEERS_ANNOTATION_PREFIX}{N1}" not in annotations
+    assert sharedimex.blocked_key(1) not in annotations
+    assert f"{names.LOST_PEERS_ANNOTATION_PREFIX}1" not in annotations
 
 
 def _appended(clique: ComputeDomainClique, node: str, ip: str, index: int) -> ComputeDomainClique:
@@ -259,7 +253,7 @@ def _appended(clique: ComputeDomainClique, node: str, ip: str, index: int) -> Co
 def test_two_claims_of_one_index_the_earlier_wins_and_the_later_is_planned_anew() -> None:
     one = _stored(_plan(None, "n0", "10.0.0.1"))
     # n1 and n2 claimed the same index at once; the server appended n1's first.
-    raced = _appended(_appended(one, "n1", "10.0.0.2", N1), "n2", "10.0.0.3", N1)
+    raced = _appended(_appended(one, "n1", "10.0.0.2", 1), "n2", "10.0.0.3", 1)
     assert registry.is_registered(raced, "n1", "10.0.0.2")
     assert not registry.is_registered(raced, "n2", "10.0.0.3")  # void: no IMEX on it
     assert [d.node_name for d in registry.without_void(raced, 18).daemons] == ["n0", "n1"]
@@ -267,7 +261,21 @@ def test_two_claims_of_one_index_the_earlier_wins_and_the_later_is_planned_anew(
     again = _stored(_plan(raced, "n2", "10.0.0.3"))
     assert [d.node_name for d in again.daemons] == ["n0", "n1", "n2"]  # moved to the end
     assert registry.is_registered(again, "n2", "10.0.0.3")
-    assert len({d.index for d in again.daemons}) == 3
+    assert {d.node_name: d.index for d in again.daemons} == {"n0": 0, "n1": 1, "n2": 2}
+
+
+def test_the_losers_of_one_race_claim_distinct_indices_lowest_first() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1"))
+    raced = one
+    for k in (1, 2, 3):  # three more agents claimed index 1 at once; n1's landed first
+        raced = _appended(raced, f"n{k}", f"10.0.0.{k + 1}", 1)
+    # n2 and n3 plan from the same list: the free indices 2, 3 go to the void entries in order.
+    picks = {}
+    for node in ("n2", "n3"):
+        wanted = _plan(raced, node, f"10.0.0.{int(node[1]) + 1}")
+        assert wanted is not None
+        picks[node] = wanted.daemon(node).index  # type: ignore[union-attr]
+    assert picks == {"n2": 2, "n3": 3}
 
 
 def test_a_void_claim_in_a_full_clique_is_refused_with_the_reason() -> None:
