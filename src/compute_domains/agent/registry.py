@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -137,7 +136,9 @@ def _claim(
             k for k in range(len(base.daemons)) if k != position and not valid_position(base, k)
         ]
         rank = sum(1 for k in void if position is None or k < position)
-        pick = free[rank] if rank < len(free) else free[zlib.crc32(node.encode()) % len(free)]
+        # More losers than free indices (a nearly full clique): some lose again, and then
+        # find the clique full.
+        pick = free[rank % len(free)]
     entry = CliqueDaemon(node_name=node, ip_address=ip, clique_id=base.clique_id, index=pick)
     # Appended at the end, as the server will: the list's order is the claims' order.
     claimed = dataclasses.replace(base, daemons=(*others, entry))
