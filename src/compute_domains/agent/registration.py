@@ -8,10 +8,14 @@ resourceVersion read); this module follows the registry by watch (``kubeio.follo
 watch; no polling) and decides:
 
 * every snapshot is planned from (our entry with our IP, its status our IMEX check's); a plan
-  that differs from the stored object is written; a write refused because the registry changed
-  meanwhile (:class:`registrywrites.Stale`) is answered with a fresh read and a new plan (after
-  a short backoff, so a whole clique registering at once settles), so the plugin's concurrent
-  channel annotations are never dropped;
+  that differs from the stored object is written, as writes that carry no resourceVersion
+  (``registrywrites``), so the other agents of the clique registering at the same moment, and
+  the plugin's channel annotations, neither make it fail nor are dropped by it; a write refused
+  because our entry moved (:class:`registrywrites.Stale`), or one that failed without an
+  answer, is followed by a fresh read and a new plan (after a short backoff);
+* we count as registered only while our entry holds its index (``registry.valid_position``):
+  an entry that lost the race for its index is planned again (moved to a free one) before
+  IMEX may start;
 * once a snapshot lists us with our IP, its entries' index → IP mapping goes to ``on_peers``
   (every entry, Ready or not: a stopped node keeps its slot, and its name resolves to its last
   address); only a change of that mapping is passed on, so an annotation, a status or a
@@ -163,14 +167,15 @@ class Registration:
                 return
         self._latest, self._seen = current, True
         ident = self._ident
-        mine = current.daemon(ident.node_name) if current is not None else None
-        if current is None or mine is None or mine.ip_address != ident.pod_ip:
-            return  # not (yet) registered with our address: IMEX must not start
+        mine = registry.registered(current, ident.node_name, ident.pod_ip, self._max)
+        if current is None or mine is None:
+            return  # not (yet) registered with our address at our own index: no IMEX yet
         if mine.index != self.index:
             self.index = mine.index
             self._full = False
             self._log.info("registered in %s at index %d", self.name, mine.index)
-        mapping, problems = cliqueentry.peer_mapping(current, ident.clique_id, self._max)
+        valid = registry.without_void(current, self._max)
+        mapping, problems = cliqueentry.peer_mapping(valid, ident.clique_id, self._max)
         if mapping == self._peers:
             return
         for problem in problems:
@@ -209,15 +214,17 @@ class Registration:
                 attempt = 0
                 continue
             try:
-                self._observe(await self._writes.write(current, wanted), fresh=True)
+                written = await self._writes.write(current, wanted, ident.node_name)
+                self._observe(written, fresh=True)
                 attempt = 0
                 continue
             except errors.TemporaryError as err:
                 delay = self._retry.delay(attempt, self._rng)
                 attempt += 1
                 self._log.debug("%s: %s; again in %.2fs", self.name, err, delay)
-                if isinstance(err, registrywrites.Stale):
-                    await self._reread()
+                # Also after a failure without an answer: an append that did land must be
+                # seen before we plan again, or we would append a second entry.
+                await self._reread()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._kick.wait()
@@ -251,7 +258,7 @@ class Registration:
                 wanted = registry.plan_stopped(current, node=ident.node_name, ip=ident.pod_ip)
                 if wanted is None:
                     return
-                await self._writes.write(current, wanted)
+                await self._writes.write(current, wanted, ident.node_name)
                 self._log.info(
                     "shared IMEX stopped: our entry of %s is NotReady (index %s kept)",
                     self.name,

@@ -20,20 +20,28 @@ dropped):
   per-domain daemon's note, ``cliqueentry.lost_peers_of``) and why our IMEX cannot start
   (``compute-domains/imex-blocked.<index>``); each is removed when there is nothing to report.
 * :func:`plan_stopped`: our entry NotReady, kept (the index stays), when its IP is ours.
-* :func:`is_registered`: the registry lists our node with our IP (IMEX may start: our own name
-  resolves once the hosts block is written from it).
+* :func:`is_registered`: the registry lists our node with our IP at an index that is ours
+  (IMEX may start: our own name resolves once the hosts block is written from it).
+* :func:`valid_position`: the earliest claim of an index wins. Entries are appended without a
+  resourceVersion (``registrypatch``), so two agents may claim the same index at once; the API
+  server serialises the appends, and the entry further down the list is void: no reader maps
+  it, its agent never starts IMEX on it and re-plans (:func:`plan` then moves it to a free
+  index: the free ones go, lowest first, to the void entries in list order, so the losers of
+  one race claim distinct ones and the indices stay compact). A valid entry stays valid:
+  entries are only ever appended, and an index is never changed in place.
 
 None from a plan means nothing to write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from compute_domains.api import names, sharedimex
-from compute_domains.api.clique import ComputeDomainClique
+from compute_domains.api.clique import CliqueDaemon, CliqueFullError, ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import cliqueentry
 
@@ -64,10 +72,80 @@ def _labelled(registry: ComputeDomainClique, clique_id: str) -> ComputeDomainCli
     return ComputeDomainClique.from_dict(body)
 
 
+def valid_position(
+    registry: ComputeDomainClique, position: int, max_nodes: int | None = None
+) -> bool:
+    """Whether the entry at ``position`` holds its index: in range, and no earlier entry of the
+    list claims the same one."""
+    index = registry.daemons[position].index
+    if index < 0 or (max_nodes is not None and index >= max_nodes):
+        return False
+    return all(d.index != index for d in registry.daemons[:position])
+
+
+def registered(
+    registry: ComputeDomainClique | None, node: str, ip: str, max_nodes: int | None = None
+) -> CliqueDaemon | None:
+    """Our entry when ``registry`` lists ``node`` with address ``ip`` at a valid position."""
+    if registry is None:
+        return None
+    position = _position(registry, node)
+    if position is None or not valid_position(registry, position, max_nodes):
+        return None
+    mine = registry.daemons[position]
+    return mine if mine.ip_address == ip else None
+
+
+def without_void(registry: ComputeDomainClique, max_nodes: int) -> ComputeDomainClique:
+    """``registry`` less its void entries (what its readers map)."""
+    kept = (d for k, d in enumerate(registry.daemons) if valid_position(registry, k, max_nodes))
+    return dataclasses.replace(registry, daemons=tuple(kept))
+
+
 def is_registered(registry: ComputeDomainClique | None, node: str, ip: str) -> bool:
-    """Whether ``registry`` lists ``node`` with address ``ip``."""
-    mine = registry.daemon(node) if registry is not None else None
-    return mine is not None and mine.ip_address == ip
+    """Whether ``registry`` lists ``node`` with address ``ip`` at an index that is its own."""
+    return registered(registry, node, ip) is not None
+
+
+def _position(registry: ComputeDomainClique, node: str) -> int | None:
+    return next((k for k, d in enumerate(registry.daemons) if d.node_name == node), None)
+
+
+def _claim(
+    base: ComputeDomainClique, node: str, ip: str, max_nodes: int, index: int | None
+) -> ComputeDomainClique:
+    """``base`` with our entry registered: a valid entry keeps its index (a new IP is taken
+    over). A new or void one takes the index our running IMEX uses, else the one we last held
+    (``lastIndices``), when free; else the free indices go, lowest first, to the void entries in
+    list order and then to us: the losers of one race, each planning from the same list, claim
+    distinct indices (not all the lowest free one again), and the indices stay 0, 1, 2, …"""
+    position = _position(base, node)
+    if position is not None and valid_position(base, position):
+        return base.with_registered(node, ip, max_nodes)
+    others = tuple(d for d in base.daemons if d.node_name != node)
+    taken = {d.index for d in others}
+    free = [i for i in range(max_nodes) if i not in taken]
+    if not free:
+        raise CliqueFullError(
+            f"clique {base.name}: no available indices (all {max_nodes} taken) for node {node}"
+        )
+    before = base.remembered_indices().get(node)
+    pick = next((i for i in (index, before) if i in free), None)
+    if pick is None:
+        void = [
+            k for k in range(len(base.daemons)) if k != position and not valid_position(base, k)
+        ]
+        rank = sum(1 for k in void if position is None or k < position)
+        # More losers than free indices (a nearly full clique): some lose again, and then
+        # find the clique full.
+        pick = free[rank % len(free)]
+    entry = CliqueDaemon(node_name=node, ip_address=ip, clique_id=base.clique_id, index=pick)
+    # Appended at the end, as the server will: the list's order is the claims' order.
+    claimed = dataclasses.replace(base, daemons=(*others, entry))
+    memory = {**claimed.remembered_indices(), node: pick}
+    return claimed.with_annotation(
+        names.LAST_INDICES_ANNOTATION, json.dumps(memory, sort_keys=True)
+    )
 
 
 def plan(
@@ -90,7 +168,8 @@ def plan(
     (None: it can, or we do not know of a reason).
 
     Raises:
-        CliqueFullError: our node is new and every index in ``[0, max_nodes)`` is taken.
+        CliqueFullError: our node is new (or lost the race for its index) and every index in
+            ``[0, max_nodes)`` is taken.
     """
     base = _labelled(new_registry(clique_id, namespace) if current is None else current, clique_id)
     memory = base.remembered_indices()
@@ -99,12 +178,15 @@ def plan(
         base = base.with_annotation(
             names.LAST_INDICES_ANNOTATION, json.dumps(memory, sort_keys=True)
         )
-    wanted = base.with_registered(node, ip, max_nodes)
-    wanted = wanted.with_status(node, status)
+    wanted = _claim(base, node, ip, max_nodes, index).with_status(node, status)
     wanted = with_reports(wanted, node=node, ip=ip, lost=lost or {}, blocked=blocked)
-    if current is not None and wanted.to_dict() == current.to_dict():
-        return None
+    if current is not None and _unmemoried(wanted) == _unmemoried(current):
+        return None  # the memory alone is never rewritten (``registrypatch``)
     return wanted
+
+
+def _unmemoried(registry: ComputeDomainClique) -> dict[str, Any]:
+    return registry.with_annotation(names.LAST_INDICES_ANNOTATION, None).to_dict()
 
 
 def with_reports(
@@ -117,8 +199,8 @@ def with_reports(
 ) -> ComputeDomainClique:
     """``registry`` with our lost-peers and blocked notes as given (unchanged when we are not
     listed with ``ip``: a note is only ever written under our own entry's index)."""
-    mine = registry.daemon(node)
-    if mine is None or mine.ip_address != ip:
+    mine = registered(registry, node, ip)
+    if mine is None:
         return registry
     note = cliqueentry.lost_peers_of(registry, node, ip, lost)
     if note is not None:

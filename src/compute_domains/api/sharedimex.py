@@ -14,11 +14,13 @@ Contract between the components (docs/isolation.md, docs/decisions/0015):
   driver namespace, labelled ``compute-domains/imex-scope=perClique`` and with the clique ID
   label, and *without* the CD label (no CD's teardown touches it). Its ``daemons`` list holds one
   entry per node whose resident agent runs the clique's shared ``nvidia-imex`` (the agent writes
-  its own entry: index by ``ComputeDomainClique.with_registered``, so a node keeps its index for
-  good, and its readiness). Its annotations ``compute-domains/channel.<cdUID>`` hold the channel
-  number of each per-clique CD that has ever prepared a claim on the clique; a number is unique
-  within the registry (``allocate``), in ``[FIRST_CHANNEL, CHANNEL_LIMIT)``, kept while the CD
-  exists and released by the controller's teardown of the CD.
+  its own entry and its readiness, without a resourceVersion: a new entry is appended, and the
+  earliest entry claiming an index holds it, a later one is void until its agent moves it;
+  ``agent.registry``, docs/decisions/0022; a node keeps its index for good). Its annotations
+  ``compute-domains/channel.<cdUID>`` hold the channel number of each per-clique CD that has
+  ever prepared a claim on the clique; a number is unique within the registry (``allocate``),
+  in ``[FIRST_CHANNEL, CHANNEL_LIMIT)``, kept while the CD exists and released by the
+  controller's teardown of the CD.
 - **A node serving CD X in the per-clique scope** carries the annotation
   ``compute-domains/channel.<X>=<n>`` (the plugin writes it when it prepares X's first claim on
   the node and removes it with X's last), and the label ``compute-domains/shared-imex=on`` while

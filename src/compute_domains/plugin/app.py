@@ -217,7 +217,6 @@ class Plugin:
                 settings=s.cleanup,
                 node=s.node_name,
             )
-            await sweeper.run_once()
             joiner = eager.SharedLabel(
                 device_state=device_state,
                 shared_imex=shared_imex,
@@ -225,12 +224,27 @@ class Plugin:
                 clique_id=info.clique_id,
                 node=s.node_name,
             )
-            await joiner.at_start()
-            hold = None
-            if joiner.eager and info.clique_id:
-                clique_id = info.clique_id
-                hold = functools.partial(shared_imex.hold, clique_id)
-            await self._serve_rpcs(client, device_state, publisher, sweeper, joiner, hold)
+            async with asyncio.TaskGroup() as tg:
+                # Eager: labelled as soon as the node's holder is known (checkpoint and Node
+                # read), not after the first cleanup and the gRPC start: the agent's shared IMEX,
+                # and so its pod's readiness and an install's wait, no longer waits for the
+                # plugin's whole start (issue 28). A stale per-domain claim holds the node until
+                # the cleanup releases it; the join waits for that (poked by the change).
+                # The clique's registry is followed from here on too (``hold``), so the first
+                # per-clique prepare plans and waits from followed state (issue 26).
+                background = []
+                if joiner.eager:
+                    background.append(tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger))
+                    if info.clique_id:
+                        hold = functools.partial(shared_imex.hold, info.clique_id)
+                        background.append(tasks.spawn(tg, "shared-imex-follow", hold, log=logger))
+                await sweeper.run_once()
+                await joiner.at_start()
+                try:
+                    await self._serve_rpcs(client, device_state, publisher, sweeper)
+                finally:
+                    for task in background:
+                        task.cancel()
         finally:
             warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -242,11 +256,7 @@ class Plugin:
         device_state: state.DeviceState,
         publisher: resourceslice.SlicePublisher,
         sweeper: cleanup.Cleanup,
-        joiner: eager.SharedLabel,
-        hold: Callable[[], Awaitable[None]] | None,
     ) -> None:
-        """Serve the kubelet's RPCs with the node's background tasks; ``hold``: keep the
-        clique's shared registry followed (an eager per-clique node)."""
         s, paths = self._s, self._s.paths
         drv = driver.Driver(
             client=client,
@@ -269,10 +279,6 @@ class Plugin:
                     tasks.spawn(
                         tg, "cleanup", _after(s.cleanup.interval_s, sweeper.run), log=logger
                     )
-                    if joiner.eager:
-                        tasks.spawn(tg, "shared-imex-eager", joiner.run, log=logger)
-                    if hold is not None:
-                        tasks.spawn(tg, "shared-imex-follow", hold, log=logger)
                     self._optional_tasks(tg, check)
                     self.ready.set()
                     logger.info("plugin serving", extra={"node": s.node_name})

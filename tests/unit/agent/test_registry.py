@@ -3,13 +3,14 @@ status, NotReady (never removed) at the end, and nothing it did not plan dropped
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from compute_domains.agent import registry
 from compute_domains.api import names, sharedimex
-from compute_domains.api.clique import CliqueFullError, ComputeDomainClique
+from compute_domains.api.clique import CliqueDaemon, CliqueFullError, ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
 
 CLIQUE = "uuid.1"
@@ -241,3 +242,44 @@ def test_a_new_agent_pod_drops_its_predecessors_notes_and_writes_its_own() -> No
     annotations = new.metadata.annotations or {}
     assert sharedimex.blocked_key(1) not in annotations
     assert f"{names.LOST_PEERS_ANNOTATION_PREFIX}1" not in annotations
+
+
+def _appended(clique: ComputeDomainClique, node: str, ip: str, index: int) -> ComputeDomainClique:
+    """``clique`` with an entry appended as another agent's JSON patch lands, unchecked."""
+    entry = CliqueDaemon(node_name=node, ip_address=ip, clique_id=CLIQUE, index=index)
+    return _stored(dataclasses.replace(clique, daemons=(*clique.daemons, entry)))
+
+
+def test_two_claims_of_one_index_the_earlier_wins_and_the_later_is_planned_anew() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1"))
+    # n1 and n2 claimed the same index at once; the server appended n1's first.
+    raced = _appended(_appended(one, "n1", "10.0.0.2", 1), "n2", "10.0.0.3", 1)
+    assert registry.is_registered(raced, "n1", "10.0.0.2")
+    assert not registry.is_registered(raced, "n2", "10.0.0.3")  # void: no IMEX on it
+    assert [d.node_name for d in registry.without_void(raced, 18).daemons] == ["n0", "n1"]
+    assert _plan(raced, "n1", "10.0.0.2") is None  # the winner has nothing to write
+    again = _stored(_plan(raced, "n2", "10.0.0.3"))
+    assert [d.node_name for d in again.daemons] == ["n0", "n1", "n2"]  # moved to the end
+    assert registry.is_registered(again, "n2", "10.0.0.3")
+    assert {d.node_name: d.index for d in again.daemons} == {"n0": 0, "n1": 1, "n2": 2}
+
+
+def test_the_losers_of_one_race_claim_distinct_indices_lowest_first() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1"))
+    raced = one
+    for k in (1, 2, 3):  # three more agents claimed index 1 at once; n1's landed first
+        raced = _appended(raced, f"n{k}", f"10.0.0.{k + 1}", 1)
+    # n2 and n3 plan from the same list: the free indices 2, 3 go to the void entries in order.
+    picks = {}
+    for node in ("n2", "n3"):
+        wanted = _plan(raced, node, f"10.0.0.{int(node[1]) + 1}")
+        assert wanted is not None
+        picks[node] = wanted.daemon(node).index  # type: ignore[union-attr]
+    assert picks == {"n2": 2, "n3": 3}
+
+
+def test_a_void_claim_in_a_full_clique_is_refused_with_the_reason() -> None:
+    one = _stored(_plan(None, "n0", "10.0.0.1", max_nodes=2))
+    raced = _appended(_appended(one, "n1", "10.0.0.2", 1), "n2", "10.0.0.3", 1)
+    with pytest.raises(CliqueFullError, match="no available indices"):
+        _plan(raced, "n2", "10.0.0.3", max_nodes=2)
