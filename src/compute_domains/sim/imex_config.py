@@ -62,6 +62,10 @@ class ImexOptions:
     """The IMEX version this stand-in claims (``--version``, peer version check)."""
     reload_interval: float = 5.0
     """Seconds within which a second SIGUSR1 is ignored."""
+    ping_interval: float = 1.0
+    """Seconds between an idle peer link's pings (``imex_links``)."""
+    ping_timeout: float = 4.0
+    """Seconds without a pong after which a link counts its peer as hung."""
     peer_query_timeout: float = 4.0
     """Seconds to wait for a peer's command port during a domain query (a live real peer
     answers in milliseconds; simulated ones on a starved 2-core machine can take seconds,

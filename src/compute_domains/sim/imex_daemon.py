@@ -172,6 +172,8 @@ class ImexDaemon:
             log=log,
             faults=lambda: self._faults,
             rng=self._rng,
+            ping_interval=self._opts.ping_interval,
+            ping_timeout=self._opts.ping_timeout,
         )
         self._links = [imex_links.OutgoingLink(ctx, k) for k in range(len(self._entries))]
         self._install_signals(config, log)

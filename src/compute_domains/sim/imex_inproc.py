@@ -9,6 +9,15 @@ delivered to it as the process would have received them (``ImexDaemon.deliver``)
 cancels it. ``run(["nvidia-imex-ctl", ..., "-q"])`` asks the daemon's command service exactly
 as the ctl program does (``imex_ctlbase.query``, in a worker thread).
 
+Keepalive: the links of in-process daemons ping every ``IN_PROCESS_PING_INTERVAL`` seconds
+instead of every second. Every daemon of the process shares one event loop, so an idle
+per-clique cluster's pings (18 links a node, a ping and a pong each) were most of a node host's
+CPU: 1,152 nodes of shared IMEX kept about 41,000 messages a second in flight and the host's
+kubelets, plugins and agents waited behind them (issue 28: the per-clique install and formation
+at 1,152 and 2,304 nodes). A stopped virtual node closes its sockets, which its peers see at once;
+only the ``hang`` fault (a daemon that stops answering) is found later: within
+``IN_PROCESS_PING_TIMEOUT`` instead of 4 s. Process nodes keep the stand-in's defaults.
+
 Invariant: the command line is parsed by the stand-in's own parsers, so a flag the program
 would refuse fails here the same way (exit status 2). Paths on the command line are the
 launching daemon's own and used as given; the paths a program finds by itself are the
@@ -34,6 +43,10 @@ from compute_domains.sim import imex, imex_config, imex_ctl, imex_ctlbase, imex_
 _IMEX = "nvidia-imex"
 _CTL = "nvidia-imex-ctl"
 _DEFAULT_HOSTS = Path("/etc/hosts")
+IN_PROCESS_PING_INTERVAL = 10.0
+"""Seconds between an idle link's pings in-process (module docstring)."""
+IN_PROCESS_PING_TIMEOUT = 30.0
+"""Seconds without a pong before an in-process link counts its peer as hung."""
 _FIRST_PID = 1 << 22
 """First stand-in pid of a launcher's children: above Linux's largest pid (2**22), so never a
 real process's."""
@@ -112,11 +125,19 @@ class ImexChild:
 class InProcessImex:
     """A daemon's launcher that runs the IMEX stand-in in this process."""
 
-    def __init__(self, host_path: Callable[[Path], Path]) -> None:
+    def __init__(
+        self,
+        host_path: Callable[[Path], Path],
+        *,
+        ping_interval: float = IN_PROCESS_PING_INTERVAL,
+        ping_timeout: float = IN_PROCESS_PING_TIMEOUT,
+    ) -> None:
         """Args: host_path: where a path inside the container is (``View.host_path``): the
         stand-in's default hosts file, ``/etc/hosts``, and the paths its config names are the
-        container's. Paths on its command line are the launching daemon's own, used as given."""
+        container's. Paths on its command line are the launching daemon's own, used as given.
+        ping_interval, ping_timeout: the links' keepalive here (module docstring)."""
         self._host_path = host_path
+        self._ping = (ping_interval, ping_timeout)
         self._pids = itertools.count(_FIRST_PID)
         self._ctl_parser = imex.ctl_parser()
 
@@ -145,6 +166,9 @@ class InProcessImex:
         options = imex.imex_options(args)
         if options.hosts_file == _DEFAULT_HOSTS:  # the stand-in's default: the container's
             options = _with_hosts(options, self._host_path(_DEFAULT_HOSTS))
+        options = dataclasses.replace(
+            options, ping_interval=self._ping[0], ping_timeout=self._ping[1]
+        )
         stderr = asyncio.StreamReader()
         daemon = imex_daemon.ImexDaemon(
             options,

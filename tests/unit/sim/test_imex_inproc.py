@@ -123,3 +123,32 @@ async def test_spawning_another_program_is_a_missing_program() -> None:
     launcher = imex_inproc.InProcessImex(lambda inside: inside)
     with pytest.raises(FileNotFoundError):
         await launcher.spawn(["nvidia-smi"], env=None, cwd=None, parent_death_signal=None)
+
+
+async def test_in_process_links_keep_alive_at_the_in_process_pace(nodes: list[Node]) -> None:
+    """Issue 28: in-process daemons' links ping every ``IN_PROCESS_PING_INTERVAL`` seconds (one
+    loop serves every node of a host: 1,152 nodes of shared IMEX pinging every second kept the
+    host's loop busy); a launcher can still ask for the stand-in's own pace."""
+    n = nodes[0]
+    child = await n.launcher.spawn(
+        ["nvidia-imex", "-c", str(n.cfg)], env=None, cwd=None, parent_death_signal=None
+    )
+    assert child.stderr is not None
+    await _lines_until(child.stderr, "Connection established to node 0")
+    links = child._daemon._links
+    assert links and {(lk._ctx.ping_interval, lk._ctx.ping_timeout) for lk in links} == {
+        (imex_inproc.IN_PROCESS_PING_INTERVAL, imex_inproc.IN_PROCESS_PING_TIMEOUT)
+    }
+    child.terminate()
+    assert await child.wait() == 0
+    paced = imex_inproc.InProcessImex(n.host_path, ping_interval=1.0, ping_timeout=4.0)
+    again = await paced.spawn(
+        ["nvidia-imex", "-c", str(n.cfg)], env=None, cwd=None, parent_death_signal=None
+    )
+    assert again.stderr is not None
+    await _lines_until(again.stderr, "Connection established to node 0")
+    assert {(lk._ctx.ping_interval, lk._ctx.ping_timeout) for lk in again._daemon._links} == {
+        (1.0, 4.0)
+    }
+    again.terminate()
+    assert await again.wait() == 0
