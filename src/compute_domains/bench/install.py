@@ -5,14 +5,19 @@ start: ``helm upgrade --install --wait`` of its chart with its values, then ``wa
 ``helm --wait`` alone is not enough: a DaemonSet whose rolling update allows 100 % unavailable
 (NVIDIA's chart) counts as ready while every plugin pod is still in its init container. So
 ``wait_ready`` waits until every pod in the release namespace is Ready, every DaemonSet and
-Deployment there has all its pods Ready, and every GPU node has published a ResourceSlice (a
-plugin that has not published one cannot prepare a claim yet).
+Deployment there has all its pods Ready, every GPU node has published a ResourceSlice (a
+plugin that has not published one cannot prepare a claim yet) and, where the sim tells it,
+every node's kubelet has registered each driver that published a slice there (a pod whose
+kubelet has not fails its prepare and waits for the kubelet's retry: seen once 0.6 s after the
+bench had judged a 144-node driver ready, and one candidate for the stragglers that came 36 s
+late at 144 and 288 virtual nodes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +89,10 @@ def missing(
     deployments: list[dict[str, Any]],
     slices: list[dict[str, Any]],
     nodes: list[dict[str, Any]],
+    registered: Mapping[str, Sequence[str]] | None = None,
 ) -> list[str]:
-    """What still keeps the driver from serving (empty: it is ready); plain API dicts in."""
+    """What still keeps the driver from serving (empty: it is ready); plain API dicts in;
+    ``registered``: node → the DRA drivers its kubelet registered (None: not known)."""
     out = [] if pods else ["no pod in the release namespace yet"]
     out += [f"pod {p['metadata']['name']} not Ready" for p in pods if not _ready(p)]
     for ds in daemonsets:
@@ -110,10 +117,28 @@ def missing(
     if lacking:
         shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
         out.append(f"{len(lacking)} GPU node(s) without a ResourceSlice: {shown}")
+    if registered is not None:
+        unregistered = sorted(
+            f"{node} ({driver})"
+            for node, driver in {
+                ((s.get("spec") or {}).get("nodeName"), (s.get("spec") or {}).get("driver"))
+                for s in slices
+            }
+            if node in gpu_nodes and driver and driver not in registered.get(str(node), ())
+        )
+        if unregistered:
+            shown = ", ".join(unregistered[:3]) + (" ..." if len(unregistered) > 3 else "")
+            out.append(f"{len(unregistered)} kubelet(s) without the driver registered: {shown}")
     return out
 
 
-async def _state(client: AsyncClient, namespace: str) -> list[str]:
+Registered = Callable[[], Awaitable[Mapping[str, Sequence[str]]]]
+"""Asks the sim which DRA drivers each node's kubelet has registered."""
+
+
+async def _state(
+    client: AsyncClient, namespace: str, registered: Registered | None = None
+) -> list[str]:
     async def dicts(res: Any, **where: Any) -> list[dict[str, Any]]:
         return [obj.to_dict() async for obj in client.list(res, **where)]
 
@@ -123,17 +148,21 @@ async def _state(client: AsyncClient, namespace: str) -> list[str]:
         deployments=await dicts(Deployment, namespace=namespace),
         slices=await dicts(ResourceSlice),
         nodes=await dicts(Node),
+        registered=None if registered is None else await registered(),
     )
 
 
-async def wait_ready(client: AsyncClient, namespace: str, timeout: float) -> float:
-    """Seconds until ``missing`` is empty for the driver in ``namespace``.
+async def wait_ready(
+    client: AsyncClient, namespace: str, timeout: float, registered: Registered | None = None
+) -> float:
+    """Seconds until ``missing`` is empty for the driver in ``namespace`` (``registered``: the
+    sim's answer of what each kubelet registered; None leaves that check out).
 
     Raises:
         TimeoutError: Not ready after ``timeout`` seconds; the message says what was missing.
     """
     t0 = time.monotonic()
-    while lacking := await _state(client, namespace):
+    while lacking := await _state(client, namespace, registered):
         if time.monotonic() - t0 > timeout:
             raise TimeoutError(
                 f"driver in {namespace} not ready after {timeout:.0f}s: {'; '.join(lacking[:5])}"

@@ -31,6 +31,7 @@ from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from compute_domains.bench import cpu, drivers, formation, install, observe, placement
 from compute_domains.infra import errors, kube
+from compute_domains.sim import control
 
 Say = Callable[[str], object]
 _RAW_METRICS = ("get", "--raw", "/metrics")
@@ -50,6 +51,8 @@ class SimHandle:
     """How long the sim took to start."""
     load_before: float
     """The 1-minute load average just before the sim started."""
+    control_socket: Path | None = None
+    """The sim's control socket (which DRA drivers each node's kubelet registered)."""
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -206,7 +209,9 @@ async def run_round(
         t0 = time.monotonic()
         await install.install(sim.bin_dir / "helm", sim.kubeconfig, spec)
         result.install_s = time.monotonic() - t0
-        result.ready_s = await install.wait_ready(client, spec.namespace, timeout=600)
+        result.ready_s = await install.wait_ready(
+            client, spec.namespace, timeout=600, registered=_registered(sim.control_socket)
+        )
         say(
             f"round {rnd.index + 1}: {spec.name} installed in {result.install_s:.1f}s, "
             f"ready {result.ready_s:.1f}s later"
@@ -220,6 +225,19 @@ async def run_round(
         await client.close()
     result.load_end = os.getloadavg()[0]
     return result
+
+
+def _registered(sock: Path | None) -> install.Registered | None:
+    """The sim's node table, read as node → the DRA drivers its kubelet registered."""
+    if sock is None:
+        return None
+    where = sock
+
+    async def ask() -> dict[str, list[str]]:
+        table = await control.arequest(where, {"op": "nodes"})
+        return {n: list(row.get("drivers") or []) for n, row in table.items()}
+
+    return ask
 
 
 def _span(values: Sequence[float]) -> dict[str, float]:

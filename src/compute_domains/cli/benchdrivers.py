@@ -146,6 +146,7 @@ def fresh_sim(
             root_pid=recorded.supervisor_pid,
             up_s=time.monotonic() - t0,
             load_before=load,
+            control_socket=paths.root / "control.sock",
         )
     finally:
         if not keep:

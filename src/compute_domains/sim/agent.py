@@ -308,12 +308,14 @@ class NodeAgent:
         await self.start_node(name, new_boot=True)
 
     async def node_table(self) -> dict[str, dict[str, object]]:
-        """Every node of this agent: whether it runs, its address and clique."""
+        """Every node of this agent: whether it runs, its address and clique, and the DRA
+        drivers its kubelet has registered (what a pod's claims can be prepared by)."""
         return {
             n: {
                 "running": n in self.nodes and self.running(n),
                 "address": spec.address,
                 "clique": spec.clique,
+                "drivers": self.nodes[n].dra.registered_drivers() if n in self.nodes else [],
             }
             for n, spec in self.specs.items()
         }

@@ -106,3 +106,24 @@ def test_ready_when_every_pod_set_and_gpu_node_is() -> None:
 )
 def test_missing_says_what_is_not_ready(change: dict[str, Any], says: str) -> None:
     assert any(says in line for line in install.missing(**(READY | change)))
+
+
+def _driver_slice(node: str, driver: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{node}-{driver}"}, "spec": {"nodeName": node, "driver": driver}}
+
+
+def test_a_kubelet_that_has_not_registered_the_driver_is_not_ready() -> None:
+    """Where the sim says what each kubelet registered, a node whose kubelet has not yet
+    registered a driver that published a slice there keeps the driver not ready: a pod sent
+    there now fails its prepare and waits for the kubelet's retry."""
+    slices = [_driver_slice("n1", "compute-domain.nvidia.com")]
+    slices += [_driver_slice("n2", "compute-domain.nvidia.com")]
+    state = READY | {"slices": slices}
+    both = {"n1": ["compute-domain.nvidia.com"], "n2": ["compute-domain.nvidia.com"]}
+    assert install.missing(**state, registered=both) == []
+    assert install.missing(**state) == [], "without the sim's answer the check is left out"
+    lacking = install.missing(**state, registered={"n1": ["compute-domain.nvidia.com"]})
+    assert lacking == ["1 kubelet(s) without the driver registered: n2 (compute-domain.nvidia.com)"]
+    # The control-plane node and drivers without a slice on a node are not asked for.
+    extra = {"cp": [], "n1": ["compute-domain.nvidia.com", "gpu.nvidia.com"]}
+    assert install.missing(**state, registered=both | extra) == []

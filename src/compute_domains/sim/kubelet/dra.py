@@ -53,6 +53,10 @@ class DraManager:
         self._plugins = registration.PluginRegistry(settings.root, self._log)
         self._cache = claimcache.ClaimCache(settings.root, self._log)
 
+    def registered_drivers(self) -> list[str]:
+        """The DRA drivers this node's kubelet has registered (so can call) now."""
+        return self._plugins.drivers()
+
     async def run(self) -> None:
         """Reconcile plugin sockets and vanished pods until cancelled."""
         loop = asyncio.get_running_loop()

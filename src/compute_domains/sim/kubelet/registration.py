@@ -56,6 +56,10 @@ class PluginRegistry:
         self._listed_mtime: int | None = None
         """The folder's mtime at the last full pass, when old enough to trust."""
 
+    def drivers(self) -> list[str]:
+        """The names of the DRA drivers registered now."""
+        return sorted(self._plugins)
+
     def get(self, driver: str) -> draplugin.Plugin:
         """The registered plugin of ``driver``.
 
