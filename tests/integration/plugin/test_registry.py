@@ -313,6 +313,20 @@ async def test_racing_plugins_allocating_from_their_followed_registries_get_one_
     assert stored == {uid: next(iter(v)) for uid, v in by_cd.items()}
 
 
+async def _served_node(
+    admin: AsyncClient, spaces: Namespaces, cd: ComputeDomain, clique: str, ip: str, *, ready: bool
+) -> tuple[str, int]:
+    """A node of ``clique`` whose registry entry (at ``ip``) is Ready and whose agent pod is
+    Ready or not, with ``cd``'s channel allocated: (node name, channel)."""
+    node = f"ghost-{uuid.uuid4().hex[:8]}"
+    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
+    channel = await setup.allocate(clique, cd)
+    entry = CliqueDaemon(node_name=node, ip_address=ip, clique_id=clique, status=Readiness.READY)
+    await _set_entry(admin, spaces.driver, clique, entry)
+    await _agent_pod(admin, spaces.driver, node, ip, ready=ready)
+    return node, channel
+
+
 class _Counting:
     """A client that counts the API calls made through it (by method name)."""
 
@@ -335,14 +349,7 @@ async def test_a_prepare_following_the_clique_reads_the_registry_once(
     (before: a read for the allocation, then a read and two watches for the wait); and the
     readiness rule still holds: an entry Ready without its Ready agent pod is waited on."""
     clique, cd = _clique(), _cd("z")
-    node = f"ghost-{uuid.uuid4().hex[:8]}"
-    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
-    channel = await setup.allocate(clique, cd)
-    entry = CliqueDaemon(
-        node_name=node, ip_address="127.9.0.3", clique_id=clique, status=Readiness.READY
-    )
-    await _set_entry(admin, spaces.driver, clique, entry)
-    await _agent_pod(admin, spaces.driver, node, "127.9.0.3", ready=False)
+    node, channel = await _served_node(admin, spaces, cd, clique, "127.9.0.3", ready=False)
     counting = _Counting(admin)
     reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
     async with reg.following(clique):
@@ -394,14 +401,7 @@ async def test_a_held_follower_serves_the_first_prepare_with_no_read_or_watch(
     their own (without it, the prepare's own ``following`` reads the registry once and opens
     two watches: the test above)."""
     clique, cd = _clique(), _cd("h")
-    node = f"ghost-{uuid.uuid4().hex[:8]}"
-    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
-    channel = await setup.allocate(clique, cd)
-    entry = CliqueDaemon(
-        node_name=node, ip_address="127.9.0.4", clique_id=clique, status=Readiness.READY
-    )
-    await _set_entry(admin, spaces.driver, clique, entry)
-    await _agent_pod(admin, spaces.driver, node, "127.9.0.4", ready=True)
+    node, channel = await _served_node(admin, spaces, cd, clique, "127.9.0.4", ready=True)
     counting = _Failing(admin)
     reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
     held = asyncio.create_task(reg.hold(clique))
@@ -424,14 +424,7 @@ async def test_a_held_follower_that_fails_is_replaced(
     delay, and prepares are then served from the new one: a failed follower never stays
     the node's answer for good."""
     clique, cd = _clique(), _cd("f")
-    node = f"ghost-{uuid.uuid4().hex[:8]}"
-    setup = registry.Registry(admin, node=node, driver_namespace=spaces.driver)
-    await setup.allocate(clique, cd)
-    entry = CliqueDaemon(
-        node_name=node, ip_address="127.9.0.5", clique_id=clique, status=Readiness.READY
-    )
-    await _set_entry(admin, spaces.driver, clique, entry)
-    await _agent_pod(admin, spaces.driver, node, "127.9.0.5", ready=True)
+    node, _ = await _served_node(admin, spaces, cd, clique, "127.9.0.5", ready=True)
     counting = _Failing(admin, failures=1)
     reg = registry.Registry(cast(AsyncClient, counting), node=node, driver_namespace=spaces.driver)
     held = asyncio.create_task(reg.hold(clique, retry_s=0.05))
