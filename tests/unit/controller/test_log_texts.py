@@ -16,13 +16,12 @@ from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ConfigError
 from lightkube.resources.core_v1 import ConfigMap
 
 from compute_domains import controller
 from compute_domains.controller import caches, informer, kubeapi, metrics
 from compute_domains.controller import controller as app
-from compute_domains.infra import backoff, kube, logs
+from compute_domains.infra import backoff, errors, kube, logs
 
 
 def _settings(**kw: Any) -> controller.ControllerSettings:
@@ -42,7 +41,7 @@ async def test_startup_line_names_nvidias_config_keys_at_verbosity_0(
 ) -> None:
     missing = tmp_path / "no-kubeconfig"  # the run stops right after its startup line
     instance = app.Controller(_settings(kube=kube.KubeSettings(kubeconfig=missing)))
-    with caplog.at_level(logging.INFO), pytest.raises(ConfigError):
+    with caplog.at_level(logging.INFO), pytest.raises(errors.ConfigError):
         await instance.run()
     (line,) = [r for r in caplog.records if "controller starting" in r.getMessage()]
     assert line.levelno == logging.INFO

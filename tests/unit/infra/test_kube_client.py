@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube.core.exceptions import ConfigError
 
+from compute_domains.infra import errors
 from compute_domains.infra import kube as client
 from compute_domains.sim import pki
 
@@ -28,7 +28,7 @@ def test_an_explicit_api_server_uses_the_given_service_account(tmp_path: Path) -
 
 
 def test_a_missing_token_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(errors.ConfigError):
         client.load_config(
             client.KubeSettings(service_account_dir=tmp_path, api_server="https://127.0.0.9:1")
         )

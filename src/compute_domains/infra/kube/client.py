@@ -16,6 +16,8 @@ from lightkube.config.kubeconfig import SERVICE_ACCOUNT, KubeConfig
 from lightkube.config.models import Cluster, User
 from lightkube.core.exceptions import ConfigError
 
+from compute_domains.infra import errors
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class KubeSettings:
@@ -43,7 +45,23 @@ class KubeSettings:
 
 
 def load_config(settings: KubeSettings) -> KubeConfig:
-    """The kubeconfig or ServiceAccount configuration the settings name."""
+    """The kubeconfig or ServiceAccount configuration the settings name.
+
+    Raises:
+        errors.ConfigError: it cannot be loaded (a missing or unreadable kubeconfig, no
+            ServiceAccount outside a pod): a project error, so a command says so in one line
+            instead of lightkube's traceback, and a component stops at its start with the reason.
+    """
+    try:
+        return _load_config(settings)
+    except ConfigError as err:
+        where = settings.kubeconfig or "the pod's ServiceAccount"
+        raise errors.ConfigError(
+            f"cannot load the Kubernetes configuration from {where}: {err}"
+        ) from err
+
+
+def _load_config(settings: KubeSettings) -> KubeConfig:
     if settings.kubeconfig is not None:
         return KubeConfig.from_file(settings.kubeconfig)
     if settings.api_server is not None:
@@ -70,7 +88,7 @@ def client(settings: KubeSettings) -> AsyncClient:
     if settings.keepalive_s is not None or settings.http2:
         one = config.get()
         if one is None or one.user is None:
-            raise ConfigError("the kubeconfig names no current context with a user")
+            raise errors.ConfigError("the kubeconfig names no current context with a user")
         # The transport replaces the client's own, so it carries the TLS settings too.
         tls = client_adapter.verify_cluster(one.cluster, one.user, one.abs_file, False)
         limits = httpx.Limits(
