@@ -132,7 +132,9 @@ class Daemon:
             retry=settings.retry,
             remove_timeout=settings.deregister_timeout,
             rng=self._rng,
+            on_written=self._signal_written,
         )
+        self._own_ok = False
         """Our pod's IMEX readiness signal for the CD, which the plugin's prepare waits for."""
 
     async def run(self) -> None:
@@ -330,9 +332,19 @@ class Daemon:
                 self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
-        elif self._settings.resident and self.membership is not None:
-            # A resident agent's daemon: our entry is our own check (DaemonSettings.resident).
-            self.membership.set_status(Readiness.READY if ok else Readiness.NOT_READY)
+        elif self._settings.resident and self.membership is not None and not ok:
+            # A resident agent's daemon: our entry is our own check (DaemonSettings.resident);
+            # a turn to Ready is reported once our signal is written (_signal_written).
+            self.membership.set_status(Readiness.NOT_READY)
+        self._own_ok = ok
+
+    def _signal_written(self, ok: bool) -> None:
+        # Our clique entry turns Ready only after our signal is written: the prepare waits for
+        # the signal, and the entry's patch (18 writers on one clique, retried inside the API
+        # server) would otherwise take the API server's seats of our ServiceAccount from it.
+        # The entry's NotReady is never deferred (_own_check_changed).
+        if ok and self._own_ok and self._settings.resident and self.membership is not None:
+            self.membership.set_status(Readiness.READY)
 
     def _entry_seen(self, entry: CliqueDaemon) -> None:
         self.steps.mark(steps.REGISTERED)

@@ -46,6 +46,8 @@ class PodSignal:
         retry: backoff of failed writes.
         remove_timeout: bound of the removal at shutdown, in seconds.
         clock: wall-clock time (epoch seconds; tests pass their own).
+        on_written: called after each write with whether the signal is now set; must not
+            block (the daemon reports its clique entry Ready only after the signal).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class PodSignal:
         remove_timeout: float = 10.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
+        on_written: Callable[[bool], None] | None = None,
     ) -> None:
         self._client = client
         self._ident = ident
@@ -64,6 +67,7 @@ class PodSignal:
         self._remove_timeout = remove_timeout
         self._rng = rng or random.Random()
         self._clock = clock
+        self._on_written = on_written
         self._not_before = imexsignal.not_before(clock())
         self._key = imexsignal.key(ident.domain_uid)
         self._wanted = False
@@ -95,6 +99,9 @@ class PodSignal:
             await self._kick.wait()
             self._kick.clear()
             if self._wanted == (self._written is not None):
+                # Wished back before the write that would have changed it: as written.
+                if self._on_written is not None:
+                    self._on_written(self._wanted)
                 continue
             try:
                 if self._wanted:
@@ -127,6 +134,8 @@ class PodSignal:
             Pod, ident.pod_name, body, namespace=ident.pod_namespace, patch_type=PatchType.MERGE
         )
         self._written = value
+        if self._on_written is not None:
+            self._on_written(value is not None)
         self._log.info(
             "%s our IMEX readiness signal on pod %s (write took %.3fs)",
             "set" if value is not None else "removed",
