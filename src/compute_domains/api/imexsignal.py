@@ -23,9 +23,10 @@ NVIDIA's tests read it), but the prepare waits for this signal instead (docs/dec
   the second its own process began (:func:`not_before`), so its own value always counts.
   Both times come from the node's one clock (the kubelet's and the writer's).
 
-A pod running NVIDIA's daemon (:func:`runs_nvidias_daemon`: a domain NVIDIA formed, adopted by
-our DaemonSet, docs/decisions/0021) never writes the signal; there the clique entry is still
-what the prepare waits for (``plugin.imexready``).
+Only a pod that declares it writes the signal (:data:`DECLARED`, in its pod template) counts
+as serving here: a daemon pod of an older version (its DaemonSet is never updated) or of
+NVIDIA's (a domain NVIDIA formed, adopted by our DaemonSet, docs/decisions/0021) writes none,
+and there the clique entry is still what the prepare waits for (``plugin.imexready``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from compute_domains.api import names
 
 PREFIX: Final = "compute-domains/imex-ready."
 """The annotation's key without the CD's UID."""
+DECLARED: Final = {"compute-domains/imex-ready-signal": "v1"}
+"""On the pod template of every pod whose daemon writes the signal (the chart's agent DaemonSet,
+the controller's per-CD DaemonSets): a pod without it (a daemon of an older version, whose
+DaemonSet the controller never updates, or NVIDIA's) never signals, and its clique entry is what
+a prepare waits for."""
 NVIDIA_DAEMON_PROGRAM: Final = "compute-domain-daemon"
 """What the daemon container of NVIDIA's DaemonSet runs (``command[0]``)."""
 
@@ -94,15 +100,17 @@ def runs_nvidias_daemon(pod_spec: Any) -> bool:
 
 
 def serves(pod: Any, *, domain_uid: str, node: str, namespace: str) -> bool:
-    """Whether ``pod`` (a lightkube Pod) is a pod of ours serving CD ``domain_uid`` on ``node``
-    (the driver namespace ``namespace``), live or not, which writes the signal."""
+    """Whether ``pod`` (a lightkube Pod) serves CD ``domain_uid`` on ``node`` (in the driver
+    namespace ``namespace``), live or not, and declares that it writes the signal."""
     meta, spec = pod.metadata, pod.spec
+    annotations = (meta.annotations if meta is not None else None) or {}
     return (
         meta is not None
         and spec is not None
         and meta.namespace == namespace
         and spec.nodeName == node
         and (meta.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == domain_uid
+        and all(annotations.get(k) == v for k, v in DECLARED.items())
         and not runs_nvidias_daemon(spec)
     )
 
@@ -113,7 +121,7 @@ def judge(pod: Any, *, domain_uid: str, node: str, namespace: str) -> str:
     meta = pod.metadata
     name = (meta.name if meta is not None else "") or "?"
     if not serves(pod, domain_uid=domain_uid, node=node, namespace=namespace):
-        return f"pod {name} does not serve the CD on node {node}"
+        return f"pod {name} does not serve the CD on node {node} with a readiness signal"
     if meta.deletionTimestamp is not None:
         return f"pod {name} is terminating"
     signal = decode((meta.annotations or {}).get(key(domain_uid)))

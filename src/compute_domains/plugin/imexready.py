@@ -11,11 +11,13 @@ indexed by node), so a host adds no watch for it.
 :meth:`NodeSignals.wait` returns once either holds:
 
 - a serving pod's signal counts (``imexsignal.judge``: written by the process that runs now);
-- no pod of ours serves the CD here (none labelled for it, or only NVIDIA's daemon pods of a
-  domain NVIDIA formed, which write no signal) and the clique entry the caller follows
-  (``entry_ready``) is Ready: the wait the prepare had before the signal, kept for those pods
-  and for a node whose pod is not labelled yet. Once a pod of ours serves the CD here, only
-  its signal counts: a Ready entry left by a killed agent does not.
+- no pod that writes the signal serves the CD here (none labelled for it, or only pods whose
+  template does not declare it, ``imexsignal.DECLARED``: a daemon of an older version, whose
+  DaemonSet is never updated, or NVIDIA's daemon of a domain NVIDIA formed) and the clique
+  entry the caller follows (``entry_ready``) is Ready: the wait the prepare had before the
+  signal, kept for those pods and for a node whose pod is not labelled yet. Once a pod that
+  declares the signal serves the CD here, only its signal counts: a Ready entry left by a
+  killed agent does not.
 
 The entry follower runs beside the pods' from the start, so neither waits for the other.
 """
@@ -129,7 +131,7 @@ class NodeSignals:
                 if "" in verdicts:
                     return
                 state["ours"] = bool(mine)
-                why[:] = verdicts or [f"no pod of ours serves the CD on node {node} yet"]
+                why[:] = verdicts or [f"no pod with a readiness signal serves the CD on {node} yet"]
                 changed.set()
 
         async def entry() -> None:

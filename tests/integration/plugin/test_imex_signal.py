@@ -66,16 +66,24 @@ async def _clique_entry(
 
 
 async def _serving_pod(
-    admin: AsyncClient, ns: str, node: str, cd: ComputeDomain, *, program: str = "cdctl"
+    admin: AsyncClient,
+    ns: str,
+    node: str,
+    cd: ComputeDomain,
+    *,
+    program: str = "cdctl",
+    declared: bool = True,
 ) -> str:
     """A pod of ``node`` labelled for ``cd`` (the agent's, after it took the CD up), its
-    container running since the current second, as its kubelet reports it."""
+    container running since the current second, as its kubelet reports it; ``declared``: its
+    template says its daemon writes the signal (this version's agents and daemons)."""
     name = f"serving-{node}"
     body = {
         "metadata": {
             "name": name,
             "namespace": ns,
             "labels": {names.COMPUTE_DOMAIN_LABEL: cd.uid},
+            "annotations": dict(imexsignal.DECLARED) if declared else {},
         },
         "spec": {
             "nodeName": node,
@@ -210,17 +218,25 @@ async def test_a_prepare_returns_on_the_serving_pods_signal_while_the_clique_ent
 async def test_a_ready_clique_entry_counts_only_where_no_pod_of_ours_serves_the_cd(
     admin: AsyncClient, spaces: Namespaces
 ) -> None:
-    """The entry is still what counts where no pod of ours serves the CD (NVIDIA's daemon pod of
-    a domain NVIDIA formed writes no signal); a pod of ours serving it without a signal (its
-    agent killed, its entry still Ready) holds the prepare back."""
+    """The entry is still what counts where no pod that writes the signal serves the CD: NVIDIA's
+    daemon pod of a domain NVIDIA formed, a daemon pod of an older version (its DaemonSet is
+    never updated; its template does not declare the signal), or none yet. A pod that declares
+    it serving the CD without a signal (its agent killed, its entry still Ready) holds the
+    prepare back."""
     ns = spaces.driver
-    for program, passes in ((imexsignal.NVIDIA_DAEMON_PROGRAM, True), ("cdctl", False), ("", True)):
+    cases = (
+        (imexsignal.NVIDIA_DAEMON_PROGRAM, False, True),
+        ("cdctl", False, True),
+        ("cdctl", True, False),
+        ("", False, True),
+    )
+    for program, declared, passes in cases:
         cd = _cd()
         node = f"ghost-{uuid.uuid4().hex[:8]}"
         domains = computedomain.Domains(admin, node=node, driver_namespace=ns)
         await _clique_entry(admin, ns, cd, node, ready=True)
         if program:
-            await _serving_pod(admin, ns, node, cd, program=program)
+            await _serving_pod(admin, ns, node, cd, program=program, declared=declared)
         if passes:
             await domains.wait_ready(cd, CLIQUE, 30)
         else:

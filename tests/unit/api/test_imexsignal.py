@@ -38,10 +38,11 @@ class Shape:
     node: str = NODE
     namespace: str = NS
     command: str = "cdctl"
+    declared: bool = True
 
 
 def _pod(shape: Shape) -> Pod:
-    annotations = {}
+    annotations = dict(imexsignal.DECLARED) if shape.declared else {}
     if shape.signal_at is not None:
         annotations[imexsignal.key(UID)] = imexsignal.encode(shape.signal_at, "abc")
     state = (
@@ -91,6 +92,8 @@ def _judge(pod: Any) -> str:
         (Shape(node="gb200-r0-n02"), False, "does not serve"),
         (Shape(namespace="default"), False, "does not serve"),
         (Shape(command=imexsignal.NVIDIA_DAEMON_PROGRAM), False, "does not serve"),
+        # A daemon pod of an older version (its DaemonSet is never updated) writes none.
+        (Shape(declared=False), False, "does not serve"),
     ],
 )
 def test_a_signal_counts_only_from_the_running_process_of_a_pod_serving_the_cd(
