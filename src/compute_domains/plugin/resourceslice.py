@@ -187,6 +187,7 @@ class SlicePublisher:
             namespace=None,
             fields={"spec.driver": names.DRIVER_NAME},
             indexers={informers.NODE_INDEX: cache.field_indexer(_node_of)},
+            per_node="node",
         )
 
         def changed(old: ResourceSlice | None, new: ResourceSlice | None) -> None:

@@ -355,7 +355,9 @@ class NodeAgent:
         install_executor(len(self.specs))
         if self._s.virtual_nodes and self._s.shared_informers:
             host_client = await asyncio.to_thread(self._host_client)
-            self.informers = kube_informers.Informers(host_client, name="node-host")
+            self.informers = kube_informers.Informers(
+                host_client, name="node-host", nodes=frozenset(self.specs)
+            )
             try:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self.informers.run(), name="host-informers")

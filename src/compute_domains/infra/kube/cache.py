@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 from compute_domains.infra import backoff, logs
-from compute_domains.infra.kube import watch
+from compute_domains.infra.kube import raw, watch
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,8 @@ def _version(obj: Any) -> int | None:
 class Cache(Generic[R]):
     """List+watch cache of one resource type with optional selection, indexes and subscribers.
 
-    ``namespace`` is one namespace, ``ALL_NAMESPACES``, or None for cluster-scoped kinds.
+    ``namespace`` is one namespace, ``ALL_NAMESPACES``, or None for cluster-scoped kinds;
+    ``keep`` narrows the selection further on the client (``watch.stream``).
     """
 
     def __init__(
@@ -98,8 +99,10 @@ class Cache(Generic[R]):
         indexers: Mapping[str, Indexer] | None = None,
         watch_timeout_s: int = 300,
         relist_backoff: backoff.Backoff | None = None,
+        keep: raw.Keep | None = None,
     ) -> None:
         self.name = name
+        self._keep = keep
         self._client = client
         self._resource = resource
         self._namespace = namespace
@@ -260,6 +263,7 @@ class Cache(Generic[R]):
             fields=self._fields,
             watch_timeout_s=self._watch_timeout_s,
             retry=self._backoff,
+            keep=self._keep,
         ):
             if isinstance(item, watch.Changed):
                 self._apply(item.type, item.obj)

@@ -20,6 +20,11 @@ Invariants:
 - Changes are coalesced per follower: a slow follower sees the newest state, never a backlog
   (every follower here only cares about the current state).
 - Nothing here is module-level state: the registry lives in the object its host owns.
+- A host that names its nodes (``nodes``) keeps only its own nodes' objects in the caches asked
+  for ``per_node`` (Nodes by name; bound pods and ResourceSlices by ``spec.nodeName``): a real
+  kubelet and plugin watch their own node's objects only, and decoding every other node's
+  objects made each host's work grow with the whole cluster. Every consumer here reads its own
+  node's objects, by key or by the node index.
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from lightkube import operators
 from lightkube.core.selector import build_selector
 from lightkube.resources.core_v1 import Node, Pod
 
-from compute_domains.infra.kube import cache
+from compute_domains.infra.kube import cache, raw
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +46,24 @@ NODE_INDEX = "node"
 """The index of bound pods by ``spec.nodeName`` (:func:`bound_pods`)."""
 
 _SelectionKey = tuple[type[Any], str | None, str]
+PerNode = Literal["name", "node"]
+"""How a host's cache keeps its own nodes' objects (``Informers.informer``)."""
 
 
 class Informers:
     """The shared caches of one process (see the module docstring); ``run()`` runs them."""
 
-    def __init__(self, client: Any, *, name: str = "host", watch_timeout_s: int = 300) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        name: str = "host",
+        watch_timeout_s: int = 300,
+        nodes: frozenset[str] | None = None,
+    ) -> None:
         self.name = name
         self._client = client
+        self._nodes = nodes
         self._watch_timeout_s = watch_timeout_s
         self._caches: dict[_SelectionKey, cache.Cache[Any]] = {}
         self._new: asyncio.Queue[cache.Cache[Any]] = asyncio.Queue()
@@ -60,10 +75,15 @@ class Informers:
         namespace: str | None = cache.ALL_NAMESPACES,
         fields: Mapping[str, Any] | None = None,
         indexers: Mapping[str, cache.Indexer] | None = None,
+        per_node: PerNode | None = None,
     ) -> cache.Cache[Any]:
         """The shared cache of ``resource`` in ``namespace`` with field selector ``fields``;
-        created and started on the first ask, with ``indexers`` added on every ask."""
-        key: _SelectionKey = (resource, namespace, build_selector(dict(fields)) if fields else "")
+        created and started on the first ask, with ``indexers`` added on every ask. With
+        ``per_node`` and a host that named its nodes, only those nodes' objects: ``"name"``
+        those named after one of them (Nodes), ``"node"`` those whose ``spec.nodeName`` is one."""
+        selector = build_selector(dict(fields)) if fields else ""
+        scoped = per_node if self._nodes is not None else None
+        key: _SelectionKey = (resource, namespace, f"{selector}|{scoped or ''}")
         found = self._caches.get(key)
         if found is None:
             kind = getattr(resource, "__name__", str(resource))
@@ -74,12 +94,19 @@ class Informers:
                 namespace=namespace,
                 fields=fields,
                 watch_timeout_s=self._watch_timeout_s,
+                keep=None if scoped is None else self._keep(scoped),
             )
             self._caches[key] = found
             self._new.put_nowait(found)
         for index, indexer in (indexers or {}).items():
             found.add_indexer(index, indexer)
         return found
+
+    def _keep(self, per_node: PerNode) -> raw.Keep:
+        mine = self._nodes or frozenset()
+        if per_node == "name":
+            return lambda name, _node: name in mine
+        return lambda _name, node: node in mine
 
     def caches(self) -> list[cache.Cache[Any]]:
         """Every cache asked for so far."""
@@ -105,12 +132,13 @@ def bound_pods(shared: Informers) -> cache.Cache[Any]:
         Pod,
         fields={"spec.nodeName": operators.not_equal("")},
         indexers={NODE_INDEX: cache.field_indexer(_node_of)},
+        per_node="node",
     )
 
 
 def nodes(shared: Informers) -> cache.Cache[Any]:
     """The host's one cache of every Node (a plugin or agent follows its own by key)."""
-    return shared.informer(Node, namespace=None)
+    return shared.informer(Node, namespace=None, per_node="name")
 
 
 async def follow(informer: cache.Cache[Any], key: cache.Key) -> AsyncIterator[Any | None]:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from compute_domains.infra import backoff, logs
-from compute_domains.infra.kube import errors
+from compute_domains.infra.kube import errors, raw
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ async def stream(
     watch_timeout_s: int | None = None,
     retry: backoff.Backoff | None = None,
     rng: random.Random | None = None,
+    keep: raw.Keep | None = None,
 ) -> AsyncIterator[Listed | Changed]:
     """List, then watch ``resource`` forever (see the module docstring).
 
@@ -78,6 +79,8 @@ async def stream(
         watch_timeout_s: the server-side timeout of one watch request.
         retry: backoff between failed attempts.
         rng: jitter source (tests pass a seeded one).
+        keep: only the objects it keeps are listed and reported (``raw.watch_kept``: the
+            others are not decoded); None keeps all.
     """
     policy = retry or _DEFAULT_RETRY
     selection: dict[str, Any] = {"namespace": namespace, "labels": labels, "fields": fields}
@@ -89,9 +92,25 @@ async def stream(
             listing = client.list(resource, chunk_size=500, **selection)
             objects = tuple([obj async for obj in listing])
             version = str(listing.resourceVersion)
+            if keep is not None:
+                objects = tuple(obj for obj in objects if raw.kept(keep, obj))
             yield Listed(objects, version)
             attempt = 0
             while True:
+                if keep is not None:
+                    async for event, kept_obj, at in raw.watch_kept(
+                        client,
+                        resource,
+                        keep,
+                        resource_version=version,
+                        server_timeout=watch_timeout_s,
+                        **selection,
+                    ):
+                        version = at or version
+                        if kept_obj is not None:
+                            yield Changed(event, kept_obj)
+                    logger.debug("informer %s: watch ended; resuming at %s", name, version)
+                    continue
                 async for event, obj in client.watch(
                     resource,
                     resource_version=version,

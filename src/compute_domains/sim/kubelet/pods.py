@@ -48,6 +48,8 @@ class PodWorker:
         self._records: list[podstatus.ContainerRecord] = []
         self._published: dict[str, str] = {}
         """Condition type → status this kubelet last wrote (to notice others' rewrites)."""
+        self._written: dict[str, Any] | None = None
+        """The status last written, None when the next one must be written whatever it is."""
         self._sandbox_ready = False
         self._since: dict[str, str] = {}
         self._start_time = podstatus.now()
@@ -79,6 +81,7 @@ class PodWorker:
         self.pod = pod
         server = _conditions(pod)
         if self._published and any(server.get(k) != v for k, v in self._published.items()):
+            self._written = None
             self.changed()
 
     def terminate(self, grace: float, gone: bool = False) -> None:
@@ -181,15 +184,22 @@ class PodWorker:
                 since=self._since,
                 message=self._message,
             )
+            if status == self._written:
+                # The kubelet's status manager writes a status only when it changed: a probe
+                # or a retry that changes nothing costs the API server and every watcher of
+                # the pod nothing.
+                continue
             self._published = {c["type"]: c["status"] for c in status["conditions"]}
             try:
                 await self._svc.client.patch(
                     Pod.Status, self.name, {"status": status}, namespace=self.namespace
                 )
+                self._written = status
             except httpx.HTTPError as err:
                 if kube.is_not_found(err):
                     return
                 self._log.warning("status update failed: %s", kube.server_message(err))
+                self._written = None
                 self._dirty.set()
                 await asyncio.sleep(0.5)
 

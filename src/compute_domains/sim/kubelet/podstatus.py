@@ -137,6 +137,20 @@ def phase(records: list[ContainerRecord], sandbox_ready: bool) -> str:
     return "Pending"
 
 
+def transition(since: dict[str, str], kind: str, status: str) -> str:
+    """The ``lastTransitionTime`` of condition ``kind`` now at ``status``: the moment it last
+    changed status, as the kubelet keeps it (``since`` holds ``kind`` → ``status@stamp`` and is
+    updated on a change). A condition rewritten unchanged keeps its stamp, so a status write
+    that changes nothing else is the same status: no new object version and no watch event
+    for every watcher of the pod."""
+    held = since.get(kind, "")
+    before, _, stamp = held.partition("@")
+    if before != status or not stamp:
+        stamp = now()
+        since[kind] = f"{status}@{stamp}"
+    return stamp
+
+
 def _cond(
     kind: str,
     ok: bool,
@@ -144,8 +158,7 @@ def _cond(
     since: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     status = "True" if ok else "False"
-    key = f"{kind}={status}"
-    stamp = (since or {}).setdefault(key, now())
+    stamp = transition(since if since is not None else {}, kind, status)
     out: dict[str, Any] = {
         "type": kind,
         "status": status,
