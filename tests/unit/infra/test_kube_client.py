@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ssl
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
+from lightkube.resources.core_v1 import ConfigMap
 
 from compute_domains.infra import errors
 from compute_domains.infra import kube as client
@@ -54,3 +57,34 @@ def test_a_client_may_keep_idle_connections_past_httpx_five_seconds(tmp_path: Pa
     assert not _pool(kept)._http2 and not _pool(default)._http2
     shared = client.client(dataclasses.replace(base, http2=True))
     assert _pool(shared)._http2 and _pool(shared)._keepalive_expiry == 5.0
+
+
+async def test_a_request_whose_answer_never_comes_times_out(tmp_path: Path) -> None:
+    """A plain request (not a watch) read with no bound hung its caller for good when no answer
+    came; now it fails after ``read_timeout_s`` with an error the callers translate and retry."""
+    got: list[bytes] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await reader.readline())  # reads the request line, never answers
+        await asyncio.sleep(60)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    settings = client.KubeSettings(kubeconfig=tmp_path / "kubeconfig", read_timeout_s=0.3)
+    api = client.client(settings)
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(httpx.ReadTimeout):
+                await api.get(ConfigMap, "x", namespace="default")
+    finally:
+        await api.close()
+        server.close()
+    assert got and got[0].startswith(b"GET /api/v1/namespaces/default/configmaps/x")
+    failure = client.translate(httpx.ReadTimeout("read"), "get x")
+    assert isinstance(failure, errors.TemporaryError)

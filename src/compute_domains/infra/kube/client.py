@@ -34,7 +34,12 @@ class KubeSettings:
     field_manager: str = "compute-domains"
     """Field manager name recorded on every write (server-side apply ownership)."""
     timeout_s: float = 30.0
-    """Timeout of one API request in seconds (watches are long-lived and exempt)."""
+    """Timeout of one API request's connect, write and pool wait, in seconds (watches are
+    long-lived and exempt: lightkube gives them no read timeout of their own)."""
+    read_timeout_s: float = 90.0
+    """How long a request (not a watch) may wait for its response's next bytes. Above the API
+    server's own 60 s request timeout, after which it answers 504 itself: it fires only when
+    no answer can come (a response lost on its way), which without it hung its caller for good."""
     keepalive_s: float | None = None
     """How long an idle connection is kept for the next request; None: httpx's 5 s. A client
     that writes every 10 s (a kubelet's Lease) keeps its connection with a longer one, as
@@ -100,7 +105,7 @@ def client(settings: KubeSettings) -> AsyncClient:
     return AsyncClient(
         config,
         field_manager=settings.field_manager,
-        timeout=httpx.Timeout(settings.timeout_s, read=None),
+        timeout=httpx.Timeout(settings.timeout_s, read=settings.read_timeout_s),
         trust_env=False,
         transport=transport,
     )
