@@ -63,10 +63,14 @@ async def test_a_request_whose_answer_never_comes_times_out(tmp_path: Path) -> N
     """A plain request (not a watch) read with no bound hung its caller for good when no answer
     came; now it fails after ``read_timeout_s`` with an error the callers translate and retry."""
     got: list[bytes] = []
+    release = asyncio.Event()
+    handlers: list[asyncio.Task[Any]] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
         got.append(await reader.readline())  # reads the request line, never answers
-        await asyncio.sleep(60)
+        await release.wait()
+        writer.close()
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -83,8 +87,11 @@ async def test_a_request_whose_answer_never_comes_times_out(tmp_path: Path) -> N
             with pytest.raises(httpx.ReadTimeout):
                 await api.get(ConfigMap, "x", namespace="default")
     finally:
+        release.set()
         await api.close()
         server.close()
+        await server.wait_closed()
+        await asyncio.gather(*handlers)
     assert got and got[0].startswith(b"GET /api/v1/namespaces/default/configmaps/x")
     failure = client.translate(httpx.ReadTimeout("read"), "get x")
     assert isinstance(failure, errors.TemporaryError)
