@@ -17,9 +17,7 @@ the victim has no ``nvidia-imex`` (a watch on the CD; each Ready write is checke
 node's processes at once), and in the per-clique scope a prepare begun on the victim after the
 kill (a probe pod of a second CD, pinned there) must not pass (its container start) while the
 victim has no ``nvidia-imex``: issue 26's defect 3, where the dead agent's registry entry kept
-saying Ready for about 2 s. Per domain the probe is a second pod of the same CD pinned to the
-victim: its prepare waits for the IMEX readiness signal on the victim's agent pod, and the one
-the killed agent left must not count (docs/decisions/0023).
+saying Ready for about 2 s.
 
 kill -9 of a node's kubelet plugin mid-formation (issue 26 point 4): as soon as the plugin has
 begun the CD's prepare (its Node names the CD), its process gets SIGKILL. The kubelet restarts
@@ -173,7 +171,8 @@ async def _never_ready_without_imex(admin: AsyncClient, violations: list[str]) -
 
     async with asyncio.TaskGroup() as tg:
         tg.create_task(statuses())
-        tg.create_task(probe())
+        if helpers.per_clique():
+            tg.create_task(probe())
 
 
 async def _kill_the_agent_mid_formation(
@@ -192,10 +191,8 @@ async def _kill_the_agent_mid_formation(
     t0 = loop.time()
     violations: list[str] = []
     watching = asyncio.create_task(_never_ready_without_imex(admin, violations))
-    # A prepare on the victim begun after the kill: per clique a second CD's; per domain a second
-    # pod of the same CD (its killed agent's readiness signal must not count, decision 0023).
-    probe_template = f"{PROBE_CD}-rct" if helpers.per_clique() else f"{CD}-rct"
-    await admin.create(helpers.channel_pod(PROBE_CD, probe_template, node=VICTIM, gpus=0))
+    if helpers.per_clique():  # a prepare on the victim begun after the kill
+        await admin.create(helpers.channel_pod(PROBE_CD, f"{PROBE_CD}-rct", node=VICTIM, gpus=0))
 
     async def converged() -> dict[str, int] | None:
         now = await _all_ready(admin, CD)
@@ -217,8 +214,6 @@ async def _kill_the_agent_mid_formation(
     (agent,) = [p for p in await _agents(admin) if p.spec and p.spec.nodeName == VICTIM]
     assert agent.status is not None and agent.status.containerStatuses
     assert agent.status.containerStatuses[0].restartCount >= 1  # the same pod, restarted
-    if not helpers.per_clique():  # the probe holds a claim of the CD: it goes before the CD
-        await admin.delete(Pod, PROBE_CD, namespace="default")
     await _one_imex_per_node_then_released(admin, uid, CD)
 
 

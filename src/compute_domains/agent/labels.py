@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compute_domains.agent.config import Assignment, Shared, Wants
-from compute_domains.api import imexsignal, names, sharedimex
+from compute_domains.api import names, sharedimex
 
 
 def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
@@ -56,10 +56,8 @@ def node_labels(node: Any | None) -> dict[str, str]:
 def pod_label_patch(serving: str | None, clique_id: str = "") -> dict[str, Any]:
     """Merge patch of the agent's pod labels: the CD label for ``serving`` and the clique ID
     label ``clique_id`` (empty on a node without multi-node NVLink, as a per-CD daemon writes
-    it), or both removed. Labelling for a CD also removes that CD's IMEX readiness signal
-    (``api.imexsignal``) in the same write: one an earlier daemon of this process failed to
-    remove would otherwise count before the new daemon's IMEX runs."""
+    it), or both removed."""
     if serving:
         wanted = {names.COMPUTE_DOMAIN_LABEL: serving, names.CLIQUE_ID_LABEL: clique_id}
-        return {"metadata": {"labels": wanted, "annotations": {imexsignal.key(serving): None}}}
+        return {"metadata": {"labels": wanted}}
     return {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None, names.CLIQUE_ID_LABEL: None}}}

@@ -59,7 +59,7 @@ from lightkube.models.core_v1 import (
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 
-from compute_domains.api import imexsignal, names
+from compute_domains.api import names
 from compute_domains.controller import config
 
 DAEMON_COMMAND: Final = ("cdctl", "daemon", "run")
@@ -110,13 +110,10 @@ def _env(settings: config.DaemonSettings) -> list[EnvVar]:
     ]
 
 
-def _annotations(settings: config.DaemonSettings) -> dict[str, str]:
-    # The daemon writes the IMEX readiness signal a prepare waits for (api.imexsignal).
-    declared = dict(imexsignal.DECLARED)
+def _scrape(settings: config.DaemonSettings) -> dict[str, str] | None:
     if not settings.metrics_port:
-        return declared
-    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.metrics_port)}
-    return scrape | declared
+        return None
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.metrics_port)}
 
 
 def _resources(settings: config.DaemonSettings) -> ResourceRequirements:
@@ -192,7 +189,7 @@ def render(
         spec=DaemonSetSpec(
             selector=LabelSelector(matchLabels=dict(labels)),
             template=PodTemplateSpec(
-                metadata=ObjectMeta(labels=dict(labels), annotations=_annotations(settings)),
+                metadata=ObjectMeta(labels=dict(labels), annotations=_scrape(settings)),
                 spec=pod_spec,
             ),
         ),

@@ -30,10 +30,10 @@ from lightkube.models.apps_v1 import DaemonSetUpdateStrategy
 from lightkube.models.core_v1 import EnvVar
 from lightkube.resources.apps_v1 import DaemonSet
 
-from compute_domains.api import imexsignal, names
+from compute_domains.api import names
 from compute_domains.controller import kubeapi
 
-NVIDIA_DAEMON_PROGRAM: Final = imexsignal.NVIDIA_DAEMON_PROGRAM
+NVIDIA_DAEMON_PROGRAM: Final = "compute-domain-daemon"
 """What the daemon container of NVIDIA's DaemonSet runs (``command[0]``)."""
 ON_DELETE: Final = "OnDelete"
 PEER_NAMES_ENV: Final = "IMEX_PEER_NAMES"
@@ -41,7 +41,8 @@ PEER_NAMES_ENV: Final = "IMEX_PEER_NAMES"
 
 
 def _runs_nvidias_daemon(pod_spec: Any) -> bool:
-    return imexsignal.runs_nvidias_daemon(pod_spec)
+    containers = getattr(pod_spec, "containers", None) or []
+    return any((c.command or [""])[0] == NVIDIA_DAEMON_PROGRAM for c in containers)
 
 
 def is_nvidias(ds: DaemonSet) -> bool:

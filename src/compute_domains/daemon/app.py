@@ -15,9 +15,7 @@ IP) and meanwhile does, in order:
    fatal), the IMEX supervisor, the peer updater (hosts block, first start, paced SIGUSR1), the
    clique membership (register, follow, report readiness), the own IMEX check, the peer
    watch (which peers our IMEX lost, written into the clique by the membership), our pod's
-   readiness watch, the Event recorder, and our IMEX readiness signal on our pod (``podsignal``:
-   set while our own IMEX check passes; the plugin's prepare waits for it, not for our clique
-   entry, docs/decisions/0023). The label is our request for a clique entry: the
+   readiness watch, and the Event recorder. The label is our request for a clique entry: the
    controller assigns our index and writes the entry (docs/decisions/0009), which the
    membership, following the clique meanwhile, sees arrive; only what the first report needs
    waits for anything.
@@ -54,7 +52,6 @@ from compute_domains.daemon import (
     membership,
     peers,
     peerwatch,
-    podsignal,
     probe,
     readiness,
     session,
@@ -125,17 +122,6 @@ class Daemon:
         """The clique membership, once built."""
         self._pod: readiness.PodReadiness | None = None
         self._session: session.SessionWatch | None = None
-        # Made now: its earliest stamp counts from our start (api.imexsignal).
-        self.signal = podsignal.PodSignal(
-            client,
-            settings.identity,
-            retry=settings.retry,
-            remove_timeout=settings.deregister_timeout,
-            rng=self._rng,
-            on_written=self._signal_written,
-        )
-        self._own_ok = False
-        """Our pod's IMEX readiness signal for the CD, which the plugin's prepare waits for."""
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -306,7 +292,6 @@ class Daemon:
             "peer-watch": watch.run(),
             "events": recorder.run(),
             "session-note": in_use.run(self._client, ident, retry=s.retry, rng=self._rng),
-            "ready-signal": self.signal.run(),
         }
         if not s.resident:
             # A per-CD pod: our entry follows its Ready condition, gated by our own check.
@@ -324,27 +309,15 @@ class Daemon:
                 tasks.spawn(tg, name, coro, log=logger)
 
     def _own_check_changed(self, ok: bool) -> None:
-        # The plugin's prepare waits for this signal, not for our clique entry (both modes).
-        self.signal.set(ok)
         if ok:
             self.steps.mark(steps.IMEX_READY)
             if self._session is not None:
                 self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
-        elif self._settings.resident and self.membership is not None and not ok:
-            # A resident agent's daemon: our entry is our own check (DaemonSettings.resident);
-            # a turn to Ready is reported once our signal is written (_signal_written).
-            self.membership.set_status(Readiness.NOT_READY)
-        self._own_ok = ok
-
-    def _signal_written(self, ok: bool) -> None:
-        # Our clique entry turns Ready only after our signal is written: the prepare waits for
-        # the signal, and the entry's patch (18 writers on one clique, retried inside the API
-        # server) would otherwise take the API server's seats of our ServiceAccount from it.
-        # The entry's NotReady is never deferred (_own_check_changed).
-        if ok and self._own_ok and self._settings.resident and self.membership is not None:
-            self.membership.set_status(Readiness.READY)
+        elif self._settings.resident and self.membership is not None:
+            # A resident agent's daemon: our entry is our own check (DaemonSettings.resident).
+            self.membership.set_status(Readiness.READY if ok else Readiness.NOT_READY)
 
     def _entry_seen(self, entry: CliqueDaemon) -> None:
         self.steps.mark(steps.REGISTERED)

@@ -15,12 +15,11 @@
   a label for another CD, or the per-clique scope's ``compute-domains/shared-imex=on`` (written
   under the same precondition by ``shared``), refuses the claim with a retryable error.
   Removing it only ever removes our own value (a newer CD's label is left alone).
-- Readiness is watched, not polled: read once, then follow a watch from that read's
-  resourceVersion until Ready or the attempt's time runs out (with shared caches: wait on the
-  host's caches, no watch of its own). On a node with a clique ID it is the IMEX readiness
-  signal of the pod that serves the CD here (``imexready``, ``api.imexsignal``; the entry in the
-  ComputeDomainClique ``<cdUID>.<cliqueID>`` only where no pod of ours serves it: NVIDIA's
-  daemon pods); on a node without one it is the CD's ``status.nodes`` entry, which the
+- Readiness is watched, not polled: read the node's entry once, then follow a watch from that
+  read's resourceVersion until the entry is Ready or the attempt's time runs out (with shared
+  caches: wait on the host's clique or CD cache, no watch of its own). On a node with
+  a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
+  written by the daemon; on a node without one it is the CD's ``status.nodes`` entry, which the
   controller derives from the daemon pod.
 - A wait that times out says why when the controller knows: if the CD's ``Ready`` condition is
   ``CliqueFull`` naming this node, the error (which the kubelet shows as the pod's event) names
@@ -32,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
@@ -44,7 +43,6 @@ from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueR
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
 from compute_domains.infra.kube import cache, informers
-from compute_domains.plugin import imexready
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +104,6 @@ class Domains:
         )
         self.cliques = None if shared is None else cliques(shared, driver_namespace)
         """The host's clique cache of the driver namespace (None: watch on our own)."""
-        self._signals = imexready.NodeSignals(
-            client,
-            node=node,
-            driver_namespace=driver_namespace,
-            pods=None if shared is None else informers.bound_pods(shared),
-        )
 
     async def find(self, domain_uid: str, namespace: str = ALL_NS) -> ComputeDomain | None:
         """The CD with ``domain_uid`` in ``namespace`` (all namespaces by default), or None;
@@ -248,28 +240,22 @@ class Domains:
             errors.TemporaryError: not Ready within ``timeout`` seconds.
         """
         node = self._node
-        pending: list[str] = []
         if clique_id:
             name = names.clique_object_name(cd.uid, clique_id)
-            where = f"the IMEX readiness signal of the pod serving it here (clique {name})"
+            where = f"clique {self._driver_ns}/{name}"
 
             def clique_ready(obj: Any) -> bool:
                 entry = ComputeDomainClique.from_resource(obj).daemon(node)
                 return entry is not None and entry.status is Readiness.READY
 
-            def entry_ready() -> Coroutine[Any, Any, None]:
-                return follow(
-                    self._client,
-                    ComputeDomainCliqueResource,
-                    name,
-                    self._driver_ns,
-                    clique_ready,
-                    self.cliques,
-                )
-
-            # The serving pod's own signal, not the clique entry 18 daemons patch at once
-            # (docs/decisions/0023); the entry counts only where no pod of ours serves the CD.
-            waiting = self._signals.wait(cd.uid, entry_ready, pending)
+            waiting = follow(
+                self._client,
+                ComputeDomainCliqueResource,
+                name,
+                self._driver_ns,
+                clique_ready,
+                self.cliques,
+            )
         else:
             where = f"status of ComputeDomain {cd.namespace}/{cd.name}"
 
@@ -288,8 +274,6 @@ class Domains:
         except TimeoutError as err:
             blocked = await self.blocked(cd)
             why = blocked or f"waiting for {where}: IMEX daemon not Ready yet"
-            if pending and not blocked:
-                why = f"{why}: {'; '.join(pending)}"
             raise errors.TemporaryError(
                 f"current node not ready in ComputeDomain {cd.namespace}/{cd.name} after "
                 f"{timeout:g}s ({why})"

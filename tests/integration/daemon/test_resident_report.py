@@ -9,8 +9,7 @@ it (``DaemonSettings.resident``), in this process with the IMEX stand-in in-proc
 on a node no kubelet serves: the test alone writes that pod's status, and keeps its ``Ready``
 condition False throughout. The entry (made by the test, as the controller would) must still
 turn Ready once IMEX is up, and the daemon must not write the pod (the agent labelled it, CD and
-clique ID in one patch): it writes only its IMEX readiness signal there (before the entry's
-Ready; docs/decisions/0023) and removes it when it stops.
+clique ID in one patch): no field of the pod is managed by the daemon's field manager.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import imexsignal, names
+from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import app, imexconfig
@@ -139,11 +138,6 @@ async def test_the_entry_turns_ready_by_the_own_check_while_the_pod_is_not_ready
                 if status is Readiness.READY:
                     break
         assert daemon.health.ok
-        # The entry turns Ready only after the IMEX readiness signal the prepare waits for
-        # is on the pod (docs/decisions/0023): its write goes first.
-        now = await admin.get(Pod, "imex-agent-x", namespace=ns)
-        notes = (now.metadata.annotations if now.metadata else None) or {}
-        assert imexsignal.decode(notes.get(imexsignal.key(cd.metadata.uid))) is not None
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -151,8 +145,5 @@ async def test_the_entry_turns_ready_by_the_own_check_while_the_pod_is_not_ready
     after = await admin.get(Pod, "imex-agent-x", namespace=ns)
     assert after.status is not None
     assert [(c.type, c.status) for c in after.status.conditions or []] == [("Ready", "False")]
-    # Nothing of the daemon's stays on the pod: its signal was removed when it stopped, and
-    # the labels are the agent's.
-    assert imexsignal.key(cd.metadata.uid) not in (after.metadata.annotations or {})
     managers = {f.manager for f in after.metadata.managedFields or []}
-    assert MANAGER not in managers, f"the daemon left its writes on its pod: {managers}"
+    assert MANAGER not in managers, f"the daemon wrote its pod: {managers}"

@@ -9,7 +9,7 @@ import pytest
 
 from compute_domains.agent import labels
 from compute_domains.agent.config import AgentSettings, Assignment, Shared, Wants
-from compute_domains.api import imexsignal, names, sharedimex
+from compute_domains.api import names, sharedimex
 from compute_domains.infra import errors
 
 CD = names.COMPUTE_DOMAIN_LABEL
@@ -48,15 +48,11 @@ def test_assignment_of_a_node(node_labels: dict[str, str] | None, wanted: Any) -
 
 def test_pod_label_patch_sets_both_labels_in_one_write_and_removes_both_after() -> None:
     # The clique ID label (the request for a clique slot) rides on the CD label's patch.
-    # The CD's IMEX readiness signal a daemon of this process left goes in the same write.
-    stale = {imexsignal.key("u1"): None}
     both = {CD: "u1", names.CLIQUE_ID_LABEL: "c.1"}
-    assert labels.pod_label_patch("u1", "c.1") == {
-        "metadata": {"labels": both, "annotations": stale}
-    }
+    assert labels.pod_label_patch("u1", "c.1") == {"metadata": {"labels": both}}
     # A node without multi-node NVLink: the empty value, as a per-CD daemon writes it.
     no_fabric = {CD: "u1", names.CLIQUE_ID_LABEL: ""}
-    assert labels.pod_label_patch("u1") == {"metadata": {"labels": no_fabric, "annotations": stale}}
+    assert labels.pod_label_patch("u1") == {"metadata": {"labels": no_fabric}}
     removed = labels.pod_label_patch(None)["metadata"]["labels"]
     assert removed == {CD: None, names.CLIQUE_ID_LABEL: None}
 

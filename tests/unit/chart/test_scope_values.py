@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compute_domains.api import imexsignal
 from compute_domains.sim import toolchain
 from tests.unit.chart import render
 
@@ -93,24 +92,3 @@ def test_the_controller_may_patch_cliques_and_nodes(toolset: toolchain.Toolset) 
     ]
     (nodes,) = [x for x in cluster["rules"] if x["resources"] == ["nodes"]]
     assert "patch" in nodes["verbs"]
-
-
-def test_the_plugin_may_read_the_driver_namespaces_pods_in_either_mode(
-    toolset: toolchain.Toolset,
-) -> None:
-    """A per-domain prepare waits for the IMEX readiness signal on the pod serving the CD on its
-    node (``api.imexsignal``): the agent's pod, or in the per-CD DaemonSet mode the daemon's."""
-    for sets in ((), ("imex.agents=resident",)):
-        r = render.render(toolset, *sets)
-        (role,) = [d for d in r.all("Role") if d["metadata"]["name"] == PLUGIN]
-        pods = [x for x in role["rules"] if x["resources"] == ["pods"]]
-        assert [set(x["verbs"]) for x in pods] == [{"get", "list", "watch"}], sets
-
-
-def test_the_agents_pods_declare_the_imex_readiness_signal(toolset: toolchain.Toolset) -> None:
-    """Its daemons write the signal (``api.imexsignal``): a prepare waits for that, not for the
-    clique entry, only on pods that declare it."""
-    r = render.render(toolset, "imex.agents=resident")
-    (agent,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == AGENT]
-    annotations = agent["spec"]["template"]["metadata"]["annotations"]
-    assert {k: annotations.get(k) for k in imexsignal.DECLARED} == imexsignal.DECLARED

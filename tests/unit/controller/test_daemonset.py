@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compute_domains import controller
-from compute_domains.api import imexsignal, names
+from compute_domains.api import names
 from compute_domains.controller import daemonset
 
 UID = "3f1c2b7a-0000-4000-8000-000000000001"
@@ -26,12 +26,7 @@ def test_identity_labels_finalizer_no_owner() -> None:
     assert ds["spec"]["selector"] == {"matchLabels": {names.COMPUTE_DOMAIN_LABEL: UID}}
     assert ds["spec"]["template"]["metadata"] == {
         "labels": {names.COMPUTE_DOMAIN_LABEL: UID},
-        "annotations": {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": "8082",
-            # Its daemons write the IMEX readiness signal a prepare waits for.
-            **imexsignal.DECLARED,
-        },
+        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8082"},
     }
     assert "updateStrategy" not in ds["spec"]
 
@@ -96,11 +91,11 @@ def test_image_pull_secrets_are_rendered_when_set() -> None:
     assert pod["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}]
 
 
-def test_metrics_port_zero_renders_no_port_env_or_scrape_annotations() -> None:
+def test_metrics_port_zero_renders_no_port_env_or_annotations() -> None:
     ds = _render(metrics_port=0)
     (c,) = ds["spec"]["template"]["spec"]["containers"]
     assert "ports" not in c and "METRICS_PORT" not in {e["name"] for e in c["env"]}
-    assert ds["spec"]["template"]["metadata"]["annotations"] == imexsignal.DECLARED
+    assert "annotations" not in ds["spec"]["template"]["metadata"]
     # Nothing served: the probes exec the same IMEX check.
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["exec"] == {"command": ["cdctl", "daemon", "check"]}
