@@ -128,6 +128,14 @@ async def _namespace(client: AsyncClient) -> str:
     return ns
 
 
+def install_timeout_s(pods: int) -> int:
+    """How long ``helm install --wait`` may take for a cluster sized for ``pods`` workload pods:
+    300 s (helm's usual five minutes), or a second per 8 pods above 2,400. At 4,608 nodes the
+    driver's 9,216 DaemonSet pods went through kube-controller-manager's 200 requests/s and
+    the node hosts' startup probes on a 16-core machine for more than 300 s (issue 28)."""
+    return max(300, pods // 8)
+
+
 def formation_timeout_s(pods: int) -> float:
     """How long a formation of ``pods`` may take before the run counts it as not formed:
     600 s, or a second a pod above 600 (N = 1,152 is CPU-bound on 2 cores for minutes: the
@@ -207,7 +215,9 @@ async def run_round(
     client = kube.client(kube.KubeSettings(kubeconfig=sim.kubeconfig, field_manager="bench"))
     try:
         t0 = time.monotonic()
-        await install.install(sim.bin_dir / "helm", sim.kubeconfig, spec)
+        await install.install(
+            sim.bin_dir / "helm", sim.kubeconfig, spec, install_timeout_s(max(sizes, default=0))
+        )
         result.install_s = time.monotonic() - t0
         result.ready_s = await install.wait_ready(
             client, spec.namespace, timeout=600, registered=_registered(sim.control_socket)
