@@ -5,8 +5,11 @@ per-domain CD's daemon, or the clique's shared IMEX.
 what runs: the served CD's daemon's or the shared IMEX's; passing while nothing runs or the
 node has no clique ID, but failing until the Node's ask has been read and acted on: a
 restarted agent's pod keeps its IP, and its previous process's registry entry still says
-Ready, so a Ready pod must mean that what the Node asks runs, ``api.agentpods``) and
-``/metrics`` (theirs), and meanwhile:
+Ready, so a Ready pod must mean that what the Node asks runs, ``api.agentpods``; and failing
+while nothing runs on a node that will ask for the shared IMEX, ``plan.awaits_shared``: with
+eager shared IMEX the kubelet plugin's label is part of every clique node's start-up, and an
+agent Ready before it would turn NotReady for the IMEX start, issue 28) and ``/metrics``
+(theirs), and meanwhile:
 
 1. follows our Node by watch (``kubeops.node_wants``, no polling) and keeps the latest
    :class:`config.Wants` it asks for: a per-domain CD (the CD label) and/or the clique's shared
@@ -114,6 +117,7 @@ class ResidentAgent:
         self._task: asyncio.Task[None] | None = None
         self._declined: Assignment | None = None
         self._warned = ""
+        self._awaiting = False
         self._settled = False
         """The Node's newest ask has been read and acted on (``/readyz`` fails until then)."""
 
@@ -174,6 +178,7 @@ class ResidentAgent:
                 if choice.keep:
                     self._settled = True
                     continue
+                self._note_awaiting(choice.start is None)
                 if self._running is not None:
                     await self._stop()
                 elif first and not isinstance(choice.start, Assignment):
@@ -199,6 +204,19 @@ class ResidentAgent:
         if warning and warning != self._warned:
             self._log.warning("%s", warning)
         self._warned = warning
+
+    def _note_awaiting(self, idle: bool) -> None:
+        """One log line when an idle agent starts waiting for its Node's shared-IMEX label."""
+        awaiting = idle and plan.awaits_shared(None, self._wanted, self._settings.shared_imex_eager)
+        if awaiting and not self._awaiting:
+            self._log.info(
+                "not Ready until the node asks for its clique's shared IMEX (clique %r): the "
+                "kubelet plugin labels it %s=%s at its start (SHARED_IMEX_EAGER)",
+                self._wanted.clique_id,
+                sharedimex.SHARED_IMEX_LABEL,
+                sharedimex.SHARED_IMEX_ON,
+            )
+        self._awaiting = awaiting
 
     async def _next_change(self) -> None:
         """Until the node asks something new; raises what runs' failure meanwhile."""
@@ -340,7 +358,13 @@ class ResidentAgent:
         if self.shared is not None:
             return await self.shared.health.answer()
         daemon, domain = self.daemon, self.serving
-        if daemon is None or domain is None or not domain.assignment.clique_id:
+        if daemon is None or domain is None:
+            # Idle: Ready, unless the Node is about to ask for the shared IMEX (the plugin's
+            # eager label): Ready now would turn NotReady for that IMEX's start (issue 28).
+            return not plan.awaits_shared(
+                self._running, self._wanted, self._settings.shared_imex_eager
+            )
+        if not domain.assignment.clique_id:
             return True
         return await daemon.health.answer()
 

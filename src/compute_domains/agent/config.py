@@ -52,6 +52,8 @@ class Wants:
     """The clique's shared IMEX."""
     shared_without_clique: bool = False
     """The shared-IMEX label is set but the node has no clique ID (nothing to run)."""
+    clique_id: str = ""
+    """The node's ``nvidia.com/gpu.clique`` label, whatever it asks ("" without one)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +103,13 @@ class AgentSettings:
     workloads see them at ``/imexd``."""
     metrics_port: int = 0
     """Port of ``/metrics`` and the probe path on the pod IP; 0 serves none."""
+    shared_imex_eager: bool = False
+    """The kubelet plugins label every node that has a clique ID for its clique's shared IMEX
+    at their start (``SHARED_IMEX_EAGER``, the chart's ``imex.scope=perClique``): on such a
+    node the shared IMEX is what the Node asks while no per-domain CD holds it, so an idle
+    agent there is not Ready until that label came and its IMEX passes its check (issue 28:
+    Ready before the label, NotReady for the IMEX start, Ready again was a flap of every
+    agent whose probe passed before its plugin's label)."""
     stop_timeout: float = 20.0
     """Seconds a served CD's daemon may take to stop (IMEX stopped, clique entry removed)."""
     retry: backoff.Backoff = dataclasses.field(

@@ -44,6 +44,7 @@ def wants_of(labels: Mapping[str, str] | None) -> Wants:
         domain=assignment_of(labels),
         shared=Shared(clique_id) if asked and clique_id else None,
         shared_without_clique=asked and not clique_id,
+        clique_id=clique_id,
     )
 
 

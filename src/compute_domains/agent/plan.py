@@ -12,6 +12,12 @@ is an anomaly, reported as a warning):
   only after it stops;
 * otherwise what runs (if anything) stops, and the next thing starts: the shared IMEX when
   asked, else the asked CD unless it was declined (it has its own per-CD DaemonSet).
+
+:func:`awaits_shared` says when an idle agent is still waiting for its Node's ask: with eager
+shared IMEX (``AgentSettings.shared_imex_eager``) the kubelet plugin labels every node with a
+clique ID that no per-domain CD holds, so such a node asking nothing yet will ask for the shared
+IMEX; the agent is not Ready meanwhile (its ``/readyz``), rather than Ready now and NotReady
+for the IMEX start once the label comes.
 """
 
 from __future__ import annotations
@@ -66,3 +72,16 @@ def choose(running: Running | None, wants: Wants, declined: Assignment | None = 
     if wants.domain is not None and wants.domain != declined:
         return Choice(keep=False, start=wants.domain)
     return Choice(keep=False)
+
+
+def awaits_shared(running: Running | None, wants: Wants, eager: bool) -> bool:
+    """Whether an agent running ``running`` waits for the shared-IMEX label its Node will get:
+    eager shared IMEX, a node with a clique ID, nothing running and nothing asked (no CD, no
+    warm-spare CD, no shared IMEX)."""
+    return (
+        eager
+        and running is None
+        and bool(wants.clique_id)
+        and wants.domain is None
+        and wants.shared is None
+    )

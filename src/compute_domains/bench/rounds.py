@@ -29,7 +29,15 @@ from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
-from compute_domains.bench import cpu, drivers, formation, install, observe, placement
+from compute_domains.bench import (
+    cpu,
+    drivers,
+    formation,
+    install,
+    observe,
+    placement,
+    podflaps,
+)
 from compute_domains.infra import errors, kube
 from compute_domains.sim import control
 
@@ -68,6 +76,9 @@ class RoundResult:
     """``helm upgrade --install --wait`` until it returned."""
     ready_s: float = 0.0
     """From helm's return until every driver pod was Ready and every GPU node had a slice."""
+    install_pods: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per component, the pods' status writes and Ready transitions from helm's start until
+    ``ready_s`` ended (``podflaps.Counts``)."""
     load_end: float = 0.0
     runs: list[tuple[formation.Run, dict[str, float]]] = dataclasses.field(default_factory=list)
     failures: list[str] = dataclasses.field(default_factory=list)
@@ -82,6 +93,7 @@ class RoundResult:
             "load_before_sim": self.load_before_sim,
             "install_s": round(self.install_s, 1),
             "ready_s": round(self.ready_s, 1),
+            "install_pods": self.install_pods,
             "load_end": self.load_end,
             "runs": [
                 {"n": r.n, "load_start": r.load_start, "load_end": r.load_end} for r, _ in self.runs
@@ -214,18 +226,30 @@ async def run_round(
     )
     client = kube.client(kube.KubeSettings(kubeconfig=sim.kubeconfig, field_manager="bench"))
     try:
+        flaps = podflaps.PodFlaps(client, spec.namespace)
+        flaps.start()
         t0 = time.monotonic()
-        await install.install(
-            sim.bin_dir / "helm", sim.kubeconfig, spec, install_timeout_s(max(sizes, default=0))
-        )
-        result.install_s = time.monotonic() - t0
-        result.ready_s = await install.wait_ready(
-            client, spec.namespace, timeout=600, registered=_registered(sim.control_socket)
-        )
+        try:
+            await install.install(
+                sim.bin_dir / "helm",
+                sim.kubeconfig,
+                spec,
+                install_timeout_s(max(sizes, default=0)),
+            )
+            result.install_s = time.monotonic() - t0
+            result.ready_s = await install.wait_ready(
+                client, spec.namespace, timeout=600, registered=_registered(sim.control_socket)
+            )
+        finally:
+            counts = await flaps.stop()
+            result.install_pods = {k: dataclasses.asdict(v) for k, v in counts.items()}
         say(
             f"round {rnd.index + 1}: {spec.name} installed in {result.install_s:.1f}s, "
             f"ready {result.ready_s:.1f}s later"
         )
+        say(f"round {rnd.index + 1}: pods during the install: {flaps.summary()}")
+        if flaps.flapped:
+            say(f"round {rnd.index + 1}: Ready → NotReady: {', '.join(flaps.flapped)}")
         await _sizes(client, rnd, sim, sizes, result, say, pods_per_node, workload)
     except (errors.ComputeDomainsError, TimeoutError) as err:
         # Not fatal to the invocation: the other drivers' rounds still tell something.

@@ -5,12 +5,13 @@ every GPU node. Its flags are those of ``cdctl daemon run`` (``cli.daemonopts``:
 identity, the IMEX programs, the hosts file, logging, timings), less what a daemon claim's CDI
 edits would give (the CD's identity and the ``/imexd`` paths: the agent learns the CD from its
 Node and writes each CD's files in that CD's per-CD folder under ``--domains-dir``), plus
-``--domains-dir`` itself. ``--metrics-port`` is the agent's own ``/metrics`` and ``/readyz``
-(its probes). For each CD it serves, :func:`factory` builds the daemon settings with the same
-builder as ``daemon run`` (``cli.daemon.daemon_settings`` of ``cli.daemon.domain_options``); for
-the clique's shared IMEX (node label ``compute-domains/shared-imex=on``) it builds them for the
-pseudo-domain ``shared-imex`` (``agent.config.shared_domain``: files in
-``<domains-dir>/shared-imex``).
+``--domains-dir`` itself and ``--shared-imex-eager`` (the plugins' ``SHARED_IMEX_EAGER``: the
+agent's ``/readyz`` then waits for an idle clique node's shared-IMEX label).
+``--metrics-port`` is the agent's own ``/metrics`` and ``/readyz`` (its probes). For each CD
+it serves, :func:`factory` builds the daemon settings with the same builder as ``daemon run``
+(``cli.daemon.daemon_settings`` of ``cli.daemon.domain_options``); for the clique's shared
+IMEX (node label ``compute-domains/shared-imex=on``) it builds them for the pseudo-domain
+``shared-imex`` (``agent.config.shared_domain``: files in ``<domains-dir>/shared-imex``).
 SIGTERM or SIGINT stops the agent (the served CD's IMEX stopped, its clique entry removed, our
 pod unlabelled); after ``--shutdown-timeout`` seconds the process exits anyway.
 """
@@ -45,8 +46,22 @@ AGENT_OPTIONS: tuple[daemonopts.Option, ...] = (
         env=("DOMAINS_DIR",),
         show_default=True,
     ),
+    daemonopts.Option(
+        ("--shared-imex-eager",),
+        "shared_imex_eager",
+        "true: the kubelet plugins label every node with a clique ID for its clique's shared "
+        "IMEX at their start (the chart's imex.scope=perClique), so an idle agent on such a "
+        "node is not Ready until that label came and the shared IMEX passes its check. Env "
+        "SHARED_IMEX_EAGER.",
+        default="false",
+        env=("SHARED_IMEX_EAGER",),
+        kind="choice",
+        choices=("true", "false"),
+        show_default=True,
+    ),
 )
-"""Every flag of ``cdctl agent run``: ``daemon run``'s and ``--domains-dir``."""
+"""Every flag of ``cdctl agent run``: ``daemon run``'s, ``--domains-dir`` and
+``--shared-imex-eager``."""
 
 
 def __getattr__(name: str) -> Any:
@@ -88,6 +103,7 @@ def agent_settings(opts: Mapping[str, Any], *, domains_dir: Path | None = None) 
         pod_ip=opts["pod_ip"] or "",
         domains_dir=domains_dir or Path(opts["domains_dir"]),
         metrics_port=opts["metrics_port"],
+        shared_imex_eager=str(opts.get("shared_imex_eager") or "false").lower() == "true",
         kube=serving.component_kube(opts, "compute-domain-agent"),
     )
 

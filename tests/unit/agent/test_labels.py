@@ -82,6 +82,7 @@ def test_agent_settings_defaults() -> None:
     s = AgentSettings(node_name="n", pod_name="p", pod_namespace="ns")
     assert s.domains_dir == Path("/domains")
     assert s.metrics_port == 0
+    assert not s.shared_imex_eager  # only the chart's perClique scope turns it on
 
 
 SHARED = sharedimex.SHARED_IMEX_LABEL
@@ -92,13 +93,13 @@ SHARED = sharedimex.SHARED_IMEX_LABEL
     [
         (None, Wants()),
         ({SHARED: "on"}, Wants(shared_without_clique=True)),
-        ({SHARED: "off", CLIQUE: "c.1"}, Wants()),
-        ({SHARED: "on", CLIQUE: "c.1"}, Wants(shared=Shared("c.1"))),
+        ({SHARED: "off", CLIQUE: "c.1"}, Wants(clique_id="c.1")),
+        ({SHARED: "on", CLIQUE: "c.1"}, Wants(shared=Shared("c.1"), clique_id="c.1")),
         (
             {SHARED: "on", CLIQUE: "c.1", CD: "u1"},
-            Wants(domain=Assignment("u1", "c.1"), shared=Shared("c.1")),
+            Wants(domain=Assignment("u1", "c.1"), shared=Shared("c.1"), clique_id="c.1"),
         ),
-        ({CD: "u1", CLIQUE: "c.1"}, Wants(domain=Assignment("u1", "c.1"))),
+        ({CD: "u1", CLIQUE: "c.1"}, Wants(domain=Assignment("u1", "c.1"), clique_id="c.1")),
     ],
     ids=["none", "no-clique", "not-on", "shared", "both", "domain"],
 )

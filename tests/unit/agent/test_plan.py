@@ -60,3 +60,30 @@ def test_choose(
 ) -> None:
     choice = plan.choose(running, wants, declined)
     assert (choice.keep, choice.start, bool(choice.warning)) == (keep, start, warns)
+
+
+@pytest.mark.parametrize(
+    ("running", "wants", "eager", "awaits"),
+    [
+        (None, Wants(clique_id="c.1"), True, True),
+        (None, Wants(clique_id="c.1"), False, False),
+        (None, Wants(), True, False),
+        (None, Wants(domain=X, clique_id="c.1"), True, False),
+        (None, Wants(shared=C1, clique_id="c.1"), True, False),
+        (C1, Wants(clique_id="c.1"), True, False),
+        (X, Wants(clique_id="c.1"), True, False),
+    ],
+    ids=[
+        "idle-clique-eager",
+        "not-eager",
+        "no-clique",
+        "domain-asked",
+        "shared-asked",
+        "shared-running",
+        "domain-running",
+    ],
+)
+def test_awaits_shared(
+    running: plan.Running | None, wants: Wants, eager: bool, awaits: bool
+) -> None:
+    assert plan.awaits_shared(running, wants, eager) is awaits

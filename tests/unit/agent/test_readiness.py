@@ -53,3 +53,42 @@ async def test_readyz_fails_until_the_nodes_ask_is_read_and_acted_on() -> None:
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
+
+
+async def _settled(agent: app.ResidentAgent, wanted: Wants) -> None:
+    """Hand the agent ``wanted`` as its Node's ask and wait until it acted on it."""
+    agent._wanted = wanted
+    agent._changed.set()
+    async with asyncio.timeout(10):
+        while agent._changed.is_set() or not agent._settled:
+            await asyncio.sleep(0)
+
+
+async def test_an_idle_agent_whose_node_will_ask_for_the_shared_imex_is_not_ready() -> None:
+    # Issue 28: with eager shared IMEX the plugin labels the node at its start; an agent Ready
+    # before that label went NotReady for the IMEX start and Ready again (a flap per node).
+    settings = AgentSettings(
+        node_name="n", pod_name="agent-n", pod_namespace="ns", shared_imex_eager=True
+    )
+    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
+    serving = asyncio.create_task(agent._serve())
+    try:
+        await _settled(agent, Wants(clique_id="c.1"))
+        assert not await agent._ready()  # the shared-IMEX label is still to come
+        await _settled(agent, Wants())  # no clique ID: no shared IMEX will be asked
+        assert await agent._ready()
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def test_without_eager_shared_imex_an_idle_agent_is_ready() -> None:
+    settings = AgentSettings(node_name="n", pod_name="agent-n", pod_namespace="ns")
+    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
+    serving = asyncio.create_task(agent._serve())
+    try:
+        await _settled(agent, Wants(clique_id="c.1"))
+        assert await agent._ready()  # per-domain scope: an idle clique node asks for nothing
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)

@@ -28,7 +28,9 @@ def test_by_default_new_cds_are_per_domain_and_the_plugin_is_not_eager(
     assert _clique_verbs(r, PLUGIN) == {"get", "list", "watch"}
 
 
-def test_per_clique_tells_the_controller_and_the_plugin(toolset: toolchain.Toolset) -> None:
+def test_per_clique_tells_the_controller_the_plugin_and_the_agent(
+    toolset: toolchain.Toolset,
+) -> None:
     r = render.render(toolset, "imex.agents=resident", "imex.scope=perClique")
     assert r.env("Deployment")["IMEX_SCOPE"] == "perClique"
     (plugin,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == PLUGIN]
@@ -38,8 +40,12 @@ def test_per_clique_tells_the_controller_and_the_plugin(toolset: toolchain.Tools
     }
     assert env["SHARED_IMEX_EAGER"] == "true"
     (agent,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == AGENT]
-    agent_env = {e["name"] for e in agent["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert "SHARED_IMEX_EAGER" not in agent_env  # the plugin's setting, not the agent's
+    agent_env = {
+        e["name"]: e.get("value") for e in agent["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    # The agent is told too: an idle agent on a clique node is not Ready until the plugin's
+    # eager label came (issue 28: Ready before it, then NotReady for the IMEX start).
+    assert agent_env["SHARED_IMEX_EAGER"] == "true"
 
 
 def test_resident_per_domain_keeps_the_plugin_lazy(toolset: toolchain.Toolset) -> None:
@@ -48,6 +54,9 @@ def test_resident_per_domain_keeps_the_plugin_lazy(toolset: toolchain.Toolset) -
     (plugin,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == PLUGIN]
     names = {e["name"] for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "SHARED_IMEX_EAGER" not in names
+    (agent,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == AGENT]
+    agent_names = {e["name"] for e in agent["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "SHARED_IMEX_EAGER" not in agent_names  # idle agents are Ready at once
 
 
 def test_per_clique_without_resident_agents_is_refused(toolset: toolchain.Toolset) -> None:

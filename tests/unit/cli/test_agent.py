@@ -42,6 +42,14 @@ def test_agent_settings_from_its_options() -> None:
         "127.0.0.5",
     )
     assert s.domains_dir == Path(ENV["DOMAINS_DIR"]) and s.metrics_port == 8083
+    assert not s.shared_imex_eager  # per-domain scope: the chart sets no SHARED_IMEX_EAGER
+
+
+def test_the_charts_per_clique_scope_makes_the_agent_wait_for_the_eager_label() -> None:
+    assert agent_cli.agent_settings(_opts({**ENV, "SHARED_IMEX_EAGER": "true"})).shared_imex_eager
+    assert not agent_cli.agent_settings(
+        _opts({**ENV, "SHARED_IMEX_EAGER": "false"})
+    ).shared_imex_eager
 
 
 def test_a_served_cd_gets_the_daemon_settings_its_own_pod_would_get() -> None:
