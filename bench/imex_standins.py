@@ -100,7 +100,7 @@ def run_domain(
                 )
                 command = [
                     sys.executable,
-                    *(wrap if k == 0 else ["-m"]),
+                    *(wrap if k == 0 and wrap else ["-m"]),
                     *("compute_domains.sim.imex_main", "imex", "-c", str(cfg)),
                     *("--hosts-file", str(root / "hosts")),
                 ]
