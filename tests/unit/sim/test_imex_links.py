@@ -188,8 +188,10 @@ async def test_the_links_of_one_daemon_ping_at_the_same_moments() -> None:
         await _until(lambda: len(to_self) >= 2, "pings on the first link")
         await asyncio.sleep(0.1)
         async with _running(link_peer):
-            await _until(lambda: len(to_peer) >= 5, "pings on the second link")
+            await _until(lambda: len(to_peer) >= 7, "pings on the second link")
+    # Each grid ping of the second link (its first goes at once) comes with one of the first's;
+    # without the shared grid they would be half an interval (0.1 s) apart. The median allows
+    # for one reading that a busy machine delayed.
     later_self = [t for t in to_self if t > to_peer[0] + 0.01]
-    # Each grid ping of the second link (its first goes at once) comes with one of the first's.
-    for t in to_peer[1:4]:
-        assert min(abs(t - u) for u in later_self) < 0.03, (t, later_self)
+    gaps = sorted(min(abs(t - u) for u in later_self) for t in to_peer[1:6])
+    assert gaps[2] < 0.04, (gaps, to_peer, later_self)
