@@ -23,25 +23,30 @@ The modules behind this one: ``imex_config`` (options, config, nodes file, resol
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compute_domains.sim import imex_ctlbase, imex_query
+from compute_domains.sim import imex_query
 
 if TYPE_CHECKING:
-    from compute_domains.sim import imex_config
+    import argparse
+
+    from compute_domains.sim import imex_config, imex_ctlbase
 
 # The daemon and the -N/-n client (asyncio) are imported where they run: ``ctl -q`` is the
-# probe path and stays light.
+# probe path and stays light. argparse (with the shutil, gettext and compression modules it
+# pulls in) and the ctl's modules are too: every daemon start of every driver pays its imports,
+# and the drivers start it as ``nvidia-imex -c <cfg>``, which :func:`_quick_imex` reads.
 
 DEFAULT_CONFIG = Path(imex_query.DEFAULT_CONFIG)
 
 
 def _imex_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="nvidia-imex", description="Simulated IMEX daemon.")
     parser.add_argument("-c", dest="config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--nogpu", "-nogpu", action="store_true", dest="nogpu")
@@ -58,6 +63,8 @@ def _imex_parser() -> argparse.ArgumentParser:
 
 def ctl_parser() -> argparse.ArgumentParser:
     """``nvidia-imex-ctl``'s argument parser (reusable: a caller that parses often keeps one)."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="nvidia-imex-ctl", description="Simulated IMEX ctl.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-c", dest="config", type=Path, default=None)
@@ -104,6 +111,26 @@ def imex_options(args: argparse.Namespace) -> imex_config.ImexOptions:
     )
 
 
+def _quick_imex(argv: Sequence[str]) -> imex_config.ImexOptions | None:
+    """The options of the command lines the drivers and the simulator use, ``-c <cfg>`` and
+    ``--hosts-file <path>`` (each at most once, values not starting with ``-``), without
+    argparse; None for anything else (argparse then parses it: abbreviations, errors, help).
+    The result equals what :func:`imex_options` makes of argparse's parse."""
+    from compute_domains.sim import imex_config
+
+    if len(argv) % 2:
+        return None
+    values = dict(zip(argv[::2], argv[1::2], strict=True))
+    if len(values) * 2 != len(argv) or not set(values) <= {"-c", "--hosts-file"}:
+        return None
+    if any(not v or v.startswith("-") for v in values.values()):
+        return None
+    return imex_config.ImexOptions(
+        config_path=Path(values["-c"]) if "-c" in values else DEFAULT_CONFIG,
+        hosts_file=Path(values.get("--hosts-file", "/etc/hosts")),
+    )
+
+
 def main_imex(argv: Sequence[str]) -> int:
     """Run the simulated daemon with ``argv`` (without the program name); its exit status."""
     _ignore_early_signals()
@@ -111,11 +138,13 @@ def main_imex(argv: Sequence[str]) -> int:
 
     from compute_domains.sim import imex_daemon
 
-    args = _imex_parser().parse_args(list(argv))
-    if args.version:
-        sys.stdout.write(f"IMEX version: {args.sim_version}\n")
-        return 0
-    options = imex_options(args)
+    options = _quick_imex(argv)
+    if options is None:
+        args = _imex_parser().parse_args(list(argv))
+        if args.version:
+            sys.stdout.write(f"IMEX version: {args.sim_version}\n")
+            return 0
+        options = imex_options(args)
 
     async def serve() -> int:
         return await imex_daemon.ImexDaemon(options).run()
@@ -135,6 +164,8 @@ def ctl_options(
         SystemExit: a usage error (argparse's).
         imex_ctlbase.CtlError: an invalid port (status 2).
     """
+    from compute_domains.sim import imex_ctlbase
+
     args = (parser or ctl_parser()).parse_args(list(argv))
     tcp: tuple[str, int] | None = None
     if args.tcp is not None:
@@ -155,6 +186,8 @@ def ctl_options(
 
 def main_ctl(argv: Sequence[str]) -> int:
     """Run the simulated ``nvidia-imex-ctl`` with ``argv``; its exit status."""
+    from compute_domains.sim import imex_ctlbase
+
     try:
         options = ctl_options(argv)
     except imex_ctlbase.CtlError as failure:

@@ -8,7 +8,8 @@ Each daemon keeps one link to every node of its nodes file, itself included. A l
 * on ``welcome``, compares node maps and versions: a mismatch marks the link ``!M!``/``!V!`` and
   blocks it for the life of the process (communication disabled until everything restarts);
   an answer from a different node ID than expected is treated as a failed attempt;
-* while connected, pings every ``ping_interval`` and treats a missing pong after ``ping_timeout``
+* while connected, pings every ``ping_interval`` (all links of a daemon at the same moments:
+  :func:`ping_due`) and treats a missing pong after ``ping_timeout``
   as a lost connection (a hung peer); time by which its own event loop woke late does not count
   as silence (a starved loop is not a hung peer);
 * on loss: ``R`` (recovering) while the disconnect grace time runs (-1: forever), then ``D``;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import random
 from collections.abc import Callable, Sequence
 
@@ -56,11 +58,23 @@ class LinkContext:
     reconnect: backoff.Backoff = RECONNECT
     ping_interval: float = 1.0
     ping_timeout: float = 4.0
+    ping_phase: float = 0.0
+    """Where in each ``ping_interval`` this daemon's links ping (see :func:`ping_due`)."""
 
     @property
     def domain(self) -> str:
         """Our node map's fingerprint, which every message we send carries."""
         return imex_wire.domain_fingerprint(self.entries)
+
+
+def ping_due(now: float, interval: float, phase: float) -> float:
+    """The next ping time after ``now``: the next point of the grid ``phase + k * interval``.
+
+    Every link of a daemon shares its grid, so the loop wakes once per interval for all of them
+    (and their pongs come back together); daemons pick their phases at random, so a process that
+    runs many of them (in-process) still spreads its pings over the interval.
+    """
+    return phase + (math.floor((now - phase) / interval) + 1) * interval
 
 
 class OutgoingLink:
@@ -213,60 +227,85 @@ class OutgoingLink:
         return None
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
-        """Keep a connected link alive; why it ended: restart, shutdown, lost or dropped."""
+        """Keep a connected link alive; why it ended: restart, shutdown, lost or dropped.
+
+        Pings are sent from a timer callback and the session waits on one future that the frame
+        reader, the wake event or the timer resolves, so an idle link costs one timer, one write
+        and one read a second (no task step, waiter set or timeout per ping). Every link of a
+        daemon pings on the same grid (``ping_due``): one wake-up of the loop sends them all.
+        """
         ctx = self._ctx
         loop = asyncio.get_running_loop()
         last_pong = loop.time()
+        ended: asyncio.Future[str] = loop.create_future()
 
-        async def read_frames() -> str:
+        def end(outcome: str) -> None:
+            if not ended.done():
+                ended.set_result(outcome)
+
+        async def read_frames() -> None:
             nonlocal last_pong
             while True:
                 try:
                     message = await imex_wire.recv(reader)
                 except (OSError, imex_wire.ProtocolError):
-                    return "lost"
+                    message = None
                 if message is None:
-                    return "lost"
+                    end("lost")
+                    return
                 if message["t"] == "pong":
                     last_pong = loop.time()
                 elif message["t"] == "shutdown" and self._shutdown_notice(message):
-                    return "shutdown"
+                    end("shutdown")
+                    return
 
-        frames = asyncio.create_task(read_frames(), name=f"imex-link-{self.target}-read")
+        due = loop.time()
+        timer: asyncio.TimerHandle | asyncio.Handle | None = None
+
+        def tick() -> None:
+            nonlocal last_pong, due, timer
+            now = loop.time()
+            # Time this loop could not run is nobody's silence: with hundreds of daemons in
+            # one process a starved loop wakes late, and the pong waiting unread in the socket
+            # (or a peer on the same loop, as late as we are) would count as a hung peer, and
+            # the reconnects would starve the loop further.
+            last_pong += max(0.0, now - due - LATE_GRACE)
+            if now - last_pong > ctx.ping_timeout or writer.transport.is_closing():
+                end("lost")
+                return
+            writer.write(imex_wire.PING)  # a few bytes: no flow control to wait for
+            due = ping_due(now, ctx.ping_interval, ctx.ping_phase)
+            timer = loop.call_at(due, tick)
+
         # One waiter for the wake event per session, not one per ping: thousands of links ping
         # every second in a large in-process sim.
+        wake: asyncio.Task[bool] | None = None
+
+        def woken(task: asyncio.Task[bool]) -> None:
+            nonlocal wake
+            if task.cancelled() or ended.done():
+                return  # the session is over: the next one takes the wake-up
+            self._wake.clear()
+            if self._left:
+                end("shutdown")
+            elif ctx.faults().drops(self.target):
+                end("dropped")
+            elif self._restart:
+                end("restart")
+            else:
+                wake = asyncio.create_task(self._wake.wait())
+                wake.add_done_callback(woken)
+
+        frames = asyncio.create_task(read_frames(), name=f"imex-link-{self.target}-read")
         wake = asyncio.create_task(self._wake.wait())
+        wake.add_done_callback(woken)
+        timer = loop.call_soon(tick)
         try:
-            while True:
-                try:
-                    await imex_wire.send(writer, {"t": "ping"})
-                except OSError:
-                    return "lost"
-                due = loop.time() + ctx.ping_interval
-                done, _ = await asyncio.wait(
-                    {frames, wake}, timeout=ctx.ping_interval, return_when=asyncio.FIRST_COMPLETED
-                )
-                # Time this loop could not run is nobody's silence: with hundreds of daemons in
-                # one process a starved loop wakes late, and the pong waiting unread in the
-                # socket (or a peer on the same loop, as late as we are) would count as a hung
-                # peer, and the reconnects would starve the loop further.
-                last_pong += max(0.0, loop.time() - due - LATE_GRACE)
-                if frames in done:
-                    return frames.result()
-                if wake in done:
-                    self._wake.clear()
-                    wake = asyncio.create_task(self._wake.wait())
-                    if self._left:
-                        return "shutdown"
-                    if ctx.faults().drops(self.target):
-                        return "dropped"
-                    if self._restart:
-                        return "restart"
-                if loop.time() - last_pong > ctx.ping_timeout:
-                    return "lost"
+            return await ended
         finally:
             # Also when the link is cancelled (its daemon stops): a pending task left behind
             # would be destroyed pending in a process that goes on (in-process).
+            timer.cancel()
             wake.cancel()
             frames.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -22,6 +22,12 @@ if sys.argv[1:2] == ["ctl"]:
     if status is not None:
         sys.exit(status)
 
+if sys.argv[1:2] == ["imex"]:
+    # The daemon never speaks TLS (authentication is not simulated), and asyncio's optional
+    # `import ssl` (OpenSSL's libraries loaded and initialised) was about a tenth of its start;
+    # asyncio runs without it, as on a Python built without ssl.
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+
 from compute_domains.sim import imex  # noqa: E402
 
 sys.exit(imex.main(sys.argv[1:]))

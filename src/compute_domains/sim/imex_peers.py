@@ -92,7 +92,7 @@ class PeerServer:
                 if self._hanging():
                     continue
                 if message["t"] == "ping":
-                    await imex_wire.send(writer, {"t": "pong"})
+                    await imex_wire.send_frame(writer, imex_wire.PONG)
                 elif message["t"] == "shutdown":
                     self._shutdown_notice(message, writer)
         except (OSError, imex_wire.ProtocolError, ValueError):

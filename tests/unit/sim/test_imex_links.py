@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from compute_domains.infra import backoff
-from compute_domains.sim import imex_config, imex_links, imex_log, imex_peers
+from compute_domains.sim import imex_config, imex_links, imex_log, imex_peers, imex_wire
 from compute_domains.sim.imex_wire import Link
 
 IPS = ("127.0.0.21", "127.0.0.22")
@@ -144,3 +144,54 @@ async def test_a_peer_that_stops_answering_is_still_lost() -> None:
         await _until(lambda: link.state is Link.CONNECTED, "the link")
         hung = True
         await _until(lambda: link.state is not Link.CONNECTED, "the hung peer's link lost")
+
+
+def test_ping_due_is_the_next_point_of_the_daemons_grid() -> None:
+    assert imex_links.ping_due(10.3, 1.0, 0.25) == pytest.approx(11.25)
+    assert imex_links.ping_due(10.25, 1.0, 0.25) == pytest.approx(11.25)  # strictly after now
+    assert imex_links.ping_due(0.1, 1.0, 0.25) == pytest.approx(0.25)
+    assert imex_links.ping_due(7.0, 0.5, 0.0) == pytest.approx(7.5)
+
+
+async def _ping_recorder(node_id: int, port: int, times: list[float]) -> asyncio.Server:
+    """Node ``node_id``'s server side that notes when each ping arrives."""
+    loop = asyncio.get_running_loop()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = await imex_wire.recv(reader)
+        assert hello is not None
+        welcome = {"t": "welcome", "node": node_id, "map": list(IPS), "version": "1"}
+        await imex_wire.send(writer, welcome)
+        while (message := await imex_wire.recv(reader)) is not None:
+            if message["t"] == "ping":
+                times.append(loop.time())
+                await imex_wire.send_frame(writer, imex_wire.PONG)
+        writer.close()
+
+    return await asyncio.start_server(handle, IPS[node_id], port)
+
+
+async def test_the_links_of_one_daemon_ping_at_the_same_moments() -> None:
+    # Links that connect half an interval apart still ping together, on the daemon's grid: one
+    # wake-up of its loop sends them all.
+    port = _free_port()
+    ctx = dataclasses.replace(
+        _context(0, port, io.StringIO()), ping_interval=0.2, ping_timeout=2.0, ping_phase=0.05
+    )
+    to_self: list[float] = []
+    to_peer: list[float] = []
+    link_self = imex_links.OutgoingLink(ctx, 0)
+    link_peer = imex_links.OutgoingLink(ctx, 1)
+    server0 = await _ping_recorder(0, port, to_self)
+    server1 = await _ping_recorder(1, port, to_peer)
+    async with server0, server1, _running(link_self):
+        await _until(lambda: len(to_self) >= 2, "pings on the first link")
+        await asyncio.sleep(0.1)
+        async with _running(link_peer):
+            await _until(lambda: len(to_peer) >= 7, "pings on the second link")
+    # Each grid ping of the second link (its first goes at once) comes with one of the first's;
+    # without the shared grid they would be half an interval (0.1 s) apart. The median allows
+    # for one reading that a busy machine delayed.
+    later_self = [t for t in to_self if t > to_peer[0] + 0.01]
+    gaps = sorted(min(abs(t - u) for u in later_self) for t in to_peer[1:6])
+    assert gaps[2] < 0.04, (gaps, to_peer, later_self)
