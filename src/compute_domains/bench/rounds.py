@@ -142,9 +142,10 @@ async def _namespace(client: AsyncClient) -> str:
 
 def install_timeout_s(pods: int) -> int:
     """How long ``helm install --wait`` may take for a cluster sized for ``pods`` workload pods:
-    300 s (helm's usual five minutes), or a second per 8 pods above 2,400. At 4,608 nodes the
-    driver's 9,216 DaemonSet pods went through kube-controller-manager's 200 requests/s and
-    the node hosts' startup probes on a 16-core machine for more than 300 s (issue 28)."""
+    300 s (helm's usual five minutes), or a second per 8 pods where that is longer (above
+    2,400 pods). At 4,608 nodes the driver's 9,216 DaemonSet pods went through
+    kube-controller-manager's 200 requests/s and the node hosts' startup probes on a 16-core
+    machine for more than 300 s (issue 28)."""
     return max(300, pods // 8)
 
 
