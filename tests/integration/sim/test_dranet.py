@@ -123,9 +123,33 @@ def _host_nics(sim: state.SimPaths) -> set[str]:
     return {p.name for p in (sim.root / "nodes" / NODE / "sys/class/net").iterdir()}
 
 
+async def _dranet_slices(api: AsyncClient, nodes: int, timeout: float = 60.0) -> dict[str, Any]:
+    """The ``dra.net`` slices by node once ``nodes`` nodes have one (a watch from the list):
+    each node's DRANET publishes after the sim is up, as a DaemonSet's pod would, so a list
+    taken right after ``sim up`` may not have them all yet (seen under CI's load)."""
+    fields = {"spec.driver": "dra.net"}
+
+    async def follow() -> dict[str, Any]:
+        by_node: dict[str, Any] = {}
+        async for s in api.list(ResourceSlice, fields=fields):
+            by_node[s.spec.nodeName] = s
+        if len(by_node) >= nodes:
+            return by_node
+        # With no resourceVersion the watch starts with the current slices: nothing is missed.
+        async for op, s in api.watch(ResourceSlice, fields=fields):
+            if op == "DELETED":
+                by_node.pop(s.spec.nodeName, None)
+            else:
+                by_node[s.spec.nodeName] = s
+            if len(by_node) >= nodes:
+                return by_node
+        return by_node
+
+    return await asyncio.wait_for(follow(), timeout)
+
+
 async def test_each_gb200_node_publishes_its_nics_as_dranet_does(api: AsyncClient) -> None:
-    slices = [s async for s in api.list(ResourceSlice, fields={"spec.driver": "dra.net"})]
-    by_node = {s.spec.nodeName: s for s in slices}
+    by_node = await _dranet_slices(api, 2)
     assert sorted(by_node) == ["gb200-r0-n00", "gb200-r0-n01"]  # not the control-plane node
     spec = by_node[NODE].to_dict()["spec"]
     assert spec["pool"] == {"name": NODE, "generation": 0, "resourceSliceCount": 1}
