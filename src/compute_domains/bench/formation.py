@@ -28,6 +28,7 @@ channel to check and no daemon log to read.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import statistics
@@ -168,6 +169,20 @@ def _writes(delta: Counter[str], *, leases: bool = True) -> int:
     )
 
 
+async def until_done(
+    waiting: asyncio.Task[None],
+    line: Callable[[], str],
+    progress: Callable[[str], object] | None,
+    every: float,
+) -> None:
+    """Await ``waiting``; meanwhile hand ``line()`` to ``progress`` every ``every`` seconds."""
+    while progress is not None and not waiting.done():
+        await asyncio.wait({waiting}, timeout=every)
+        if not waiting.done():
+            progress(line())
+    await waiting
+
+
 async def one_run(
     client: AsyncClient,
     fetch: MetricsFetch,
@@ -180,9 +195,12 @@ async def one_run(
     on_formed: Callable[[], object] | None = None,
     pods_per_node: int = 1,
     workload: placement.Workload = placement.Workload.CLAIMS,
+    progress: Callable[[str], object] | None = None,
+    progress_every: float = 15.0,
 ) -> Run:
     """Form a domain of ``n`` pods (or, without a CD, start them), tear it down, return the
-    timings; ``on_formed`` is called between the two (e.g. to sample CPU use per phase)."""
+    timings; ``on_formed`` is called between the two (e.g. to sample CPU use per phase), and
+    ``progress`` every ``progress_every`` seconds of the formation with where it stands."""
     load_start = os.getloadavg()[0]
     watches_idle = await watch_counts(fetch)
     sim_nodes = len(await kube.list_raw(client, Node))
@@ -198,7 +216,7 @@ async def one_run(
         pods_per_node=pods_per_node,
         workload=workload,
     )
-    await waiting
+    await until_done(waiting, observer.progress, progress, progress_every)
     marks = observer.marks
     if on_formed is not None:
         on_formed()

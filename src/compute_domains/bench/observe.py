@@ -153,6 +153,25 @@ class Observer:
         }
         return {k: sorted(round(t, 3) for t in found[k].values()) for k in CURVES}
 
+    def progress(self) -> str:
+        """Where the formation stands, in one line (printed while it runs, so a run cut by time
+        still says how far it got: the 4,608-node run of issue 28 left nothing else)."""
+        pods = collections.Counter(self._workloads.values())
+        scheduled = pods["scheduled"] + pods["running"] + pods["ready"]
+        parts = [
+            f"{self._now():.0f}s",
+            f"pods {len(self._workloads)}/{self._n} created, {scheduled} scheduled, "
+            f"{len(self._arrived['workloads_running'])} running",
+        ]
+        if self._claims:
+            allocated = sum(self._claims.values())
+            parts.append(f"claims {len(self._claims)} created, {allocated} allocated")
+        if self._uid:
+            ready = len(self.curves()["entries_ready"])
+            parts.append(f"entries {ready}/{self._nodes} Ready")
+            parts.append(f"CD {self._cd.get('status') or '-'}")
+        return "; ".join(parts)
+
     def _evaluate(self) -> None:
         now = self._now()
         n, nodes = self._n, self._nodes

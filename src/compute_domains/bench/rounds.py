@@ -156,6 +156,10 @@ def formation_timeout_s(pods: int) -> float:
     return max(600.0, float(pods))
 
 
+def _progress(say: Say, where: str, line: str) -> None:
+    say(f"{where}: {line}")
+
+
 async def _sizes(
     client: AsyncClient,
     rnd: drivers.Round,
@@ -185,6 +189,7 @@ async def _sizes(
                     pods_per_node=pods_per_node,
                     timeout=formation_timeout_s(n),
                     workload=workload,
+                    progress=functools.partial(_progress, say, f"{tag} N={n}"),
                 )
             except (TimeoutError, placement.PlacementError) as err:
                 # Keep what was measured; larger N would not form either in this round.

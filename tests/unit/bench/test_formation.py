@@ -99,3 +99,34 @@ def test_a_summary_without_a_domain_has_no_cd_timings_not_zero_ones() -> None:
     for key in ("daemons_ready_s", "cd_ready_s", "entries_ready_s", "last_daemon_to_cd_ready_s"):
         assert summary[key] is None, key
     assert formation.summarize([_run(1.0)])["workload"] == "claims"
+
+
+async def test_progress_is_printed_while_the_formation_runs_and_not_after() -> None:
+    import asyncio
+
+    lines: list[str] = []
+    finish = asyncio.Event()
+
+    async def forming() -> None:
+        await finish.wait()
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if len(lines) == 3:
+            finish.set()  # the formation ends after the third line
+
+    waiting = asyncio.create_task(forming())
+    await formation.until_done(waiting, lambda: f"line {len(lines)}", progress, 0.01)
+    assert lines == ["line 0", "line 1", "line 2"]
+    assert waiting.done()
+
+
+async def test_no_progress_without_a_printer() -> None:
+    import asyncio
+
+    async def forming() -> None:
+        return None
+
+    waiting = asyncio.create_task(forming())
+    await formation.until_done(waiting, lambda: "never", None, 0.01)
+    assert waiting.done()

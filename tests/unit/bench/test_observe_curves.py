@@ -176,3 +176,23 @@ def test_claims_marks_split_the_scheduling_into_creation_and_allocation() -> Non
     obs._claim_store("ADDED", _claim("b", allocated=True))
     obs._evaluate()
     assert obs.marks["claims_allocated"] == 3.0
+
+
+def test_progress_says_how_far_the_formation_got() -> None:
+    """Printed every 15 s while a formation runs: a run cut by time (the 4,608-node run of
+    issue 28) otherwise left nothing of how far it got."""
+    clock = _Clock()
+    obs = _observer(clock, pods=3)
+    store = obs._pod_store(obs._workloads, "workloads_running", "running")
+    store("ADDED", _pod("w0"))  # created, not scheduled
+    store("ADDED", _pod("w1", "n1"))  # scheduled
+    store("ADDED", _pod("w2", "n2", running=True))
+    obs._claim_store("ADDED", _claim("a", allocated=True))
+    obs._claim_store("ADDED", _claim("b", allocated=False))
+    obs._clique_store("ADDED", _clique("uid-1.c1", ["n2"], ["n1"]))
+    obs._cd_store("ADDED", {"status": {"status": "NotReady"}})
+    clock.now = 145.4
+    assert obs.progress() == (
+        "45s; pods 3/3 created, 2 scheduled, 1 running; claims 2 created, 1 allocated; "
+        "entries 1/3 Ready; CD NotReady"
+    )
