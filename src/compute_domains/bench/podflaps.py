@@ -18,7 +18,8 @@ import dataclasses
 import time
 from typing import Any
 
-from lightkube import AsyncClient
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -120,7 +121,9 @@ class PodFlaps:
         while True:
             # From the start of history of the namespace's pods: a watch without a version
             # sends every existing pod as ADDED first, then each change.
-            with contextlib.suppress(Exception):
+            # Only what a watch raises (the API's refusal, the transport): a defect in ``see``
+            # must fail the run, not read as a quiet install.
+            with contextlib.suppress(ApiError, httpx.HTTPError):
                 async for op, pod in self._client.watch(Pod, namespace=self._namespace):
                     self.see(op, pod)
             await asyncio.sleep(0.2)  # the namespace may not exist yet, or the watch ended
