@@ -26,6 +26,8 @@ def test_plain_workload_runs_end_to_end_without_a_domain(sim_home: Path, tmp_pat
     args += ["--name", "benchfloor", "--prefix", "e2e", "--results-dir", str(tmp_path)]
     result = CliRunner().invoke(bench.group, args, env={"CD_SIM_HOME": str(sim_home)})
     assert result.exit_code == 0, result.output
+    # Said as soon as it formed, before the logs are read and the pods torn down.
+    assert "N=4: formed: all pods Running at " in result.output, result.output
     [written] = list(tmp_path.glob("e2e-formation-*.json"))
     doc = json.loads(written.read_text())
     assert doc["workload"] == "plain" and doc["failures"] == []

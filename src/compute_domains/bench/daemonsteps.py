@@ -13,7 +13,7 @@ steps; that is not an error.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import re
 import statistics
@@ -24,6 +24,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import names
+from compute_domains.bench import bounded
 from compute_domains.infra import kube
 
 ORDER = (
@@ -89,7 +90,7 @@ def summarize(daemons: list[Timings]) -> dict[str, dict[str, float]]:
     return out
 
 
-async def _log(client: AsyncClient, pod: str, ns: str) -> str:
+async def _log(client: AsyncClient, pod: str, *, ns: str) -> str:
     try:
         return "".join([line async for line in client.log(pod, namespace=ns)])
     except httpx.HTTPError as err:
@@ -98,9 +99,15 @@ async def _log(client: AsyncClient, pod: str, ns: str) -> str:
         return ""  # a pod without a readable log reports no steps
 
 
-async def collect(client: AsyncClient, *, driver_ns: str, uid: str) -> dict[str, Any]:
-    """The summary (``summarize``) of the steps of every daemon pod of the domain ``uid``."""
+async def collect(
+    client: AsyncClient, *, driver_ns: str, uid: str, limit: int = 64, timeout: float = 60
+) -> dict[str, Any]:
+    """The summary (``summarize``) of the steps of every daemon pod of the domain ``uid`` whose
+    log was read within ``timeout`` seconds, ``limit`` at a time (``bench.bounded``)."""
     listed = client.list(Pod, namespace=driver_ns, labels={names.COMPUTE_DOMAIN_LABEL: uid})
     pods = [str(p.metadata.name) async for p in listed if p.metadata]
-    logs = await asyncio.gather(*(_log(client, p, driver_ns) for p in pods))
-    return summarize([parse(text) for text in logs])
+    logs = await bounded.gather(
+        functools.partial(_log, client, ns=driver_ns), pods, limit=limit, timeout=timeout
+    )
+    # A log not read in time reports no steps (each step's ``daemons`` says how many did).
+    return summarize([parse(text) for text in logs if text is not None])

@@ -33,7 +33,7 @@ import dataclasses
 import os
 import statistics
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
@@ -183,6 +183,14 @@ async def until_done(
     await waiting
 
 
+def formed_line(marks: Mapping[str, float], *, domain: bool) -> str:
+    """The formation's result in one line, said as soon as it formed."""
+    line = f"formed: all pods Running at {marks['workloads']:.1f}s"
+    if domain:
+        line += f", CD Ready at {marks['cd']:.1f}s, entries Ready at {marks['cliques']:.1f}s"
+    return line
+
+
 async def one_run(
     client: AsyncClient,
     fetch: MetricsFetch,
@@ -218,6 +226,10 @@ async def one_run(
     )
     await until_done(waiting, observer.progress, progress, progress_every)
     marks = observer.marks
+    if progress is not None:
+        # At once: what follows (reading every pod's log, the teardown) is long at thousands of
+        # nodes, and a run cut there must still have said what it measured.
+        progress(formed_line(marks, domain=uid is not None))
     if on_formed is not None:
         on_formed()
     mid = await request_counts(fetch)

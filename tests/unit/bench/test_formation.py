@@ -130,3 +130,14 @@ async def test_no_progress_without_a_printer() -> None:
     waiting = asyncio.create_task(forming())
     await formation.until_done(waiting, lambda: "never", None, 0.01)
     assert waiting.done()
+
+
+def test_the_formed_line_names_the_pods_and_for_a_domain_the_cd_and_entries() -> None:
+    marks = {"workloads": 141.23, "cd": 142.0, "cliques": 126.5, "daemons": 120.0}
+    assert formation.formed_line(marks, domain=True) == (
+        "formed: all pods Running at 141.2s, CD Ready at 142.0s, entries Ready at 126.5s"
+    )
+    assert formation.formed_line({"workloads": 2.04}, domain=False) == (
+        "formed: all pods Running at 2.0s"
+    )
+
