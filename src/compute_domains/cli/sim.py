@@ -28,7 +28,7 @@ from compute_domains.cli import (
     tools,
 )
 from compute_domains.containers import procs
-from compute_domains.sim import cluster, errors, hosts, lifecycle, limits, progress, state
+from compute_domains.sim import cluster, errors, gcpolicy, hosts, lifecycle, limits, progress, state
 from compute_domains.sim import driver as driver_mod
 
 
@@ -311,7 +311,8 @@ def node_host(plan: Path, sock: Path, index: int) -> None:
     assert settings.nodes is not None
     limits.raise_open_files(len(settings.nodes))
     logging.getLogger(__name__).info("node host %d: %d nodes", index, len(settings.nodes))
-    run = hosts.serve_host(settings, sock, sys.stdout)
+    # After the imports and the plan: what exists now is never garbage (sim.gcpolicy).
+    run = hosts.serve_host(settings, sock, sys.stdout, gcpolicy.install())
     asyncio.run(serving.serve(run, f"node-host-{index}", hosts.STOP_GRACE_S - 5))
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from compute_domains.containers import procs, virtual
-from compute_domains.sim import agent, control, errors, topology
+from compute_domains.sim import agent, control, errors, gcpolicy, topology
 from compute_domains.sim.kubelet import config
 
 logger = logging.getLogger(__name__)
@@ -121,9 +121,15 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
     )
 
 
-async def serve_host(settings: agent.AgentSettings, sock: Path, out: TextIO) -> None:
+async def serve_host(
+    settings: agent.AgentSettings,
+    sock: Path,
+    out: TextIO,
+    gc_timings: gcpolicy.Timings | None = None,
+) -> None:
     """The node host's side: run the agent and its control socket until cancelled, reporting
-    ``registered N`` on ``out`` while the nodes start, then ``ready``."""
+    ``registered N`` on ``out`` while the nodes start, then ``ready``; with ``gc_timings``
+    (the process's collector policy, ``gcpolicy.install``), its collections once a minute."""
     node_agent = agent.NodeAgent(settings)
     ready = asyncio.Event()
 
@@ -144,6 +150,8 @@ async def serve_host(settings: agent.AgentSettings, sock: Path, out: TextIO) -> 
         tg.create_task(control.ControlServer(sock, node_agent).run(), name="control-socket")
         tg.create_task(node_agent.run(ready), name="node-agent")
         tg.create_task(report(), name="report")
+        if gc_timings is not None:
+            tg.create_task(gcpolicy.report(gc_timings), name="gc-report")
 
 
 @dataclasses.dataclass(slots=True)

@@ -140,4 +140,3 @@ def test_the_formed_line_names_the_pods_and_for_a_domain_the_cd_and_entries() ->
     assert formation.formed_line({"workloads": 2.04}, domain=False) == (
         "formed: all pods Running at 2.0s"
     )
-
