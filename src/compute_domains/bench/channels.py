@@ -79,7 +79,6 @@ async def problems(
     late = sum(1 for c in checked if c is None)
     if late:
         return [
-            f"{name}: {late} of {n} workload logs did not list their channels within "
-            f"{timeout:.0f}s"
+            f"{name}: {late} of {n} workload logs did not list their channels within {timeout:.0f}s"
         ]
     return [c for c in checked if c]
