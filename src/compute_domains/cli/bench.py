@@ -105,14 +105,23 @@ def _sim(
 
 
 def _write(
-    console: Console, kind: str, doc: dict[str, Any], prefix: str = "", out_dir: Path | None = None
+    console: Console,
+    kind: str,
+    doc: dict[str, Any],
+    prefix: str = "",
+    out_dir: Path | None = None,
+    *,
+    out: Path | None = None,
 ) -> Path:
     """Write a result document under ``out_dir`` (default bench/results/) with the machine it
-    ran on; a ``prefix`` keeps a one-off run out of the tables ``cdctl bench report`` builds
-    from the newest ``formation-*``/``sidebyside-*`` files."""
-    out_dir = out_dir or options.repo_root() / "bench" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"{prefix + '-' if prefix else ''}{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    ran on, or over ``out`` (an earlier, partial write of the same run); a ``prefix`` keeps a
+    one-off run out of the tables ``cdctl bench report`` builds from the newest
+    ``formation-*``/``sidebyside-*`` files."""
+    if out is None:
+        out_dir = out_dir or options.repo_root() / "bench" / "results"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = out_dir / f"{prefix + '-' if prefix else ''}{kind}-{stamp}.json"
     load = os.getloadavg()[0]
     out.write_text(
         json.dumps(
@@ -215,6 +224,19 @@ def formation_cmd(
     plan = drivers.plan(specs, repeats)
     done: list[rounds.RoundResult] = []
     busy: list[str] = []
+    side = len(specs) > 1 or specs[0].name != drivers.OURS
+    kind = "sidebyside" if side else "formation"
+
+    def document() -> dict[str, Any]:
+        doc = rounds.document(specs, done)
+        doc["nodes_mode"] = nodes_mode
+        doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
+        doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
+        doc["workload"] = workload
+        doc["other_sims"] = busy  # sims that ran beside some round (their load is in the numbers)
+        return doc
+
+    out: Path | None = None
     for rnd in plan:
         running = othersims.others(options.sim_home(), own=name)
         if running and not set(running) <= set(busy):
@@ -239,15 +261,14 @@ def formation_cmd(
                 workload=placement.Workload(workload),
             )
         )
-    doc = rounds.document(specs, done)
-    doc["nodes_mode"] = nodes_mode
-    doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
-    doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's
-    doc["workload"] = workload
-    doc["other_sims"] = busy  # sims that ran beside some round (their load is in the numbers)
+        if rnd is not plan[-1]:
+            # A later round cut short (the caller's time limit, a crash) must not take the
+            # finished rounds' results with it: the file is rewritten after every round.
+            partial = document() | {"partial": f"{len(done)} of {len(plan)} rounds"}
+            out = _write(console, kind, partial, prefix, results_dir, out=out)
+    doc = document()
     console.print(_table(doc["results"], workload))
-    side = len(specs) > 1 or specs[0].name != drivers.OURS
-    out = _write(console, "sidebyside" if side else "formation", doc, prefix, results_dir)
+    out = _write(console, kind, doc, prefix, results_dir, out=out)
     if side:
         written = json.loads(out.read_text())  # with the machine and the final load
         console.print(compare.side_by_side(written, out.name), markup=False)
