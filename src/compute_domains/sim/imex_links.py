@@ -4,7 +4,7 @@ Each daemon keeps one link to every node of its nodes file, itself included. A l
 
 * resolves the node's entry afresh on every attempt (a fresh "channel" per try, so changed hosts
   entries are picked up), connects from our bind address to ``<address>:SERVER_PORT``, and
-  retries with backoff from 0.5 s up to 3 s;
+  retries with backoff from 0.5 s up to 10 s (``RECONNECT``);
 * on ``welcome``, compares node maps and versions: a mismatch marks the link ``!M!``/``!V!`` and
   blocks it for the life of the process (communication disabled until everything restarts);
   an answer from a different node ID than expected is treated as a failed attempt;
