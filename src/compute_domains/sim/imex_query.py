@@ -4,7 +4,9 @@ Every IMEX daemon's readiness is checked with ``nvidia-imex-ctl -c <cfg> -q`` (o
 itself, NVIDIA's through its exec probes), several times per daemon while a domain forms. The
 real tool is a native binary that starts in about a millisecond; the stand-in is a Python
 program, so its start costs CPU that a real node would not spend, for every driver alike. This
-module is what such a run needs and nothing more (no argparse, dataclasses, pathlib or asyncio):
+module is what such a run needs and nothing more (no argparse, dataclasses, pathlib, asyncio, nor
+``imex_wire``'s enums: the frame codec comes from ``imex_frame``; the driver root's wrapper
+starts the interpreter without ``site`` or ``runpy``, ``driverroot.ctl_script``):
 :func:`main` answers the command lines the drivers use (``-q`` with ``-c <cfg>`` and the
 simulator's ``-t <ms>``, in any order) and returns None for anything else, which the full
 ``sim.imex`` entry then parses. The answers and exit statuses are the full tool's: the same
@@ -19,7 +21,7 @@ import os
 import socket
 import sys
 
-from compute_domains.sim import imex_wire
+from compute_domains.sim import imex_frame
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the ctl's start a few ms
 if TYPE_CHECKING:
@@ -148,7 +150,7 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
         chunk = sock.recv(size - got)
         if not chunk:
             if got:
-                raise imex_wire.ProtocolError("truncated frame")
+                raise imex_frame.ProtocolError("truncated frame")
             return b""
         chunks.append(chunk)
         got += len(chunk)
@@ -171,7 +173,7 @@ def _connect_tcp(host: str, port: int, timeout: float | None) -> socket.socket:
     return sock
 
 
-def ask(where: Where, request: imex_wire.Message, timeout: float | None) -> imex_wire.Message:
+def ask(where: Where, request: imex_frame.Message, timeout: float | None) -> imex_frame.Message:
     """One request and its answer over the command endpoint."""
     tcp, unix = where
     if tcp is not None:
@@ -186,11 +188,11 @@ def ask(where: Where, request: imex_wire.Message, timeout: float | None) -> imex
             sock.close()
             raise
     with sock:
-        sock.sendall(imex_wire.encode(request))
-        header = _read_exactly(sock, imex_wire.HEADER_SIZE)
+        sock.sendall(imex_frame.encode(request))
+        header = _read_exactly(sock, imex_frame.HEADER_SIZE)
         if not header:
-            raise imex_wire.ProtocolError("connection closed without an answer")
-        return imex_wire.decode(_read_exactly(sock, imex_wire.body_size(header)))
+            raise imex_frame.ProtocolError("connection closed without an answer")
+        return imex_frame.decode(_read_exactly(sock, imex_frame.body_size(header)))
 
 
 def query(where: Where, timeout: float | None, out: TextIO) -> None:
@@ -201,7 +203,7 @@ def query(where: Where, timeout: float | None, out: TextIO) -> None:
     """
     try:
         reply = ask(where, {"t": "query"}, timeout)
-    except (OSError, imex_wire.ProtocolError) as err:
+    except (OSError, imex_frame.ProtocolError) as err:
         raise _failure(where, err) from err
     out.write(f"{reply.get('state', UNAVAILABLE)}\n")
 
@@ -216,13 +218,15 @@ async def aquery(where: Where, timeout: float | None, out: TextIO) -> None:
     try:
         async with asyncio.timeout(timeout):
             reply = await _aask(where, {"t": "query"})
-    except (OSError, imex_wire.ProtocolError) as err:
+    except (OSError, imex_frame.ProtocolError) as err:
         raise _failure(where, err) from err
     out.write(f"{reply.get('state', UNAVAILABLE)}\n")
 
 
-async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
+async def _aask(where: Where, request: imex_frame.Message) -> imex_frame.Message:
     import asyncio  # here, not at the top: see the imports above
+
+    from compute_domains.sim import imex_wire  # its enums and asyncio helpers: not for `-q`
 
     tcp, unix = where
     if tcp is not None:
@@ -236,11 +240,11 @@ async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
     finally:
         await imex_wire.close(writer)
     if reply is None:
-        raise imex_wire.ProtocolError("connection closed without an answer")
+        raise imex_frame.ProtocolError("connection closed without an answer")
     return reply
 
 
-def _failure(where: Where, err: OSError | imex_wire.ProtocolError) -> QueryError:
+def _failure(where: Where, err: OSError | imex_frame.ProtocolError) -> QueryError:
     """The tool's message for a query that got no answer."""
     if isinstance(err, TimeoutError):
         reason = "timed out"
