@@ -34,6 +34,8 @@ _NOT_ON_THE_PROBE_PATH = (
     "typing",
     "dataclasses",
     "pathlib",
+    "socket",
+    "selectors",
     "compute_domains.sim.imex_wire",
     "compute_domains.sim.imex",
     "compute_domains.sim.imex_ctlbase",
