@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -50,10 +51,30 @@ NVIDIA_UVM_MAJOR = 510
 """``nvidia-uvm``: ``/dev/nvidia-uvm`` (0) and ``/dev/nvidia-uvm-tools`` (1)."""
 _STAND_INS = {
     "nvidia-imex": "compute_domains.sim.imex_main imex",
-    "nvidia-imex-ctl": "compute_domains.sim.imex_main ctl",
     # nvidia-smi loads NVML from its own installation's library folder, as the real one does.
     "nvidia-smi": 'compute_domains.sim.nvidia_smi --lib-dir "$(dirname "$0")/../lib64"',
 }
+PACKAGE_PARENT = Path(__file__).parents[2]
+"""The folder that holds this ``compute_domains`` package (what the stand-ins run)."""
+
+
+def ctl_script(python: str, package_parent: Path = PACKAGE_PARENT) -> str:
+    """The ``nvidia-imex-ctl`` wrapper: ``imex_main ctl`` started the way a probe can afford.
+
+    Every IMEX check starts one (each daemon's every ``period`` while READY), and the real tool
+    is a native binary that starts in a millisecond. So the interpreter runs without ``site``
+    (``-S``: no site-packages scan, no ``.pth`` files; the package's folder goes on the path
+    where site-packages would be, after ``PYTHONPATH``) and without ``runpy`` (``-c`` imports
+    the entry instead of ``-m``); ``imex_main`` then answers ``-q`` with ``imex_query`` and
+    runs ``site`` itself before any other command line. SIGUSR1 and SIGHUP are ignored from
+    the start, as the ``python -m`` entry did once it ran (it no longer loads ``signal`` for
+    a ``-q``).
+    """
+    code = (
+        f"import sys; sys.path.append({str(package_parent)!r}); "
+        "import compute_domains.sim.imex_main"
+    )
+    return f"#!/bin/sh\ntrap '' USR1 HUP\nexec {python} -S -c {shlex.quote(code)} ctl \"$@\"\n"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,6 +192,7 @@ def layout(
         trap = "trap '' USR1 HUP\n" if name == "nvidia-imex" else ""
         script = f'#!/bin/sh\n{trap}exec {python} -m {module} "$@"\n'
         _write(root / BIN_DIR / name, script, mode=0o755)
+    _write(root / BIN_DIR / "nvidia-imex-ctl", ctl_script(python), mode=0o755)
     firmware = root / "lib/firmware/nvidia" / version
     for blob in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
         if not (firmware / blob).exists():

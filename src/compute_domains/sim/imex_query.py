@@ -4,7 +4,9 @@ Every IMEX daemon's readiness is checked with ``nvidia-imex-ctl -c <cfg> -q`` (o
 itself, NVIDIA's through its exec probes), several times per daemon while a domain forms. The
 real tool is a native binary that starts in about a millisecond; the stand-in is a Python
 program, so its start costs CPU that a real node would not spend, for every driver alike. This
-module is what such a run needs and nothing more (no argparse, dataclasses, pathlib or asyncio):
+module is what such a run needs and nothing more (no argparse, dataclasses, pathlib, asyncio, nor
+``imex_wire``'s enums: the frame codec comes from ``imex_frame``; the driver root's wrapper
+starts the interpreter without ``site`` or ``runpy``, ``driverroot.ctl_script``):
 :func:`main` answers the command lines the drivers use (``-q`` with ``-c <cfg>`` and the
 simulator's ``-t <ms>``, in any order) and returns None for anything else, which the full
 ``sim.imex`` entry then parses. The answers and exit statuses are the full tool's: the same
@@ -15,11 +17,11 @@ functions serve both (``imex_config`` reads the config and nodes file through
 
 from __future__ import annotations
 
+import _socket  # socket.py's C half: the same calls without its enums and selectors (~3 ms a run)
 import os
-import socket
 import sys
 
-from compute_domains.sim import imex_wire
+from compute_domains.sim import imex_frame
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the ctl's start a few ms
 if TYPE_CHECKING:
@@ -140,7 +142,7 @@ def load(config_path: str) -> dict[str, str]:
     return values
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def _read_exactly(sock: _socket.socket, size: int) -> bytes:
     """``size`` bytes, or b"" at a clean end of stream before the first byte."""
     chunks: list[bytes] = []
     got = 0
@@ -148,20 +150,21 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
         chunk = sock.recv(size - got)
         if not chunk:
             if got:
-                raise imex_wire.ProtocolError("truncated frame")
+                raise imex_frame.ProtocolError("truncated frame")
             return b""
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
 
 
-def _connect_tcp(host: str, port: int, timeout: float | None) -> socket.socket:
+def _connect_tcp(host: str, port: int, timeout: float | None) -> _socket.socket:
     """``socket.create_connection`` for the first address of ``host`` (the endpoint is an IP).
 
     The host goes to getaddrinfo as bytes: a str makes it load the IDNA codec (~5 ms a run).
     """
-    family, kind, proto, _, addr = socket.getaddrinfo(host.encode(), port, 0, socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
+    info = _socket.getaddrinfo(host.encode(), port, 0, _socket.SOCK_STREAM)
+    family, kind, proto, _, addr = info[0]
+    sock = _socket.socket(family, kind, proto)
     try:
         sock.settimeout(timeout)
         sock.connect(addr)
@@ -171,26 +174,28 @@ def _connect_tcp(host: str, port: int, timeout: float | None) -> socket.socket:
     return sock
 
 
-def ask(where: Where, request: imex_wire.Message, timeout: float | None) -> imex_wire.Message:
+def ask(where: Where, request: imex_frame.Message, timeout: float | None) -> imex_frame.Message:
     """One request and its answer over the command endpoint."""
     tcp, unix = where
     if tcp is not None:
         sock = _connect_tcp(*tcp, timeout)
     else:
         assert unix is not None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
             sock.connect(unix)
         except BaseException:
             sock.close()
             raise
-    with sock:
-        sock.sendall(imex_wire.encode(request))
-        header = _read_exactly(sock, imex_wire.HEADER_SIZE)
+    try:  # (a bare _socket.socket is no context manager)
+        sock.sendall(imex_frame.encode(request))
+        header = _read_exactly(sock, imex_frame.HEADER_SIZE)
         if not header:
-            raise imex_wire.ProtocolError("connection closed without an answer")
-        return imex_wire.decode(_read_exactly(sock, imex_wire.body_size(header)))
+            raise imex_frame.ProtocolError("connection closed without an answer")
+        return imex_frame.decode(_read_exactly(sock, imex_frame.body_size(header)))
+    finally:
+        sock.close()
 
 
 def query(where: Where, timeout: float | None, out: TextIO) -> None:
@@ -201,7 +206,7 @@ def query(where: Where, timeout: float | None, out: TextIO) -> None:
     """
     try:
         reply = ask(where, {"t": "query"}, timeout)
-    except (OSError, imex_wire.ProtocolError) as err:
+    except (OSError, imex_frame.ProtocolError) as err:
         raise _failure(where, err) from err
     out.write(f"{reply.get('state', UNAVAILABLE)}\n")
 
@@ -216,13 +221,15 @@ async def aquery(where: Where, timeout: float | None, out: TextIO) -> None:
     try:
         async with asyncio.timeout(timeout):
             reply = await _aask(where, {"t": "query"})
-    except (OSError, imex_wire.ProtocolError) as err:
+    except (OSError, imex_frame.ProtocolError) as err:
         raise _failure(where, err) from err
     out.write(f"{reply.get('state', UNAVAILABLE)}\n")
 
 
-async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
+async def _aask(where: Where, request: imex_frame.Message) -> imex_frame.Message:
     import asyncio  # here, not at the top: see the imports above
+
+    from compute_domains.sim import imex_wire  # its enums and asyncio helpers: not for `-q`
 
     tcp, unix = where
     if tcp is not None:
@@ -236,11 +243,11 @@ async def _aask(where: Where, request: imex_wire.Message) -> imex_wire.Message:
     finally:
         await imex_wire.close(writer)
     if reply is None:
-        raise imex_wire.ProtocolError("connection closed without an answer")
+        raise imex_frame.ProtocolError("connection closed without an answer")
     return reply
 
 
-def _failure(where: Where, err: OSError | imex_wire.ProtocolError) -> QueryError:
+def _failure(where: Where, err: OSError | imex_frame.ProtocolError) -> QueryError:
     """The tool's message for a query that got no answer."""
     if isinstance(err, TimeoutError):
         reason = "timed out"

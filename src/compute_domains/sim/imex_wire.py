@@ -18,21 +18,24 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
-import struct
 
-TYPE_CHECKING = False  # not typing's: `nvidia-imex-ctl -q` never imports typing (a few ms)
+# The frame codec lives in ``imex_frame`` (all that ``nvidia-imex-ctl -q`` imports); it is
+# re-exported here for everything else.
+from compute_domains.sim.imex_frame import HEADER_SIZE as HEADER_SIZE
+from compute_domains.sim.imex_frame import MAX_FRAME as MAX_FRAME
+from compute_domains.sim.imex_frame import PING as PING
+from compute_domains.sim.imex_frame import PONG as PONG
+from compute_domains.sim.imex_frame import Message as Message
+from compute_domains.sim.imex_frame import ProtocolError as ProtocolError
+from compute_domains.sim.imex_frame import body_size as body_size
+from compute_domains.sim.imex_frame import decode as decode
+from compute_domains.sim.imex_frame import encode as encode
+
+TYPE_CHECKING = False  # not typing's (a few ms): the peers' and the daemon's start pay for it
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Sequence
-    from typing import Any
-# asyncio is imported where it is used at run time: ``nvidia-imex-ctl -q`` is a probe that runs
-# every second on every node and only needs ``encode``/``decode_header`` (tens of ms saved).
-
-MAX_FRAME = 1 << 20
-_HEADER = struct.Struct(">I")
-
-Message = dict[str, "Any"]
+# asyncio is imported where it is used at run time (``recv``), as the daemon imports it anyway.
 
 
 class LocalState(enum.StrEnum):
@@ -91,30 +94,6 @@ def domain_fingerprint(entries: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
 
 
-class ProtocolError(Exception):
-    """A peer sent something that is not a valid frame."""
-
-
-def encode(message: Message) -> bytes:
-    """One frame for ``message``."""
-    body = json.dumps(message, separators=(",", ":")).encode()
-    if len(body) > MAX_FRAME:
-        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
-    return _HEADER.pack(len(body)) + body
-
-
-# Pings and pongs are most of the peer traffic (one of each per link and second, both ways):
-# their frames are built once, and their bodies are recognised without the JSON parser. The
-# bytes on the wire are exactly ``encode``'s.
-PING = encode({"t": "ping"})
-"""The ``ping`` frame."""
-PONG = encode({"t": "pong"})
-"""The ``pong`` frame."""
-_KNOWN_BODIES = {
-    frame[_HEADER.size :]: frame_type for frame, frame_type in ((PING, "ping"), (PONG, "pong"))
-}
-
-
 async def send(writer: asyncio.StreamWriter, message: Message) -> None:
     """Write one frame and wait until it is handed to the kernel."""
     await send_frame(writer, encode(message))
@@ -135,7 +114,7 @@ async def recv(reader: asyncio.StreamReader) -> Message | None:
     import asyncio
 
     try:
-        header = await reader.readexactly(_HEADER.size)
+        header = await reader.readexactly(HEADER_SIZE)
     except asyncio.IncompleteReadError as err:
         if err.partial:
             raise ProtocolError("truncated frame header") from err
@@ -145,40 +124,6 @@ async def recv(reader: asyncio.StreamReader) -> Message | None:
     except asyncio.IncompleteReadError as err:
         raise ProtocolError("truncated or malformed frame") from err
     return decode(body)
-
-
-HEADER_SIZE = _HEADER.size
-"""Bytes of a frame header."""
-
-
-def body_size(header: bytes) -> int:
-    """The body length a frame header announces.
-
-    Raises:
-        ProtocolError: Larger than ``MAX_FRAME``.
-    """
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    return int(size)
-
-
-def decode(body: bytes) -> Message:
-    """The message in a frame body.
-
-    Raises:
-        ProtocolError: Not JSON, or not an object with a string ``t``.
-    """
-    known = _KNOWN_BODIES.get(body) if type(body) is bytes else None
-    if known is not None:
-        return {"t": known}
-    try:
-        message = json.loads(body)
-    except ValueError as err:
-        raise ProtocolError("truncated or malformed frame") from err
-    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
-        raise ProtocolError("frame is not a typed message")
-    return message
 
 
 async def close(writer: asyncio.StreamWriter) -> None:

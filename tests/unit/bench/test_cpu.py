@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from compute_domains.bench import cpu
+from compute_domains.sim import driverroot
 
 
 def test_command_lines_fall_into_their_categories() -> None:
@@ -22,6 +25,10 @@ def test_command_lines_fall_into_their_categories() -> None:
     assert cpu.categorize("python3 -m compute_domains.sim.imex_main ctl -q") == (
         "simulated nvidia-imex(-ctl)"
     )
+    # What the driver root's nvidia-imex-ctl wrapper execs (python -S -c, not -m).
+    wrapper = driverroot.ctl_script("/venv/bin/python3", Path("/src")).splitlines()[-1]
+    execs = [*shlex.split(wrapper)[1:-1], "-c", "/imexd/imexd.cfg", "-q"]
+    assert cpu.categorize(" ".join(execs)) == "simulated nvidia-imex(-ctl)"
     assert cpu.categorize("bash") is None
 
 
