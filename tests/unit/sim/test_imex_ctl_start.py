@@ -10,17 +10,16 @@ without ``site`` and ``runpy`` and, for a ``-q``, imports none of the full tool'
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import driverroot, imex_wire
+from compute_domains.sim import driverroot
 from compute_domains.sim.nvml import profiles
+from tests.unit.sim import imex_service
 
 _FULL = "import sys; from compute_domains.sim import imex; sys.exit(imex.main_ctl(sys.argv[1:]))"
 """The full tool (argparse, then ``imex_ctlbase``/``imex_ctl``), never the ``-q`` fast path."""
@@ -52,29 +51,9 @@ def ctl(tmp_path: Path) -> Path:
 @pytest.fixture
 def port() -> Iterator[int]:
     """A command service on 127.0.0.1 that answers every request with a READY status row."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
     row = {"t": "status", "state": "READY", "node": 0, "connections": {"0": "CONNECTED"}}
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                header = conn.recv(imex_wire.HEADER_SIZE)
-                conn.recv(imex_wire.body_size(header))
-                conn.sendall(imex_wire.encode(row))
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close() alone does not)
-    listener.close()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    with imex_service.answering(row) as served:
+        yield served
 
 
 def _configs(tmp_path: Path, port: int) -> dict[str, str]:

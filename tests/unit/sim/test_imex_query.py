@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import imex, imex_query, imex_wire
+from compute_domains.sim import imex, imex_query
+from tests.unit.sim import imex_service
 
 
 def _both(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, object]:
@@ -28,31 +27,8 @@ def _both(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, 
 @pytest.fixture
 def server() -> Iterator[tuple[int, list[bytes]]]:
     """A command service on 127.0.0.1 that answers every query READY."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                header = conn.recv(imex_wire.HEADER_SIZE)
-                conn.recv(imex_wire.body_size(header))
-                conn.sendall(imex_wire.encode({"t": "status", "state": "READY"}))
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], []
-    stop.set()
-    # close() alone does not wake a thread blocked in accept() on Linux; shutdown() does
-    listener.shutdown(socket.SHUT_RDWR)
-    listener.close()
-    thread.join(timeout=1)
-    assert not thread.is_alive()
+    with imex_service.answering({"t": "status", "state": "READY"}) as port:
+        yield port, []
 
 
 def _config(tmp_path: Path, body: str, nodes: bool = True) -> Path:
