@@ -98,7 +98,9 @@ def apiserver_argv(
         f"--default-unreachable-toleration-seconds={tol}",
         f"--max-requests-inflight={MAX_INFLIGHT[0]}",
         f"--max-mutating-requests-inflight={MAX_INFLIGHT[1]}",
-        "--profiling=false",
+        # /debug/pprof for a scale run to name the function that spends the time
+        # (bench/pprof_fetch.py); it needs the admin identity and costs nothing unasked.
+        "--profiling=true",
         f"--v={settings.verbosity}",
     ]
 
@@ -144,6 +146,8 @@ def scheduler_argv(settings: ControlPlaneSettings, port: int, kubeconfig: Path) 
         # Deprecated in favour of a config file's clientConnection, still honoured without one.
         f"--kube-api-qps={CLIENT_QPS}",
         f"--kube-api-burst={CLIENT_BURST}",
-        "--profiling=false",
+        # /debug/pprof for a scale run to name the function that spends the time
+        # (bench/pprof_fetch.py); it needs the admin identity and costs nothing unasked.
+        "--profiling=true",
         f"--v={settings.verbosity}",
     ]
