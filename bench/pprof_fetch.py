@@ -6,7 +6,8 @@ also names the function. The sim starts both with ``--profiling=true``; their
 ``/debug/pprof/profile`` needs an identity allowed to read it, which the sim's admin
 (``system:masters``) is. Standard library only, so it runs from a bench bundle's venv as it is.
 
-Usage (``SIM`` is ``$CD_SIM_HOME/sims/<name>``, e.g. ``~/.local/state/compute-domains/sims/bench``)::
+Usage (``SIM`` is ``$CD_SIM_HOME/sims/<name>``, by default
+``~/.local/state/compute-domains/sims/<name>``)::
 
     python3 bench/pprof_fetch.py --sim SIM --seconds 30 --out DIR [--component kube-scheduler]
 

@@ -40,6 +40,10 @@ async def gather(
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-    for task in done:
-        task.result()  # an item's own failure is the caller's to see
+    # Every failure is retrieved (none is left to the loop's "never retrieved" log); the
+    # first, in the items' order, is the caller's to see.
+    failures = [task.exception() for task in tasks if task in done]
+    first = next((f for f in failures if f is not None), None)
+    if first is not None:
+        raise first
     return results

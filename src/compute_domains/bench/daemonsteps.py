@@ -25,7 +25,6 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains.api import names
 from compute_domains.bench import bounded
-from compute_domains.infra import kube
 
 ORDER = (
     "settings_loaded",
@@ -93,10 +92,11 @@ def summarize(daemons: list[Timings]) -> dict[str, dict[str, float]]:
 async def _log(client: AsyncClient, pod: str, *, ns: str) -> str:
     try:
         return "".join([line async for line in client.log(pod, namespace=ns)])
-    except httpx.HTTPError as err:
-        if not kube.code_of(err):
-            raise  # no answer at all: transport trouble propagates
-        return ""  # a pod without a readable log reports no steps
+    except httpx.HTTPError:
+        # A pod whose log could not be read (no answer at all included: at 4,608 virtual
+        # nodes the machine ran out of ports for new connections, issue 28) reports no steps;
+        # each step's ``daemons`` says how many did.
+        return ""
 
 
 async def collect(

@@ -178,12 +178,9 @@ class OutgoingLink:
         address = await ctx.resolver.resolve(self._entry)
         if address is None:
             return None
-        local = (ctx.bind_ip, 0) if ctx.bind_ip else None
         try:
             async with asyncio.timeout(ctx.connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    address, ctx.server_port, local_addr=local
-                )
+                reader, writer = await imex_wire.connect_from(ctx.bind_ip, address, ctx.server_port)
         except (OSError, TimeoutError):
             return None
         try:

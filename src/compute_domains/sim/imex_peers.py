@@ -165,8 +165,7 @@ async def announce_shutdown(ctx: imex_links.LinkContext, *, timeout: float = 1.0
         address = await ctx.resolver.resolve(entry)
         if address is None:
             return
-        local = (ctx.bind_ip, 0) if ctx.bind_ip else None
-        _, writer = await asyncio.open_connection(address, ctx.server_port, local_addr=local)
+        _, writer = await imex_wire.connect_from(ctx.bind_ip, address, ctx.server_port)
         try:
             writer.write(notice)
             await writer.drain()

@@ -67,3 +67,14 @@ async def test_limit_below_one_is_refused() -> None:
 
     with pytest.raises(ValueError, match="at least 1"):
         await bounded.gather(one, [1], limit=0, timeout=1)
+
+
+async def test_of_several_failures_the_first_in_the_items_order_is_raised() -> None:
+    async def one(item: int) -> int:
+        await asyncio.sleep(0.05 if item == 0 else 0)  # the first item fails last
+        if item == 2:
+            return item
+        raise RuntimeError(f"item {item}")
+
+    with pytest.raises(RuntimeError, match="item 0"):
+        await bounded.gather(one, [0, 1, 2], limit=3, timeout=5)
