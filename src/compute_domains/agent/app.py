@@ -40,14 +40,15 @@ Meanwhile it:
    folder, starts ``nvidia-imex`` and registers as ``X``'s own daemon pod would, except that
    it leaves the pod's labels to us and reports its entry Ready from its own IMEX check, not
    from our pod's ``Ready`` condition (``DaemonSettings.resident`` says why). To stop: remove
-   both labels from our pod first (so the controller no
-   longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
-   stops IMEX and removes our clique entry. The shared IMEX is ``shared.SharedImex``, run with
-   the factory's settings for the pseudo-domain ``config.SHARED_FOLDER`` (files in
-   ``<domains_dir>/shared-imex/``); it registers itself in ``shared-imex.<clique>``; to stop,
-   it is cancelled: IMEX stops, its entry goes NotReady and keeps its index. Either stop is
-   bounded by ``stop_timeout``: one that does not end in time ends the agent, so a second IMEX
-   never starts beside a stuck one.
+   both labels from our pod first (so the controller no longer counts us for ``X`` and will
+   not give the entry back), then cancel the daemon, which stops IMEX and removes our clique
+   entry; an unlabel that did not end within the bound is done again, with retries, once the
+   daemon stopped (unless the next CD's label replaces it). The shared IMEX is
+   ``shared.SharedImex``, run with the factory's settings for the pseudo-domain
+   ``config.SHARED_FOLDER`` (files in ``<domains_dir>/shared-imex/``); it registers itself in
+   ``shared-imex.<clique>``; to stop, it is cancelled: IMEX stops, its entry goes NotReady and
+   keeps its index. Either stop is bounded by ``stop_timeout``: one that does not end in time
+   ends the agent, so a second IMEX never starts beside a stuck one.
 
 Invariant: at most one daemon or shared IMEX, so at most one ``nvidia-imex``, runs on the node;
 a change stops the old one before the new one starts. One that fails ends ``run()`` with its
@@ -135,6 +136,8 @@ class ResidentAgent:
         """The Node's newest ask has been read and acted on."""
         self._fresh = True
         """``/readyz`` has not passed yet in this process (see the module docstring)."""
+        self._labelled = False
+        """Our pod may still carry the CD label of a CD no longer served (a failed unlabel)."""
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -196,9 +199,12 @@ class ResidentAgent:
                 self._note_awaiting(choice.start is None)
                 if self._running is not None:
                     await self._stop()
-                elif first and not isinstance(choice.start, Assignment):
-                    # A restarted container may find its pod still labelled from before.
+                if (first or self._labelled) and not isinstance(choice.start, Assignment):
+                    # A restarted container may find its pod still labelled from before, and
+                    # a stop whose bounded unlabel failed left it labelled: unlabel now (with
+                    # retries), or the controller goes on counting us for that CD.
                     await self._label(None)
+                    self._labelled = False
                 first = False
                 if isinstance(choice.start, Shared):
                     await self._start_shared(choice.start)
@@ -279,6 +285,7 @@ class ResidentAgent:
         settings = dataclasses.replace(self._factory(domain), resident=True)
         await asyncio.to_thread(_make_dir, domain.domain_dir)
         await self._label(uid, settings.identity.clique_id)
+        self._labelled = False  # X's labels replace any left from before
         daemon = daemon_app.Daemon(
             settings,
             self._client,
@@ -346,7 +353,12 @@ class ResidentAgent:
                 async with asyncio.timeout(self._settings.stop_timeout):
                     await self._label(None)
             except (TimeoutError, errors.ComputeDomainsError) as err:
-                self._log.warning("could not unlabel our pod for %s: %s", what, err)
+                self._labelled = True  # unlabelled after the stop (_serve)
+                self._log.warning(
+                    "could not unlabel our pod for %s (%s); retrying after the stop",
+                    what,
+                    err or type(err).__name__,
+                )
         if task is not None and not task.done():
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=self._settings.stop_timeout)
