@@ -1,15 +1,28 @@
 """ResidentAgent: follow our Node's labels and run, in-process, what they ask for: one
 per-domain CD's daemon, or the clique's shared IMEX.
 
-``ResidentAgent.run()`` serves, when it has a metrics port, ``/readyz`` (the own IMEX check of
-what runs: the served CD's daemon's or the shared IMEX's; passing while nothing runs or the
-node has no clique ID, but failing until the Node's ask has been read and acted on: a
-restarted agent's pod keeps its IP, and its previous process's registry entry still says
-Ready, so a Ready pod must mean that what the Node asks runs, ``api.agentpods``; and failing
-while nothing runs on a node that will ask for the shared IMEX, ``plan.awaits_shared``: with
-eager shared IMEX the kubelet plugin's label is part of every clique node's start-up, and an
-agent Ready before it would turn NotReady for the IMEX start, issue 28) and ``/metrics``
-(theirs), and meanwhile:
+``ResidentAgent.run()`` serves, when it has a metrics port, ``/metrics`` (what runs') and
+``/readyz``, which answers:
+
+* until it first passes in this process: whether the Node's ask has been read and acted on and
+  what it asks runs: the own IMEX check of the served CD's daemon or of the shared IMEX (passing
+  with nothing to run, or without a clique ID). A restarted agent's pod (``kill -9``) keeps its
+  IP, and its previous process's registry or clique entry still says Ready; the registries'
+  readers count an entry only while its agent pod is Ready (``api.agentpods``, the controller's
+  status), so that pod must not be Ready again before what the Node asks runs again. Failing
+  too while nothing runs on a node that will ask for the shared IMEX (``plan.awaits_shared``):
+  with eager shared IMEX the plugin's label is part of every clique node's start-up, and the
+  pod turns Ready once, when that IMEX passes, not Ready idle first (issue 28);
+* after that: the own IMEX check of what runs once that IMEX passed it or exited (``health.
+  ImexHealth.starting``), and passing otherwise: idle, while an ask is acted on, and while a
+  newly asked IMEX starts. A new ask has no stale Ready entry behind it (its entry is new,
+  NotReady until its daemon's own check writes it Ready, or was left NotReady when the shared
+  IMEX stopped), so the pod stays Ready through a CD's formation, switch and deletion, and a
+  CD turns Ready the moment its last entry does, not at the kubelet's next probe (period 5 s)
+  after a NotReady one (issue 28: "last entry Ready → CD Ready"). An IMEX that fails later, or
+  never started (``NV_ERR_IN_USE``: it exits), fails the probe.
+
+Meanwhile it:
 
 1. follows our Node by watch (``kubeops.node_wants``, no polling) and keeps the latest
    :class:`config.Wants` it asks for: a per-domain CD (the CD label) and/or the clique's shared
@@ -27,14 +40,15 @@ agent Ready before it would turn NotReady for the IMEX start, issue 28) and ``/m
    folder, starts ``nvidia-imex`` and registers as ``X``'s own daemon pod would, except that
    it leaves the pod's labels to us and reports its entry Ready from its own IMEX check, not
    from our pod's ``Ready`` condition (``DaemonSettings.resident`` says why). To stop: remove
-   both labels from our pod first (so the controller no
-   longer counts us for ``X`` and will not give the entry back), then cancel the daemon, which
-   stops IMEX and removes our clique entry. The shared IMEX is ``shared.SharedImex``, run with
-   the factory's settings for the pseudo-domain ``config.SHARED_FOLDER`` (files in
-   ``<domains_dir>/shared-imex/``); it registers itself in ``shared-imex.<clique>``; to stop,
-   it is cancelled: IMEX stops, its entry goes NotReady and keeps its index. Either stop is
-   bounded by ``stop_timeout``: one that does not end in time ends the agent, so a second IMEX
-   never starts beside a stuck one.
+   both labels from our pod first (so the controller no longer counts us for ``X`` and will
+   not give the entry back), then cancel the daemon, which stops IMEX and removes our clique
+   entry; an unlabel that did not end within the bound is done again, with retries, once the
+   daemon stopped (unless the next CD's label replaces it). The shared IMEX is
+   ``shared.SharedImex``, run with the factory's settings for the pseudo-domain
+   ``config.SHARED_FOLDER`` (files in ``<domains_dir>/shared-imex/``); it registers itself in
+   ``shared-imex.<clique>``; to stop, it is cancelled: IMEX stops, its entry goes NotReady and
+   keeps its index. Either stop is bounded by ``stop_timeout``: one that does not end in time
+   ends the agent, so a second IMEX never starts beside a stuck one.
 
 Invariant: at most one daemon or shared IMEX, so at most one ``nvidia-imex``, runs on the node;
 a change stops the old one before the new one starts. One that fails ends ``run()`` with its
@@ -119,7 +133,11 @@ class ResidentAgent:
         self._warned = ""
         self._awaiting = False
         self._settled = False
-        """The Node's newest ask has been read and acted on (``/readyz`` fails until then)."""
+        """The Node's newest ask has been read and acted on."""
+        self._fresh = True
+        """``/readyz`` has not passed yet in this process (see the module docstring)."""
+        self._labelled = False
+        """Our pod may still carry the CD label of a CD no longer served (a failed unlabel)."""
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -181,9 +199,12 @@ class ResidentAgent:
                 self._note_awaiting(choice.start is None)
                 if self._running is not None:
                     await self._stop()
-                elif first and not isinstance(choice.start, Assignment):
-                    # A restarted container may find its pod still labelled from before.
+                if (first or self._labelled) and not isinstance(choice.start, Assignment):
+                    # A restarted container may find its pod still labelled from before, and
+                    # a stop whose bounded unlabel failed left it labelled: unlabel now (with
+                    # retries), or the controller goes on counting us for that CD.
                     await self._label(None)
+                    self._labelled = False
                 first = False
                 if isinstance(choice.start, Shared):
                     await self._start_shared(choice.start)
@@ -264,6 +285,7 @@ class ResidentAgent:
         settings = dataclasses.replace(self._factory(domain), resident=True)
         await asyncio.to_thread(_make_dir, domain.domain_dir)
         await self._label(uid, settings.identity.clique_id)
+        self._labelled = False  # X's labels replace any left from before
         daemon = daemon_app.Daemon(
             settings,
             self._client,
@@ -331,7 +353,12 @@ class ResidentAgent:
                 async with asyncio.timeout(self._settings.stop_timeout):
                     await self._label(None)
             except (TimeoutError, errors.ComputeDomainsError) as err:
-                self._log.warning("could not unlabel our pod for %s: %s", what, err)
+                self._labelled = True  # unlabelled after the stop (_serve)
+                self._log.warning(
+                    "could not unlabel our pod for %s (%s); retrying after the stop",
+                    what,
+                    err or type(err).__name__,
+                )
         if task is not None and not task.done():
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=self._settings.stop_timeout)
@@ -353,20 +380,37 @@ class ResidentAgent:
     # ---- probes -------------------------------------------------------------------------
 
     async def _ready(self) -> bool:
-        if not self._settled or self._changed.is_set():
-            return False  # what the Node asks may not run yet (a restarted agent, a new ask)
-        if self.shared is not None:
-            return await self.shared.health.answer()
+        acting = not self._settled or self._changed.is_set()
+        if not self._fresh:
+            # A new ask is acted on: what stops was unlabelled first (or its entry goes
+            # NotReady), what starts has a new entry, NotReady until its own check passes.
+            return acting or await self._running_ready(starting=True)
+        if acting:
+            return False  # a restarted agent: what its Node asks may not run yet
+        if await self._running_ready(starting=False):
+            self._fresh = False
+            return True
+        return False
+
+    async def _running_ready(self, *, starting: bool) -> bool:
+        """What runs passes its own IMEX check (``starting``: or has not passed nor exited yet)."""
         daemon, domain = self.daemon, self.serving
-        if daemon is None or domain is None:
+        if self.shared is not None:
+            check = self.shared.health
+        elif daemon is not None and domain is not None:
+            if not domain.assignment.clique_id:
+                return True
+            check = daemon.health
+        else:
             # Idle: Ready, unless the Node is about to ask for the shared IMEX (the plugin's
-            # eager label): Ready now would turn NotReady for that IMEX's start (issue 28).
-            return not plan.awaits_shared(
+            # eager label) before /readyz first passed: Ready idle would be NotReady for that
+            # IMEX's start (issue 28).
+            return starting or not plan.awaits_shared(
                 self._running, self._wanted, self._settings.shared_imex_eager
             )
-        if not domain.assignment.clique_id:
+        if starting and check.starting:
             return True
-        return await daemon.health.answer()
+        return await check.answer()
 
     def _render(self) -> bytes:
         if self.shared is not None:

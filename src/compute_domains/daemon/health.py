@@ -13,6 +13,9 @@ Ready means is unchanged: the answer is the result of the daemon's own check, th
 * then every ``period`` seconds, back to the fast pace as soon as one fails;
 * an IMEX exit (the supervisor's restart hook) makes it not ready at once.
 
+:attr:`ImexHealth.starting` tells a start still under way (no check passed, no exit yet) from
+an IMEX that failed: a resident agent's ``/readyz`` does not fail for the former (``agent.app``).
+
 A READY result passes the probe only while fresh (younger than ``stale_after``): a check loop
 that stopped renewing it fails the probe rather than keep an old answer. Without a clique ID
 there is no IMEX and the answer is always yes (as ``cdctl daemon check`` says). Every change is
@@ -63,6 +66,7 @@ class ImexHealth:
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
         self._ok = False
+        self._passed = False
         self._exits = 0
         self._at: float | None = None
         self._why = "IMEX not started yet"
@@ -74,6 +78,12 @@ class ImexHealth:
     def ok(self) -> bool:
         """The latest verdict (freshness aside)."""
         return self._ok
+
+    @property
+    def starting(self) -> bool:
+        """IMEX has neither passed a check nor exited yet: its first start is under way (or
+        not begun)."""
+        return not self._passed and self._exits == 0
 
     def ready(self) -> bool:
         """Whether the probe passes now: the latest check saw READY, and not too long ago."""
@@ -144,6 +154,7 @@ class ImexHealth:
             return
         self._ok = ok
         if ok:
+            self._passed = True
             logger.info("own IMEX check passed: %s", why)
         else:
             logger.info("own IMEX check fails now: %s", why)

@@ -19,30 +19,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from compute_domains.agent import app
-from compute_domains.agent.config import AgentSettings, Domain
+from compute_domains.agent.config import AgentSettings
 from compute_domains.api import names, sharedimex
-from compute_domains.daemon import imexconfig
-from compute_domains.daemon.config import DaemonSettings, HealthSettings, Identity, PeerSettings
-from compute_domains.sim import imex_inproc
-from compute_domains.sim.kubelet import probes
+from tests.integration.daemon import agents
 from tests.unit.sim.test_imex import _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 IP = "127.0.0.44"
 CLIQUE_ID = "5b1c0d6e-0000-4000-8000-00000000001c.1"
-PROBE_PERIOD = 0.05
-"""Seconds between two ``/readyz`` requests (a kubelet's readiness period, much shortened)."""
 IDLE_ANSWERS = 10
 """Answers of the settled idle agent checked before the label is written."""
 READY_ANSWERS = 40
@@ -59,85 +53,10 @@ async def node(admin: AsyncClient) -> AsyncIterator[str]:
     await admin.delete(Node, name)
 
 
-async def _agent_pod(admin: AsyncClient, ns: str, node: str) -> Pod:
-    """The agent's pod (it labels it; the shared IMEX posts its Events on it)."""
-    pod = await admin.create(
-        Pod.from_dict(
-            {
-                "metadata": {"name": "imex-agent-eager", "namespace": ns},
-                "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "x"}]},
-            }
-        )
-    )
-    status = {"phase": "Running", "podIP": IP, "podIPs": [{"ip": IP}]}
-    await admin.patch(Pod.Status, "imex-agent-eager", {"status": status}, namespace=ns)
-    return pod
-
-
-def _factory(tmp: Path, pod: Pod) -> Callable[[Domain], DaemonSettings]:
-    """The daemon settings of one domain, as ``cli.agent.factory`` builds them."""
-
-    def build(domain: Domain) -> DaemonSettings:
-        domain.domain_dir.mkdir(parents=True, exist_ok=True)
-        ident = Identity(
-            node_name=str(pod.spec.nodeName if pod.spec else ""),
-            pod_name=str(pod.metadata.name if pod.metadata else ""),
-            pod_namespace=str(pod.metadata.namespace if pod.metadata else ""),
-            pod_uid=str(pod.metadata.uid if pod.metadata else ""),
-            pod_ip=IP,
-            clique_id=domain.assignment.clique_id,
-            domain_uid=domain.assignment.domain_uid,
-            domain_name=domain.name,
-            domain_namespace=domain.namespace,
-        )
-        return DaemonSettings(
-            identity=ident,
-            max_nodes=2,
-            imex=imexconfig.ImexFilesSettings(
-                config_path=domain.domain_dir / "imexd.agent.cfg",
-                nodes_config_path=domain.domain_dir / "nodes.cfg",
-                template_path=None,
-                server_port=_free_port((IP,)),
-                cmd_port=_free_port((IP,)),
-            ),
-            health=HealthSettings(fast_interval=0.2, period=0.5),
-            peers=PeerSettings(hosts_file=tmp / "hosts"),
-        )
-
-    return build
-
-
-class _Prober:
-    """Asks ``/readyz`` every ``PROBE_PERIOD`` and keeps every answer (True: it passed)."""
-
-    def __init__(self, port: int) -> None:
-        self._port = port
-        self.answers: list[bool] = []
-        self._new = asyncio.Condition()
-
-    async def run(self) -> None:
-        while True:
-            code = await probes.http_get_status(IP, self._port, names.DAEMON_HEALTH_PATH, [], 1.0)
-            async with self._new:
-                self.answers.append(code is not None and 200 <= code < 400)
-                self._new.notify_all()
-            await asyncio.sleep(PROBE_PERIOD)  # the prober's period, not a synchronisation
-
-    async def until(self, predicate: Callable[[list[bool]], bool], timeout: float) -> None:
-        async with asyncio.timeout(timeout), self._new:
-            await self._new.wait_for(lambda: predicate(self.answers))
-
-
-async def _until(predicate: Callable[[], bool], timeout: float) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
-
-
 async def test_an_idle_agent_waits_for_the_eager_label_and_then_stays_ready(
     admin: AsyncClient, driver_ns: str, node: str, tmp_path: Path
 ) -> None:
-    pod = await _agent_pod(admin, driver_ns, node)
+    pod = await agents.agent_pod(admin, driver_ns, "imex-agent-eager", node, IP)
     port = _free_port((IP,))
     settings = AgentSettings(
         node_name=node,
@@ -148,25 +67,15 @@ async def test_an_idle_agent_waits_for_the_eager_label_and_then_stays_ready(
         domains_dir=tmp_path / "domains",
         shared_imex_eager=True,
     )
-    hosts = tmp_path / "hosts"
-
-    def host_path(inside: Path) -> Path:
-        return hosts if inside == Path("/etc/hosts") else inside
-
-    agent = app.ResidentAgent(
-        settings,
-        admin,
-        daemon_settings=_factory(tmp_path, pod),
-        programs=imex_inproc.InProcessImex(host_path),
-    )
-    prober = _Prober(port)
+    agent = agents.agent(settings, admin, tmp_path, pod)
+    prober = agents.Prober(IP, port)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(agent.run()),
         asyncio.create_task(prober.run()),
     ]
     try:
         # The agent read its Node (a clique ID, nothing asked) and acted on it: it runs nothing.
-        await _until(
+        await agents.until(
             lambda: (
                 agent._settled
                 and not agent._changed.is_set()

@@ -1,8 +1,10 @@
 """The resident agent's ``/readyz`` while what its Node asks is not acted on yet (issue 26).
 
 A restarted agent (``kill -9``: the same pod, the same IP) finds its previous process's entry
-still Ready in the shared registry; its pod must not read Ready before what the Node asks runs
-again, or the registry's readers (``api.agentpods``) would count that stale entry.
+still Ready in the shared registry (or its CD's clique); its pod must not read Ready before what
+the Node asks runs again, or the entry's readers (``api.agentpods``, the controller's status)
+would count that stale entry. Once Ready, a later ask does not fail it (issue 28: every new CD
+cost a NotReady probe and the next one's Ready, up to 5 s, before the CD could read Ready).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ async def _until_ready(agent: app.ResidentAgent) -> None:
             await asyncio.sleep(0)  # let the serve loop act (no wall-clock wait)
 
 
-async def test_readyz_fails_until_the_nodes_ask_is_read_and_acted_on() -> None:
+async def test_readyz_fails_until_the_first_ask_is_read_and_acted_on_and_not_after() -> None:
     settings = AgentSettings(node_name="n", pod_name="agent-n", pod_namespace="ns")
     agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
     assert not await agent._ready()  # restarted: its Node not read yet, so nothing may run
@@ -47,9 +49,8 @@ async def test_readyz_fails_until_the_nodes_ask_is_read_and_acted_on() -> None:
         agent._changed.set()
         assert not await agent._ready()  # read, not acted on yet
         await _until_ready(agent)
-        agent._changed.set()  # a new ask: not Ready until it is acted on
-        assert not await agent._ready()
-        await _until_ready(agent)
+        agent._changed.set()  # a later ask: its new entry is NotReady until its IMEX passes
+        assert await agent._ready()
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
@@ -89,6 +90,24 @@ async def test_without_eager_shared_imex_an_idle_agent_is_ready() -> None:
     try:
         await _settled(agent, Wants(clique_id="c.1"))
         assert await agent._ready()  # per-domain scope: an idle clique node asks for nothing
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def test_once_ready_an_agent_awaiting_the_shared_imex_stays_ready() -> None:
+    # Eager shared IMEX: NotReady while idle only before the first pass (issue 28); a node that
+    # gets its clique ID later, or whose per-domain CD left, is not made NotReady by it.
+    settings = AgentSettings(
+        node_name="n", pod_name="agent-n", pod_namespace="ns", shared_imex_eager=True
+    )
+    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
+    serving = asyncio.create_task(agent._serve())
+    try:
+        await _settled(agent, Wants())  # no clique ID: nothing will be asked
+        assert await agent._ready()
+        await _settled(agent, Wants(clique_id="c.1"))
+        assert await agent._ready()
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)

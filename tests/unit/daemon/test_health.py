@@ -190,3 +190,25 @@ async def test_a_result_older_than_stale_after_fails_the_probe() -> None:
         now[0] = s.stale_after + 0.1  # the loop stopped renewing it
         assert h.ok and not h.ready() and not await h.answer()
     assert s.stale_after == pytest.approx(s.period + s.timeout + 2.0)
+
+
+async def test_starting_lasts_until_the_first_pass_or_the_first_exit() -> None:
+    # A resident agent's /readyz does not fail for a start under way (agent.app), only for an
+    # IMEX that passed and fails now, or exited.
+    ctl, verdicts = FakeCtl(), Verdicts()
+    h = health.ImexHealth(ctl, _settings(), on_change=verdicts)
+    assert h.starting
+    async with running(h):
+        h.imex_started()
+        await ctl.answer(False)
+        assert h.starting  # a failed check of a starting IMEX is still its start
+        await ctl.answer(True)
+        await verdicts.until(True)
+        assert not h.starting
+        await ctl.answer(False)
+        await verdicts.until(False)
+        assert not h.starting  # passed once: a failing check now is a failing IMEX
+    exited = health.ImexHealth(FakeCtl(), _settings())
+    exited.imex_started()
+    exited.imex_exited()  # e.g. NV_ERR_IN_USE: it never started
+    assert not exited.starting
