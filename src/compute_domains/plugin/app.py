@@ -151,11 +151,15 @@ class Plugin:
         s, paths = self._s, self._s.paths
         publisher: resourceslice.SlicePublisher | None = None
         joiner: eager.SharedLabel | None = None
+        # In its own process the plugin watches the ComputeDomains itself (a virtual node's
+        # plugin reads its host's cache): a prepare then finds its CD without an API call.
+        watched = computedomain.own_cache(client) if self._informers is None else None
         domains = computedomain.Domains(
             client,
             node=s.node_name,
             driver_namespace=s.driver_namespace,
             shared=self._informers,
+            watched=watched,
         )
         shared_imex = shared.Shared(
             client,
@@ -207,6 +211,9 @@ class Plugin:
             on_node=shared_imex.node_seen,
         )
         warm_task = asyncio.create_task(warm.run(), name="node-watch")
+        watching = [warm_task]
+        if watched is not None:
+            watching.append(asyncio.create_task(watched.run(), name="computedomain-watch"))
         try:
             await warm.synced.wait()
             sweeper = cleanup.Cleanup(
@@ -246,9 +253,11 @@ class Plugin:
                     for task in background:
                         task.cancel()
         finally:
-            warm_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await warm_task
+            for task in watching:
+                task.cancel()
+            for task in watching:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _serve_rpcs(
         self,

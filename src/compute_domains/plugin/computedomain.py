@@ -1,12 +1,15 @@
 """Node-side ComputeDomain checks: find a CD by UID, own the node label, wait for readiness.
 
-- Lookups are fresh reads (a list in the claim's namespace, filtered by UID) for a plugin in its
-  own process. A plugin given its host's shared caches (a virtual node, ``infra.kube.informers``)
-  finds the CD in the host's one ComputeDomain cache, indexed by UID, and lists only when the
-  cache does not hold it (a CD created a moment ago, not yet seen by the watch), so a CD that
-  exists is always found; one deleted a moment ago may still be found, as it may be between a
-  fresh read and its use. Either way every prepare no longer lists every ComputeDomain of the
-  cluster on a host of hundreds of nodes. A channel claim whose CD
+- Lookups read a watched cache of the ComputeDomains, indexed by UID, as upstream's plugin does
+  (its informer with a UID index): the host's one cache on a virtual node
+  (``infra.kube.informers``), the plugin's own (``own_cache``, one watch) in its own process. A
+  fresh read (a list in the claim's namespace, filtered by UID) is made only when the cache does
+  not hold the CD (one created a moment ago, not yet seen by the watch) or has not listed yet,
+  so a CD that exists is always found; one deleted a moment ago may still be found, as it may
+  be between a fresh read and its use. So a prepare costs no API round trip for its CD (at
+  N = 36 per clique under load 15, that list took 0.01 to 2.1 s of each prepare), and no
+  prepare lists every ComputeDomain of the cluster on a host of hundreds of nodes. Without
+  any cache (unit tests, tools) every lookup is a fresh read. A channel claim whose CD
   does not exist, or lives in another namespace than the claim, fails permanently; a daemon
   claim (which lives in the driver namespace) finds its CD in any namespace and retries while
   it is missing, as upstream does.
@@ -93,12 +96,15 @@ class Domains:
         node: str,
         driver_namespace: str,
         shared: informers.Informers | None = None,
+        watched: cache.Cache[Any] | None = None,
     ) -> None:
+        """``shared``: the host's caches (a virtual node); else ``watched``: the plugin's own
+        ComputeDomain cache (``own_cache``, run by its owner); neither: fresh reads only."""
         self._client = client
         self._node = node
         self._driver_ns = driver_namespace
         self._domains = (
-            None
+            watched
             if shared is None
             else shared.informer(ComputeDomainResource, indexers={UID_INDEX: _uid_of})
         )
@@ -113,8 +119,7 @@ class Domains:
         entries: every prepare looks its CD up, and decoding a 1,152-entry status (and every
         other CD of the list) for each of 2,304 prepares was most of a loaded node's CPU.
         """
-        if self._domains is not None:
-            await self._domains.synced.wait()
+        if self._domains is not None and self._domains.synced.is_set():
             cached = self._domains.by_index(UID_INDEX, domain_uid)
             for obj in cached:
                 if namespace in (ALL_NS, (obj.get("metadata") or {}).get("namespace")):
@@ -297,7 +302,15 @@ class Domains:
 
 
 UID_INDEX = "uid"
-"""The index of the host's ComputeDomain cache by UID."""
+"""The index of a ComputeDomain cache by UID."""
+
+
+def own_cache(client: AsyncClient) -> cache.Cache[Any]:
+    """A plugin's own watched cache of the ComputeDomains of every namespace, indexed by UID
+    (for ``Domains(watched=...)``; its owner runs it)."""
+    return cache.Cache(
+        client, ComputeDomainResource, name="ComputeDomain", indexers={UID_INDEX: _uid_of}
+    )
 
 
 def _uid_of(obj: Any) -> list[str]:
