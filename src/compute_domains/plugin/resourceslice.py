@@ -7,7 +7,10 @@ the Node. A watch on the slices of our driver and node (field selectors ``spec.n
 slices when it restarts or after a plugin has been gone for 30 s), changed by someone else, or
 when a foreign slice of ours appears (an older plugin's, deleted as obsolete); ``poke`` marks it
 dirty when the node's holder changed. One reconcile task brings the API to the wanted state,
-bumping the pool generation on every content change; failures retry with backoff. A plugin
+bumping the pool generation on every content change, from the slices as the watch shows them
+(a LIST only before the watch listed and after a failed write, whose retry reads fresh; a
+replaced slice keeps its owner reference, so only a new one reads the Node); failures retry
+with backoff. A plugin
 given its host's shared caches (a virtual node) follows the slices of its node in the host's one
 cache of our driver's slices (indexed by node) instead of its own watch. Slices are
 left in place at shutdown, as upstream does: a restarting plugin must not flap its devices.
@@ -58,6 +61,9 @@ class SlicePublisher:
         self.published = asyncio.Event()
         """Set once the wanted content was written (or found) at least once."""
         self._fields: dict[str, Any] = {"spec.nodeName": node, "spec.driver": names.DRIVER_NAME}
+        self._known: dict[str, ResourceSlice] | None = None
+        """Our node's slices as the watch (or the host's cache) last showed them; None until it
+        listed, and again after a failed write, so that the next reconcile reads them fresh."""
 
     def poke(self, delay: float = 0.0) -> None:
         """Recompute and republish soon (the holder changed); after ``delay`` seconds if given
@@ -85,6 +91,7 @@ class SlicePublisher:
                 with kube.translated("publishing the ResourceSlice"):
                     await self._reconcile()
             except kube.KubeError as err:
+                self._known = None  # our view may be stale (a conflict): list on the retry
                 delay = _RETRY.delay(failures)
                 failures += 1
                 logger.warning(
@@ -99,9 +106,17 @@ class SlicePublisher:
                 failures = 0
                 self.published.set()
 
+    async def _current(self) -> list[ResourceSlice]:
+        """Our node's slices: from the watched view once it listed (a holder change in a
+        per-domain formation republishes every node's slice, and a LIST per republish is one
+        more request per node), else from the API server."""
+        if self._known is not None:
+            return list(self._known.values())
+        return [item async for item in self._client.list(ResourceSlice, fields=self._fields)]
+
     async def _reconcile(self) -> None:
         ours: ResourceSlice | None = None
-        async for item in self._client.list(ResourceSlice, fields=self._fields):
+        for item in await self._current():
             name = item.metadata.name if item.metadata else None
             if name == self._name:
                 ours = item
@@ -119,7 +134,12 @@ class SlicePublisher:
         if ours is not None:
             current = ours.to_dict().get("spec", {}).get("pool", {}).get("generation", 0)
             generation = int(current) + 1
-        meta: dict[str, Any] = {"name": self._name, "ownerReferences": [await self._owner()]}
+        owners = ours.to_dict().get("metadata", {}).get("ownerReferences") if ours else None
+        # Our slice keeps its owner (the Node); only a new slice needs the Node's UID.
+        meta: dict[str, Any] = {
+            "name": self._name,
+            "ownerReferences": owners or [await self._owner()],
+        }
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
@@ -127,13 +147,17 @@ class SlicePublisher:
             "spec": devices.slice_spec(self._node, self._slots, self._holder(), generation),
         }
         if ours is None:
-            await self._client.create(_slice(body))
+            written = await self._client.create(_slice(body))
             action = "published"
         else:
             assert ours.metadata is not None
             meta["resourceVersion"] = ours.metadata.resourceVersion
-            await self._client.replace(_slice(body))
+            written = await self._client.replace(_slice(body))
             action = "republished"
+        if self._known is not None:
+            # What we wrote is the newest, until the watch says otherwise: a second republish
+            # before its event must not write with the old resourceVersion (a conflict).
+            self._known[self._name] = written
         logger.info(
             "%s ResourceSlice %s (generation %d, holder %s)",
             action,
@@ -173,6 +197,7 @@ class SlicePublisher:
             self._client, ResourceSlice, name=f"resourceslices:{self._node}", fields=self._fields
         ):
             if isinstance(item, kube_watch.Listed):
+                self._known = {}
                 seen = [(o.metadata.name if o.metadata else None) for o in item.objects]
                 if self._name not in seen:
                     self._dirty.set()
@@ -200,6 +225,7 @@ class SlicePublisher:
         unsubscribe = slices.subscribe(changed, index=informers.NODE_INDEX, value=self._node)
         try:
             await slices.synced.wait()
+            self._known = {}
             mine = slices.by_index(informers.NODE_INDEX, self._node)
             if self._name not in [o.metadata.name if o.metadata else None for o in mine]:
                 self._dirty.set()
@@ -210,8 +236,14 @@ class SlicePublisher:
             unsubscribe()
 
     def _judge(self, op: str, obj: ResourceSlice) -> None:
-        """Mark the slice dirty when a change leaves ours missing, stale, or not alone."""
+        """Follow our node's slices; mark ours dirty when a change leaves it missing, stale,
+        or not alone."""
         name = obj.metadata.name if obj.metadata else None
+        if self._known is not None and name:
+            if op == "DELETED":
+                self._known.pop(name, None)
+            else:
+                self._known[name] = obj
         if op == "DELETED" and name != self._name:
             return
         if op == "DELETED" or name != self._name or not self._matches(obj, self._wanted()):
