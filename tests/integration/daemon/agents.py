@@ -5,11 +5,13 @@ over HTTP as a kubelet would."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.agent import app
 from compute_domains.agent.config import AgentSettings, Domain
@@ -22,6 +24,18 @@ from tests.unit.sim.test_imex import _free_port
 
 PROBE_PERIOD = 0.05
 """Seconds between two ``/readyz`` requests (a kubelet's readiness period, much shortened)."""
+
+
+@contextlib.asynccontextmanager
+async def clique_node(admin: AsyncClient, prefix: str, clique_id: str) -> AsyncIterator[str]:
+    """A Node with clique ID ``clique_id`` and nothing asked of its agent; no kubelet serves it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    labels = {names.GPU_CLIQUE_LABEL: clique_id}
+    await admin.create(Node.from_dict({"metadata": {"name": name, "labels": labels}}))
+    try:
+        yield name
+    finally:
+        await admin.delete(Node, name)
 
 
 async def agent_pod(admin: AsyncClient, ns: str, name: str, node: str, ip: str) -> Pod:

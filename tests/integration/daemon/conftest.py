@@ -160,18 +160,24 @@ async def driver_ns(admin: AsyncClient, request: pytest.FixtureRequest) -> Async
             raise
 
 
-@pytest.fixture
-async def compute_domain(admin: AsyncClient, driver_ns: str) -> Any:
-    """A ComputeDomain (no controller runs: only its UID and name matter to the daemons)."""
+async def new_compute_domain(admin: AsyncClient, ns: str) -> Any:
+    """A ComputeDomain in ``ns`` (no controller runs: only its UID and name matter to the
+    daemons)."""
     body = ComputeDomainResource.from_dict(
         {
             "apiVersion": names.API_VERSION,
             "kind": names.COMPUTE_DOMAIN_KIND,
-            "metadata": {"name": f"cd-{uuid.uuid4().hex[:4]}", "namespace": driver_ns},
+            "metadata": {"name": f"cd-{uuid.uuid4().hex[:4]}", "namespace": ns},
             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "rct"}}},
         }
     )
     return await admin.create(body)
+
+
+@pytest.fixture
+async def compute_domain(admin: AsyncClient, driver_ns: str) -> Any:
+    """A ComputeDomain (``new_compute_domain``) in the driver namespace."""
+    return await new_compute_domain(admin, driver_ns)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from compute_domains.agent.config import AgentSettings
-from compute_domains.api import names, sharedimex
+from compute_domains.api import sharedimex
 from tests.integration.daemon import agents
 from tests.unit.sim.test_imex import _free_port
 
@@ -46,11 +45,8 @@ READY_ANSWERS = 40
 @pytest.fixture
 async def node(admin: AsyncClient) -> AsyncIterator[str]:
     """A Node with a clique ID and nothing asked of its agent; no kubelet serves it."""
-    name = f"eager-{uuid.uuid4().hex[:6]}"
-    labels = {names.GPU_CLIQUE_LABEL: CLIQUE_ID}
-    await admin.create(Node.from_dict({"metadata": {"name": name, "labels": labels}}))
-    yield name
-    await admin.delete(Node, name)
+    async with agents.clique_node(admin, "eager", CLIQUE_ID) as name:
+        yield name
 
 
 async def test_an_idle_agent_waits_for_the_eager_label_and_then_stays_ready(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,9 @@ from compute_domains.agent import app
 from compute_domains.agent.config import AgentSettings
 from compute_domains.api import names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
-from compute_domains.api.computedomain import ComputeDomainResource, Readiness
+from compute_domains.api.computedomain import Readiness
 from tests.integration.daemon import agents
+from tests.integration.daemon.conftest import new_compute_domain
 from tests.unit.sim.test_imex import _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -55,23 +55,8 @@ AFTER_ANSWERS = 20
 @pytest.fixture
 async def node(admin: AsyncClient) -> AsyncIterator[str]:
     """A Node with a clique ID and nothing asked of its agent; no kubelet serves it."""
-    name = f"cds-{uuid.uuid4().hex[:6]}"
-    labels = {names.GPU_CLIQUE_LABEL: CLIQUE_ID}
-    await admin.create(Node.from_dict({"metadata": {"name": name, "labels": labels}}))
-    yield name
-    await admin.delete(Node, name)
-
-
-async def _second_cd(admin: AsyncClient, ns: str) -> Any:
-    body = ComputeDomainResource.from_dict(
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": names.COMPUTE_DOMAIN_KIND,
-            "metadata": {"name": f"cd-{uuid.uuid4().hex[:4]}", "namespace": ns},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "rct"}}},
-        }
-    )
-    return await admin.create(body)
+    async with agents.clique_node(admin, "cds", CLIQUE_ID) as name:
+        yield name
 
 
 async def _entry_for(admin: AsyncClient, ns: str, uid: str, node: str, status: Readiness) -> None:
@@ -137,7 +122,7 @@ async def test_a_ready_agent_stays_ready_while_cds_form_switch_and_leave(
 ) -> None:
     ns = driver_ns
     x = compute_domain.metadata.uid
-    y = (await _second_cd(admin, ns)).metadata.uid
+    y = (await new_compute_domain(admin, ns)).metadata.uid
     for uid in (x, y):
         await _entry_for(admin, ns, uid, node, Readiness.NOT_READY)
     pod = await agents.agent_pod(admin, ns, POD, node, IP)

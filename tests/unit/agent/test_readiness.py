@@ -10,6 +10,8 @@ cost a NotReady probe and the next one's Ready, up to 5 s, before the CD could r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from lightkube import AsyncClient
@@ -56,6 +58,18 @@ async def test_readyz_fails_until_the_first_ask_is_read_and_acted_on_and_not_aft
         await asyncio.gather(serving, return_exceptions=True)
 
 
+@contextlib.asynccontextmanager
+async def _serving(settings: AgentSettings) -> AsyncIterator[app.ResidentAgent]:
+    """An agent whose serve loop runs (no daemon is ever started) for the block."""
+    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
+    serving = asyncio.create_task(agent._serve())
+    try:
+        yield agent
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
 async def _settled(agent: app.ResidentAgent, wanted: Wants) -> None:
     """Hand the agent ``wanted`` as its Node's ask and wait until it acted on it."""
     agent._wanted = wanted
@@ -71,28 +85,18 @@ async def test_an_idle_agent_whose_node_will_ask_for_the_shared_imex_is_not_read
     settings = AgentSettings(
         node_name="n", pod_name="agent-n", pod_namespace="ns", shared_imex_eager=True
     )
-    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
-    serving = asyncio.create_task(agent._serve())
-    try:
+    async with _serving(settings) as agent:
         await _settled(agent, Wants(clique_id="c.1"))
         assert not await agent._ready()  # the shared-IMEX label is still to come
         await _settled(agent, Wants())  # no clique ID: no shared IMEX will be asked
         assert await agent._ready()
-    finally:
-        serving.cancel()
-        await asyncio.gather(serving, return_exceptions=True)
 
 
 async def test_without_eager_shared_imex_an_idle_agent_is_ready() -> None:
     settings = AgentSettings(node_name="n", pod_name="agent-n", pod_namespace="ns")
-    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
-    serving = asyncio.create_task(agent._serve())
-    try:
+    async with _serving(settings) as agent:
         await _settled(agent, Wants(clique_id="c.1"))
         assert await agent._ready()  # per-domain scope: an idle clique node asks for nothing
-    finally:
-        serving.cancel()
-        await asyncio.gather(serving, return_exceptions=True)
 
 
 async def test_once_ready_an_agent_awaiting_the_shared_imex_stays_ready() -> None:
@@ -101,13 +105,8 @@ async def test_once_ready_an_agent_awaiting_the_shared_imex_stays_ready() -> Non
     settings = AgentSettings(
         node_name="n", pod_name="agent-n", pod_namespace="ns", shared_imex_eager=True
     )
-    agent = app.ResidentAgent(settings, cast(AsyncClient, _Client()), daemon_settings=_no_daemon)
-    serving = asyncio.create_task(agent._serve())
-    try:
+    async with _serving(settings) as agent:
         await _settled(agent, Wants())  # no clique ID: nothing will be asked
         assert await agent._ready()
         await _settled(agent, Wants(clique_id="c.1"))
         assert await agent._ready()
-    finally:
-        serving.cancel()
-        await asyncio.gather(serving, return_exceptions=True)
