@@ -81,6 +81,11 @@ class Run:
     """The machine's 1-minute load average at the apply (a loaded machine runs slower)."""
     load_end: float = 0.0
     """The 1-minute load average once the teardown was complete."""
+    settle_s: float = 0.0
+    """How long the bench waited for the machine to settle before the apply (``bench.settle``;
+    0 in result files before 2026-12-07, whose applies followed the install at once)."""
+    busy_at_apply: float | None = None
+    """Share of all cores busy in the settle wait's last window (None: not waited)."""
     channel_problems: list[str] = dataclasses.field(default_factory=list)
     """Workload pods that ran without their IMEX channel (``bench.channels``); empty when
     every container saw it."""

@@ -37,6 +37,7 @@ from compute_domains.bench import (
     observe,
     placement,
     podflaps,
+    settle,
 )
 from compute_domains.infra import errors, kube
 from compute_domains.sim import control
@@ -169,12 +170,19 @@ async def _sizes(
     say: Say,
     pods_per_node: int,
     workload: placement.Workload,
+    settling: settle.SettleSettings,
 ) -> None:
     fetch = _metrics_fetch(sim)
     ns = await _namespace(client)
     tag = f"round {rnd.index + 1} ({rnd.driver.name})"
     try:
         for n in sizes:
+            quiet = await settle.wait(settling)
+            if quiet.busy is not None:
+                say(
+                    f"{tag} N={n}: settled after {quiet.waited_s:.1f}s ({quiet.why}, "
+                    f"{quiet.busy:.0%} of the cores busy)"
+                )
             cpu0 = cpu.sample(sim.root_pid)
             formed: list[CpuSample] = []
             try:
@@ -197,6 +205,7 @@ async def _sizes(
                 say(f"{tag} N={n}: {err}")
                 return
             used = cpu.delta(cpu0, formed[0])
+            run = dataclasses.replace(run, settle_s=quiet.waited_s, busy_at_apply=quiet.busy)
             result.runs.append((run, used))
             result.failures += [f"{tag} N={n}: {p}" for p in run.channel_problems]
             cd_ready = "-" if run.cd_ready_s is None else f"{run.cd_ready_s:.1f}s"
@@ -218,10 +227,12 @@ async def run_round(
     say: Say,
     pods_per_node: int = 1,
     workload: placement.Workload = placement.Workload.CLAIMS,
+    settling: settle.SettleSettings | None = None,
 ) -> RoundResult:
     """Install ``rnd.driver`` into the running ``sim`` and run every size once (``sizes`` are
-    pod counts, ``pods_per_node`` of them on each domain node). The driver is installed for
-    every ``workload``: one without a CD then measures the same cluster, the driver idle."""
+    pod counts, ``pods_per_node`` of them on each domain node), each after the machine settled
+    (``settling``; default ``SettleSettings()``). The driver is installed for every
+    ``workload``: one without a CD then measures the same cluster, the driver idle."""
     spec = rnd.driver
     result = RoundResult(
         index=rnd.index,
@@ -256,7 +267,17 @@ async def run_round(
         say(f"round {rnd.index + 1}: pods during the install: {flaps.summary()}")
         if flaps.flapped:
             say(f"round {rnd.index + 1}: Ready → NotReady: {', '.join(flaps.flapped)}")
-        await _sizes(client, rnd, sim, sizes, result, say, pods_per_node, workload)
+        await _sizes(
+            client,
+            rnd,
+            sim,
+            sizes,
+            result,
+            say,
+            pods_per_node,
+            workload,
+            settling or settle.SettleSettings(),
+        )
     except (errors.ComputeDomainsError, TimeoutError) as err:
         # Not fatal to the invocation: the other drivers' rounds still tell something.
         result.failures.append(f"round {rnd.index + 1} ({spec.name}): {err}")

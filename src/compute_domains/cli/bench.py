@@ -34,6 +34,7 @@ from compute_domains.bench import (
     report,
     rounds,
     scale,
+    settle,
     writes,
 )
 from compute_domains.cli import benchbundle, benchdrivers, benchpictures, options, simoptions, tools
@@ -176,6 +177,14 @@ def group() -> None:
     "podAffinity in one rack); affinity (the same pods and placement, no CD, no claim); plain "
     "(no CD, no claim, no podAffinity). The last two measure the floor without a domain.",
 )
+@click.option(
+    "--settle-max",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    help="Before each apply, wait at most this many seconds until the machine's CPU use is low "
+    "or no longer falling (the install draining); 0 applies at once.",
+)
 @simoptions.NODES_MODE
 @click.option(
     "--own-watches",
@@ -193,6 +202,7 @@ def formation_cmd(
     prefix: str,
     results_dir: Path | None,
     workload: str,
+    settle_max: float,
     nodes_mode: str,
     own_watches: bool,
     driver_args: tuple[str, ...],
@@ -259,6 +269,7 @@ def formation_cmd(
                 pods_per_node=pods_per_node,
                 shared_informers=not own_watches,
                 workload=placement.Workload(workload),
+                settling=settle.SettleSettings(max_s=settle_max),
             )
         )
         if rnd is not plan[-1]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from compute_domains.bench import drivers, placement, rounds
+from compute_domains.bench import drivers, placement, rounds, settle
 from compute_domains.cli import options
 from compute_domains.sim import driver as driver_mod
 from compute_domains.sim import driverroot, errors, lifecycle, state, topology
@@ -166,12 +166,15 @@ def run_round(
     pods_per_node: int = 1,
     shared_informers: bool = True,
     workload: placement.Workload = placement.Workload.CLAIMS,
+    settling: settle.SettleSettings | None = None,
 ) -> rounds.RoundResult:
     """One round in its own sim; a sim that does not start fails this round, not the rest."""
     load = os.getloadavg()[0]
     try:
         with fresh_sim(name, bin_dir, racks, rnd.driver, keep, nodes_mode, shared_informers) as sim:
-            return asyncio.run(rounds.run_round(rnd, sim, sizes, say, pods_per_node, workload))
+            return asyncio.run(
+                rounds.run_round(rnd, sim, sizes, say, pods_per_node, workload, settling)
+            )
     except errors.SimError as err:
         say(f"round {rnd.index + 1} ({rnd.driver.name}): the sim did not start: {err}")
         failed = rounds.RoundResult(
