@@ -258,12 +258,19 @@ class ResidentAgent:
     async def _start(self, wanted: Assignment) -> None:
         uid = wanted.domain_uid
         self._log.info("the node asks for CD %s (clique %r)", uid, wanted.clique_id)
-        # Both reads at once: each is an API round trip on the way to the CD's IMEX start.
-        own, (name, namespace) = await asyncio.gather(
-            kubeops.has_own_daemonset(self._client, self._settings, uid, self._log),
-            kubeops.describe(self._client, uid, self._log),
+        # The CD's name (its Events, log lines) is read beside the DaemonSet check and our
+        # pod's label: only the check must come before the label (the controller registers a
+        # labelled pod), so neither read waits for the other or for the label.
+        describing = asyncio.ensure_future(
+            kubeops.describe(self._client, uid, self._log, self._informers)
         )
+        try:
+            own = await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log)
+        except BaseException:
+            describing.cancel()
+            raise
         if own:
+            describing.cancel()
             # Made while the controller created per-CD DaemonSets: that DaemonSet's pod runs
             # this CD's IMEX here, and a second nvidia-imex must never start beside it.
             self._declined = wanted
@@ -275,17 +282,20 @@ class ResidentAgent:
             )
             return
         self._declined = None
-        domain = Domain(
-            assignment=wanted,
-            name=name,
-            namespace=namespace,
-            domain_dir=self._settings.domains_dir / uid,
+        unnamed = Domain(
+            assignment=wanted, name="", namespace="", domain_dir=self._settings.domains_dir / uid
         )
-        # We label our pod for the CD, clique ID included, so the daemon does not.
-        settings = dataclasses.replace(self._factory(domain), resident=True)
-        await asyncio.to_thread(_make_dir, domain.domain_dir)
-        await self._label(uid, settings.identity.clique_id)
+        try:
+            # We label our pod for the CD, clique ID included, so the daemon does not.
+            await asyncio.to_thread(_make_dir, unnamed.domain_dir)
+            await self._label(uid, self._factory(unnamed).identity.clique_id)
+            name, namespace = await describing
+        except BaseException:
+            describing.cancel()
+            raise
         self._labelled = False  # X's labels replace any left from before
+        domain = dataclasses.replace(unnamed, name=name, namespace=namespace)
+        settings = dataclasses.replace(self._factory(domain), resident=True)
         daemon = daemon_app.Daemon(
             settings,
             self._client,

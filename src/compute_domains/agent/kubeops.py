@@ -7,7 +7,10 @@ own-DaemonSet check, the CD lookup and its pod's labels.
 * :func:`has_own_daemonset`: whether CD ``X`` has its own per-CD DaemonSet (made in
   perComputeDomain mode: its pod serves ``X``; the agent must not start a second IMEX). A read
   that fails for another reason than 404 is logged, and the CD served.
-* :func:`describe`: the CD's name and namespace, for log lines only ("" when unreadable).
+* :func:`describe`: the CD's name and namespace (its Events and log lines; "" when
+  unreadable): from the node host's ComputeDomain cache on a virtual node (no API call; the
+  plugins of the host read the same cache), else, or while the cache does not hold it yet, a
+  list of the ComputeDomains.
 * :func:`label_pod`: the merge patch of our pod's labels (``labels.pod_label_patch``: the CD
   label and the clique ID label in one write); temporary failures are retried with backoff, a
   permanent one (RBAC) raised.
@@ -33,6 +36,7 @@ from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.daemon import kubeio
 from compute_domains.infra import errors
 from compute_domains.infra.kube import informers, watch
+from compute_domains.plugin import computedomain
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +87,16 @@ async def has_own_daemonset(
 
 
 async def describe(
-    client: AsyncClient, domain_uid: str, log: logging.LoggerAdapter[logging.Logger]
+    client: AsyncClient,
+    domain_uid: str,
+    log: logging.LoggerAdapter[logging.Logger],
+    shared: informers.Informers | None = None,
 ) -> tuple[str, str]:
-    """The CD's name and namespace ("", "" when it cannot be read; logs only)."""
+    """The CD's name and namespace ("", "" when it cannot be read)."""
+    if shared is not None:
+        cached = computedomain.cached_name(computedomain.host_cache(shared), domain_uid)
+        if cached is not None:
+            return cached
     try:
         async for cd in client.list(ComputeDomainResource, namespace=ALL_NS):
             meta = cd.metadata

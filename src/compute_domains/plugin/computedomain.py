@@ -103,11 +103,7 @@ class Domains:
         self._client = client
         self._node = node
         self._driver_ns = driver_namespace
-        self._domains = (
-            watched
-            if shared is None
-            else shared.informer(ComputeDomainResource, indexers={UID_INDEX: _uid_of})
-        )
+        self._domains = watched if shared is None else host_cache(shared)
         self.cliques = None if shared is None else cliques(shared, driver_namespace)
         """The host's clique cache of the driver namespace (None: watch on our own)."""
 
@@ -303,6 +299,23 @@ class Domains:
 
 UID_INDEX = "uid"
 """The index of a ComputeDomain cache by UID."""
+
+
+def host_cache(shared: informers.Informers) -> cache.Cache[Any]:
+    """The node host's one ComputeDomain cache, indexed by UID (every in-process plugin and
+    agent of the host reads this one)."""
+    return shared.informer(ComputeDomainResource, indexers={UID_INDEX: _uid_of})
+
+
+def cached_name(domains: cache.Cache[Any], domain_uid: str) -> tuple[str, str] | None:
+    """``(name, namespace)`` of CD ``domain_uid`` from a UID-indexed cache; None while the
+    cache has not listed yet or does not hold it (a CD created a moment ago)."""
+    if not domains.synced.is_set():
+        return None
+    for obj in domains.by_index(UID_INDEX, domain_uid):
+        meta = obj.get("metadata") or {}
+        return str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    return None
 
 
 def own_cache(client: AsyncClient) -> cache.Cache[Any]:
