@@ -265,34 +265,30 @@ class ResidentAgent:
             kubeops.describe(self._client, uid, self._log, self._informers)
         )
         try:
-            own = await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log)
-        except BaseException:
-            describing.cancel()
-            raise
-        if own:
-            describing.cancel()
-            # Made while the controller created per-CD DaemonSets: that DaemonSet's pod runs
-            # this CD's IMEX here, and a second nvidia-imex must never start beside it.
-            self._declined = wanted
-            self._log.warning(
-                "CD %s has its own DaemonSet %s (created in perComputeDomain mode): its pod "
-                "serves it; not serving it here",
-                uid,
-                names.daemon_object_name(uid),
+            if await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log):
+                # Made while the controller created per-CD DaemonSets: that DaemonSet's pod
+                # runs this CD's IMEX here, and a second nvidia-imex must never start beside it.
+                self._declined = wanted
+                self._log.warning(
+                    "CD %s has its own DaemonSet %s (created in perComputeDomain mode): its pod "
+                    "serves it; not serving it here",
+                    uid,
+                    names.daemon_object_name(uid),
+                )
+                return
+            self._declined = None
+            unnamed = Domain(
+                assignment=wanted,
+                name="",
+                namespace="",
+                domain_dir=self._settings.domains_dir / uid,
             )
-            return
-        self._declined = None
-        unnamed = Domain(
-            assignment=wanted, name="", namespace="", domain_dir=self._settings.domains_dir / uid
-        )
-        try:
             # We label our pod for the CD, clique ID included, so the daemon does not.
             await asyncio.to_thread(_make_dir, unnamed.domain_dir)
             await self._label(uid, self._factory(unnamed).identity.clique_id)
             name, namespace = await describing
-        except BaseException:
-            describing.cancel()
-            raise
+        finally:
+            describing.cancel()  # still running only on a return or a failure above
         self._labelled = False  # X's labels replace any left from before
         domain = dataclasses.replace(unnamed, name=name, namespace=namespace)
         settings = dataclasses.replace(self._factory(domain), resident=True)
