@@ -69,7 +69,7 @@ from typing import Any
 
 from lightkube import AsyncClient
 
-from compute_domains.agent import kubeops, plan, shared
+from compute_domains.agent import kubeops, labels, plan, shared
 from compute_domains.agent.config import (
     AgentSettings,
     Assignment,
@@ -79,7 +79,7 @@ from compute_domains.agent.config import (
     Wants,
     shared_domain,
 )
-from compute_domains.api import names, sharedimex
+from compute_domains.api import imexsignal, names, sharedimex
 from compute_domains.daemon import app as daemon_app
 from compute_domains.daemon import launcher
 from compute_domains.infra import errors, tasks
@@ -203,7 +203,7 @@ class ResidentAgent:
                     # A restarted container may find its pod still labelled from before, and
                     # a stop whose bounded unlabel failed left it labelled: unlabel now (with
                     # retries), or the controller goes on counting us for that CD.
-                    await self._label(None)
+                    await self._label(None, leaving_all=True)
                     self._labelled = False
                 first = False
                 if isinstance(choice.start, Shared):
@@ -285,13 +285,17 @@ class ResidentAgent:
             )
             # We label our pod for the CD, clique ID included, so the daemon does not.
             await asyncio.to_thread(_make_dir, unnamed.domain_dir)
-            await self._label(uid, self._factory(unnamed).identity.clique_id)
+            notes = await self._label(uid, self._factory(unnamed).identity.clique_id)
             name, namespace = await describing
         finally:
             describing.cancel()  # still running only on a return or a failure above
         self._labelled = False  # X's labels replace any left from before
         domain = dataclasses.replace(unnamed, name=name, namespace=namespace)
-        settings = dataclasses.replace(self._factory(domain), resident=True)
+        # Our pod's template says whether the controller writes our entry's status from the
+        # daemon's readiness signal (docs/decisions/0025), so both sides read one fact.
+        settings = dataclasses.replace(
+            self._factory(domain), resident=True, ready_signal=imexsignal.declares(notes)
+        )
         daemon = daemon_app.Daemon(
             settings,
             self._client,
@@ -357,7 +361,7 @@ class ResidentAgent:
             # without the API.
             try:
                 async with asyncio.timeout(self._settings.stop_timeout):
-                    await self._label(None)
+                    await self._label(None, leaving=(running.domain_uid,))
             except (TimeoutError, errors.ComputeDomainsError) as err:
                 self._labelled = True  # unlabelled after the stop (_serve)
                 self._log.warning(
@@ -378,10 +382,26 @@ class ResidentAgent:
         self._running, self._task = None, None
         self._log.info("stopped %s", what)
 
-    async def _label(self, serving: str | None, clique_id: str = "") -> None:
-        await kubeops.label_pod(
-            self._client, self._settings, serving, clique_id, self._rng, self._log
+    async def _label(
+        self,
+        serving: str | None,
+        clique_id: str = "",
+        *,
+        leaving: tuple[str, ...] = (),
+        leaving_all: bool = False,
+    ) -> dict[str, str]:
+        """Label our pod (``kubeops.label_pod``); the pod's annotations as written.
+        ``leaving_all``: also remove every readiness signal the patch shows left on the pod
+        (a restarted container's: its killed daemon could not remove its own)."""
+        notes = await kubeops.label_pod(
+            self._client, self._settings, serving, clique_id, self._rng, self._log, leaving=leaving
         )
+        left = labels.signals_left(notes) if leaving_all else []
+        if left:
+            notes = await kubeops.label_pod(
+                self._client, self._settings, serving, clique_id, self._rng, self._log, leaving=left
+            )
+        return notes
 
     # ---- probes -------------------------------------------------------------------------
 

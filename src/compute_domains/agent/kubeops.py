@@ -12,8 +12,9 @@ own-DaemonSet check, the CD lookup and its pod's labels.
   plugins of the host read the same cache), else, or while the cache does not hold it yet, a
   list of the ComputeDomains.
 * :func:`label_pod`: the merge patch of our pod's labels (``labels.pod_label_patch``: the CD
-  label and the clique ID label in one write); temporary failures are retried with backoff, a
-  permanent one (RBAC) raised.
+  label and the clique ID label in one write, and the IMEX readiness signals that must not stay);
+  temporary failures are retried with backoff, a permanent one (RBAC) raised; it returns the
+  pod's annotations, which say whether the pod declares the signal.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import httpx2 as httpx
 from lightkube import ALL_NS, AsyncClient
@@ -114,9 +115,12 @@ async def label_pod(
     clique_id: str,
     rng: random.Random,
     log: logging.LoggerAdapter[logging.Logger],
-) -> None:
-    """Patch our pod's labels for ``serving`` with ``clique_id`` (None: unlabel); temporary
-    failures retry.
+    *,
+    leaving: Iterable[str] = (),
+) -> dict[str, str]:
+    """Patch our pod's labels for ``serving`` with ``clique_id`` (None: unlabel; ``leaving``:
+    CDs whose readiness signal goes too, ``labels.pod_label_patch``); temporary failures retry.
+    Returns the pod's annotations as written (its template's ``imexsignal.DECLARED`` among them).
 
     Raises:
         errors.PermanentError: the patch is refused for good.
@@ -125,14 +129,15 @@ async def label_pod(
     attempt = 0
     while True:
         try:
-            await client.patch(
+            pod = await client.patch(
                 Pod,
                 s.pod_name,
-                labels.pod_label_patch(serving, clique_id),
+                labels.pod_label_patch(serving, clique_id, leaving=leaving),
                 namespace=s.pod_namespace,
                 patch_type=PatchType.MERGE,
             )
-            return
+            meta = pod.metadata
+            return dict((meta.annotations if meta is not None else None) or {})
         except (httpx.HTTPError, OSError) as err:
             classified = kubeio.classify(err, f"label pod {s.pod_namespace}/{s.pod_name}")
             if isinstance(classified, errors.PermanentError):

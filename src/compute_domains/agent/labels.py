@@ -17,11 +17,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compute_domains.agent.config import Assignment, Shared, Wants
-from compute_domains.api import names, sharedimex
+from compute_domains.api import imexsignal, names, sharedimex
 
 
 def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
@@ -54,11 +54,32 @@ def node_labels(node: Any | None) -> dict[str, str]:
     return dict((meta.labels if meta is not None else None) or {})
 
 
-def pod_label_patch(serving: str | None, clique_id: str = "") -> dict[str, Any]:
+def pod_label_patch(
+    serving: str | None, clique_id: str = "", *, leaving: Iterable[str] = ()
+) -> dict[str, Any]:
     """Merge patch of the agent's pod labels: the CD label for ``serving`` and the clique ID
     label ``clique_id`` (empty on a node without multi-node NVLink, as a per-CD daemon writes
-    it), or both removed."""
+    it), or both removed. The IMEX readiness signal (``api.imexsignal``) of ``serving`` and of
+    each CD in ``leaving`` is removed in the same write: one an earlier daemon of this process
+    could not remove (killed, or its bounded removal timed out) must not stay behind."""
+    stale = {
+        imexsignal.key(uid): None for uid in sorted({*leaving, *([serving] if serving else [])})
+    }
     if serving:
         wanted = {names.COMPUTE_DOMAIN_LABEL: serving, names.CLIQUE_ID_LABEL: clique_id}
-        return {"metadata": {"labels": wanted}}
-    return {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None, names.CLIQUE_ID_LABEL: None}}}
+        return {"metadata": {"labels": wanted, "annotations": stale}}
+    gone: dict[str, Any] = {
+        "labels": {names.COMPUTE_DOMAIN_LABEL: None, names.CLIQUE_ID_LABEL: None}
+    }
+    if stale:
+        gone["annotations"] = stale
+    return {"metadata": gone}
+
+
+def signals_left(annotations: Mapping[str, str] | None) -> list[str]:
+    """The CD UIDs whose IMEX readiness signal the pod's ``annotations`` still carry."""
+    return sorted(
+        k.removeprefix(imexsignal.PREFIX)
+        for k in annotations or {}
+        if k.startswith(imexsignal.PREFIX)
+    )

@@ -8,7 +8,8 @@ burst of daemons that label their pods together becomes one write), and the swee
 every CD. One pass over a CD, from the shared caches (which hold our own writes):
 
 1. for each clique ID among the CD's candidate pods: create the clique with their entries when
-   it does not exist, else patch the entries that are missing or carry another IP
+   it does not exist, else patch the entries that are missing, carry another IP, or (a resident
+   agent's pod that declares the IMEX readiness signal) another status than its signal says
    (``cliqueindex.patch_ops``, no resourceVersion). A failed ``test`` (422: the entries moved, a
    removal or another writer) re-reads the clique and plans again, a few times, then the pass
    is retried with backoff. Nodes that found no free slot are logged; the CD's ``CliqueFull``
@@ -39,7 +40,7 @@ from compute_domains.api.clique import (
     ComputeDomainClique,
     ComputeDomainCliqueResource,
 )
-from compute_domains.api.computedomain import DecodeError
+from compute_domains.api.computedomain import DecodeError, Readiness
 from compute_domains.api.sharedimex import Scope
 from compute_domains.controller import caches, cliqueindex, config, kubeapi, scope, status
 from compute_domains.infra import errors, workqueue
@@ -189,6 +190,7 @@ class IndexAssigner:
                 continue
             self._cache.cliques.observe(raw)
             self._log_changes(name, current, ComputeDomainClique.from_resource(raw), log)
+            _log_signals(name, current, ComputeDomainClique.from_resource(raw), members, log)
             return
         raise errors.TemporaryError(f"clique {ns}/{name} kept changing under {ATTEMPTS} plans")
 
@@ -263,3 +265,41 @@ class IndexAssigner:
                 clique.name,
                 extra=log,
             )
+
+
+def _log_signals(
+    name: str,
+    before: ComputeDomainClique | None,
+    after: ComputeDomainClique,
+    members: list[cliqueindex.Candidate],
+    log: dict[str, str],
+) -> None:
+    """One line for the entries a write turned Ready from their agents' signals, and one per
+    entry it turned NotReady, with why."""
+    why = {m.node_name: m.why for m in members if m.signal is not None}
+    ready: list[str] = []
+    for entry in after.daemons:
+        if entry.node_name not in why:
+            continue
+        old = before.daemon(entry.node_name) if before is not None else None
+        was = old.status if old is not None else None
+        if entry.status is was:
+            continue
+        if entry.status is Readiness.READY:
+            ready.append(entry.node_name)
+        elif was is Readiness.READY:
+            logger.info(
+                "clique %s: node %s NotReady: %s",
+                name,
+                entry.node_name,
+                why[entry.node_name],
+                extra=log,
+            )
+    if ready:
+        logger.info(
+            "clique %s: %d entries Ready from their agents' IMEX signals: %s",
+            name,
+            len(ready),
+            ", ".join(ready),
+            extra=log,
+        )

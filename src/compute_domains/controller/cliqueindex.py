@@ -3,7 +3,8 @@
 The controller is the only writer of the clique's *entries* (docs/decisions/0009): a daemon
 asks for a slot by labelling its pod with its clique ID (which it does anyway), and the
 controller, seeing the pod's label, node and IP in its cache, adds the daemon's entry with its
-index. The daemon then only ever patches its own entry's ``status`` and removes its own entry at
+index. The daemon then only ever patches its own entry's ``status`` (unless its pod declares the
+IMEX readiness signal: then the controller writes it, below) and removes its own entry at
 shutdown (``daemon/cliqueentry.py``). Rules:
 
 * A *candidate* is a daemon pod of the CD with a non-empty clique ID label, a node, a pod IP,
@@ -15,6 +16,11 @@ shutdown (``daemon/cliqueentry.py``). Rules:
   remembered nodes are placed first, then the others by node name, so the outcome never
   depends on arrival order within one pass. An entry whose index is outside ``[0, max_nodes)``
   (the maximum was lowered) is registered afresh. No index free: the node is reported full.
+* A candidate whose pod declares the IMEX readiness signal (a resident agent's,
+  ``api.imexsignal``) has its entry's ``status`` written here too, as the signal says
+  (:attr:`Candidate.signal`): its daemon writes only the signal, on its own pod, so the entries
+  of a clique's signalling nodes turn Ready in one patch, not in 18 contending ones
+  (docs/decisions/0025). Other entries' status is their daemon's, and left alone.
 * Every candidate with an entry has its pod in ``ownerReferences`` (plain references), and the
   clique's DaemonSet too when known, so the garbage collector keeps the clique while either
   lives (as before, when each daemon added itself).
@@ -33,7 +39,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from compute_domains.api import names
+from compute_domains.api import imexsignal, names
 from compute_domains.api.clique import CliqueDaemon, CliqueFullError, ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
 
@@ -49,6 +55,12 @@ class Candidate:
     clique_id: str
     created: str = ""
     """``creationTimestamp`` (RFC 3339, sorts as text): the newest pod of a node wins."""
+    signal: Readiness | None = None
+    """The entry's status as the pod's IMEX readiness signal says (``api.imexsignal.judge``),
+    for a pod that declares the signal (a resident agent's); None: the pod's daemon writes its
+    entry's status itself, and it is left alone."""
+    why: str = ""
+    """Why the signal does not count (``imexsignal.judge``'s words; "" when it does)."""
 
     @property
     def owner(self) -> dict[str, str]:
@@ -68,6 +80,17 @@ def candidate(pod: Any) -> Candidate | None:
     if phase in ("Succeeded", "Failed"):
         return None
     created = meta.creationTimestamp
+    signal: Readiness | None = None
+    why = ""
+    if imexsignal.declares(meta.annotations):
+        verdict = imexsignal.judge(
+            pod,
+            domain_uid=(meta.labels or {}).get(names.COMPUTE_DOMAIN_LABEL, ""),
+            node=node,
+            namespace=meta.namespace or "",
+        )
+        signal = Readiness.NOT_READY if verdict else Readiness.READY
+        why = verdict
     return Candidate(
         pod_name=meta.name or "",
         pod_uid=meta.uid or "",
@@ -75,6 +98,8 @@ def candidate(pod: Any) -> Candidate | None:
         ip=ip,
         clique_id=clique_id,
         created=created.isoformat() if hasattr(created, "isoformat") else str(created or ""),
+        signal=signal,
+        why=why,
     )
 
 
@@ -134,6 +159,8 @@ def assigned(
             continue
         if existing is not None and existing.ip_address != m.ip:
             out = out.with_status(m.node_name, Readiness.NOT_READY)
+        if m.signal is not None:
+            out = out.with_status(m.node_name, m.signal)
         out = out.with_owner(m.pod_name, m.pod_uid)
     if co_owner is not None and out.daemons:
         out = out.with_owner_ref(co_owner)

@@ -22,7 +22,10 @@ IP) and meanwhile does, in order:
 
 Run by a resident agent (``DaemonSettings.resident``), steps 1 and 3 leave the pod's labels to
 the agent (it set them before starting us), and our entry reports the own IMEX check alone: no
-watch of the pod's readiness (the settings say why).
+watch of the pod's readiness (the settings say why). Where the agent's pod declares the IMEX
+readiness signal (``DaemonSettings.ready_signal``), that check is written as the signal on the
+pod (``podsignal``) instead, and the controller writes our entry's status from it
+(docs/decisions/0025).
 
 Each start-up step is timed (``steps``). Any task failing cancels the others, and the error
 propagates (the container restarts). On cancellation (SIGTERM) the IMEX process is stopped
@@ -52,6 +55,7 @@ from compute_domains.daemon import (
     membership,
     peers,
     peerwatch,
+    podsignal,
     probe,
     readiness,
     session,
@@ -122,6 +126,18 @@ class Daemon:
         """The clique membership, once built."""
         self._pod: readiness.PodReadiness | None = None
         self._session: session.SessionWatch | None = None
+        self.signal: podsignal.PodSignal | None = None
+        """Our IMEX readiness signal on our pod, which the controller writes our entry's status
+        from (a resident daemon whose pod declares it: ``DaemonSettings.ready_signal``)."""
+        if settings.resident and settings.ready_signal:
+            # Made now: its earliest stamp counts from our start (api.imexsignal).
+            self.signal = podsignal.PodSignal(
+                client,
+                settings.identity,
+                retry=settings.retry,
+                remove_timeout=settings.deregister_timeout,
+                rng=self._rng,
+            )
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -269,6 +285,7 @@ class Daemon:
             meter=self.metrics,
             on_entry=self._entry_seen,
             shared=self._informers,
+            reports_status=self.signal is None,
         )
 
         async def label() -> None:
@@ -293,6 +310,8 @@ class Daemon:
             "events": recorder.run(),
             "session-note": in_use.run(self._client, ident, retry=s.retry, rng=self._rng),
         }
+        if self.signal is not None:
+            work["ready-signal"] = self.signal.run()
         if not s.resident:
             # A per-CD pod: our entry follows its Ready condition, gated by our own check.
             self._pod = readiness.PodReadiness(
@@ -315,6 +334,9 @@ class Daemon:
                 self._session.imex_ok()
         if self._pod is not None:
             self._pod.set_own(ok)
+        elif self.signal is not None:
+            # Our entry's status is the controller's, from this signal (docs/decisions/0025).
+            self.signal.set(ok)
         elif self._settings.resident and self.membership is not None:
             # A resident agent's daemon: our entry is our own check (DaemonSettings.resident).
             self.membership.set_status(Readiness.READY if ok else Readiness.NOT_READY)

@@ -181,6 +181,12 @@ class DaemonSettings:
     startup probe answers within 1 s), and a condition that predates the formation cannot make
     the entry Ready here, since it is never consulted. Who reads the entry still checks the
     pod: the controller counts a node Ready only while its agent pod is Ready too."""
+    ready_signal: bool = False
+    """(Resident only.) Our pod declares the IMEX readiness signal (``api.imexsignal.DECLARED``,
+    in the agent DaemonSet's template): our own IMEX check is written as that signal on our pod
+    (``daemon.podsignal``), never into our clique entry, whose status the controller writes
+    from the signals of the clique's nodes, in one patch (docs/decisions/0025). Without it, the
+    daemon writes its entry's status itself, as before."""
     kube: kube.KubeSettings = dataclasses.field(
         default_factory=lambda: kube.KubeSettings(field_manager="compute-domain-daemon")
     )

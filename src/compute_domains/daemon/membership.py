@@ -88,8 +88,10 @@ class Membership:
         meter: metrics.DaemonMetrics | None = None,
         on_entry: Callable[[CliqueDaemon], None] | None = None,
         shared: informers.Informers | None = None,
+        reports_status: bool = True,
     ) -> None:
         self._client = client
+        self._reports = reports_status
         self._shared = shared
         self._ident = ident
         self._max = max_nodes
@@ -197,7 +199,11 @@ class Membership:
             current = self._latest
             if current is None or current.domain_uid != self._ident.domain_uid:
                 continue
-            ops = cliqueentry.status_patch(current, self._ident, self._status)
+            ops = (
+                cliqueentry.status_patch(current, self._ident, self._status)
+                if self._reports
+                else None
+            )
             note = cliqueentry.lost_peers_note(current, self._ident, self._lost)
             if ops is None and note is None:
                 continue

@@ -23,7 +23,7 @@ from compute_domains.api import names, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from tests.integration.controller import objects
-from tests.integration.controller.conftest import StartController
+from tests.integration.controller.conftest import StartController, stop
 from tests.integration.helpers import wait_for
 
 CLIQUE = "c0ffee00-0000-0000-0000-000000000026.4"
@@ -412,9 +412,14 @@ async def test_teardown_removes_the_cds_channels_and_keeps_the_others(
 async def test_channels_of_a_force_deleted_cd_are_removed_as_orphans(
     client: AsyncClient, driver_ns: str, user_ns: str, start_controller: StartController
 ) -> None:
-    """Its finalizer removed by hand: no teardown ran, the channel annotations name a CD that no
-    longer exists; the controller finds them in its channel indexes and removes them."""
-    await start_controller(**RESIDENT)
+    """Deleted and its finalizer removed by hand while no controller ran (a force delete during
+    an upgrade or a leader change): no teardown ran, the channel annotations name a CD that no
+    longer exists; the next controller finds them in its channel indexes and removes them.
+
+    The controller is stopped for the force delete: with it running, removing the finalizer
+    first (as this test once did) raced its re-adding of the finalizer (then the normal teardown
+    runs, not the orphan path), and deleting first lets it run the normal teardown at once."""
+    first = await start_controller(**RESIDENT)
     cd = await _cd(client, "cd-f", user_ns)
     uid = cd.metadata.uid
     node = f"fa-{uid[:6]}"
@@ -422,6 +427,8 @@ async def test_channels_of_a_force_deleted_cd_are_removed_as_orphans(
         await _registry(client, driver_ns, {uid: 1}, [(node, "10.7.0.1", "Ready")])
         await _serve(client, node, {uid: 1})
         await _status(client, user_ns, "cd-f", lambda c: node in _nodes(c))
+        await stop(start_controller.tasks[first])  # type: ignore[attr-defined]
+        await client.delete(ComputeDomainResource, "cd-f", namespace=user_ns)
         await client.patch(
             ComputeDomainResource,
             "cd-f",
@@ -429,7 +436,11 @@ async def test_channels_of_a_force_deleted_cd_are_removed_as_orphans(
             namespace=user_ns,
             patch_type=PatchType.MERGE,
         )
-        await client.delete(ComputeDomainResource, "cd-f", namespace=user_ns)
+        gone = [c async for c in client.list(ComputeDomainResource, namespace=user_ns)]
+        assert [c.metadata.name for c in gone] == []
+        got = await client.get(Node, node)
+        assert sharedimex.channels(got.metadata.annotations) == {uid: 1}  # nothing ran yet
+        await start_controller(**RESIDENT)
         await wait_for(
             client, Node, node, lambda n: not sharedimex.channels(n.metadata.annotations)
         )

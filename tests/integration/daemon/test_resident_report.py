@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,13 +27,14 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import names
+from compute_domains.api import imexsignal, names
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import Readiness
 from compute_domains.daemon import app, imexconfig
 from compute_domains.daemon.config import DaemonSettings, HealthSettings, Identity, PeerSettings
 from compute_domains.infra import kube
 from compute_domains.sim import imex_inproc, state
+from tests.integration.helpers import wait_for
 from tests.unit.sim.test_imex import _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -147,3 +150,64 @@ async def test_the_entry_turns_ready_by_the_own_check_while_the_pod_is_not_ready
     assert [(c.type, c.status) for c in after.status.conditions or []] == [("Ready", "False")]
     managers = {f.manager for f in after.metadata.managedFields or []}
     assert MANAGER not in managers, f"the daemon wrote its pod: {managers}"
+
+
+async def test_with_the_signal_declared_the_daemon_writes_only_its_signal(
+    admin: AsyncClient,
+    daemon_client: AsyncClient,
+    driver_ns: str,
+    compute_domain: Any,
+    tmp_path: Path,
+) -> None:
+    """The agent's pod declares the IMEX readiness signal (``DaemonSettings.ready_signal``):
+    the daemon's passing check becomes the signal on its pod, its entry's status is left to
+    the controller (none runs here, so it stays NotReady), and the signal goes when it stops."""
+    ns, cd = driver_ns, compute_domain
+    pod = await _agent_pod(admin, ns, cd.metadata.uid)
+    node = f"n-{uuid.uuid4().hex[:4]}"
+    ident = Identity(
+        node_name=node,
+        pod_name="imex-agent-x",
+        pod_namespace=ns,
+        pod_uid=pod.metadata.uid,
+        pod_ip=IP,
+        clique_id=CLIQUE_ID,
+        domain_uid=cd.metadata.uid,
+        domain_name=cd.metadata.name,
+        domain_namespace=ns,
+    )
+    clique = ComputeDomainClique.new(domain_uid=cd.metadata.uid, clique_id=CLIQUE_ID, namespace=ns)
+    await admin.create(clique.with_registered(node, IP, 2).to_resource())
+    settings = dataclasses.replace(_settings(tmp_path, ident), ready_signal=True)
+    hosts = settings.peers.hosts_file
+
+    def host_path(inside: Path) -> Path:
+        return hosts if inside == Path("/etc/hosts") else inside
+
+    began = datetime.datetime.now(datetime.UTC)
+    daemon = app.Daemon(settings, daemon_client, programs=imex_inproc.InProcessImex(host_path))
+    key = imexsignal.key(cd.metadata.uid)
+    task = asyncio.create_task(daemon.run())
+    try:
+        signalled = await wait_for(
+            admin,
+            Pod,
+            "imex-agent-x",
+            lambda p: key in ((p.metadata.annotations if p.metadata else None) or {}),
+            namespace=ns,
+        )
+        assert daemon.health.ok
+        notes = (signalled.metadata.annotations if signalled.metadata else None) or {}
+        written = imexsignal.decode(notes[key])
+        assert written is not None and written.at > began
+        raw = await admin.get(ComputeDomainCliqueResource, ident.clique_name, namespace=ns)
+        entry = ComputeDomainClique.from_resource(raw).daemon(node)
+        assert entry is not None and entry.status is Readiness.NOT_READY
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    after = await admin.get(Pod, "imex-agent-x", namespace=ns)
+    assert key not in ((after.metadata.annotations if after.metadata else None) or {})
+    raw = await admin.get(ComputeDomainCliqueResource, ident.clique_name, namespace=ns)
+    assert ComputeDomainClique.from_resource(raw).daemon(node) is None  # removed at its stop

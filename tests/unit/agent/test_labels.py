@@ -9,7 +9,7 @@ import pytest
 
 from compute_domains.agent import labels
 from compute_domains.agent.config import AgentSettings, Assignment, Shared, Wants
-from compute_domains.api import names, sharedimex
+from compute_domains.api import imexsignal, names, sharedimex
 from compute_domains.infra import errors
 
 CD = names.COMPUTE_DOMAIN_LABEL
@@ -47,14 +47,35 @@ def test_assignment_of_a_node(node_labels: dict[str, str] | None, wanted: Any) -
 
 
 def test_pod_label_patch_sets_both_labels_in_one_write_and_removes_both_after() -> None:
-    # The clique ID label (the request for a clique slot) rides on the CD label's patch.
+    # The clique ID label (the request for a clique slot) rides on the CD label's patch, and
+    # so does the removal of a readiness signal an earlier daemon of this CD left behind.
+    stale = {imexsignal.key("u1"): None}
     both = {CD: "u1", names.CLIQUE_ID_LABEL: "c.1"}
-    assert labels.pod_label_patch("u1", "c.1") == {"metadata": {"labels": both}}
+    assert labels.pod_label_patch("u1", "c.1") == {
+        "metadata": {"labels": both, "annotations": stale}
+    }
     # A node without multi-node NVLink: the empty value, as a per-CD daemon writes it.
     no_fabric = {CD: "u1", names.CLIQUE_ID_LABEL: ""}
-    assert labels.pod_label_patch("u1") == {"metadata": {"labels": no_fabric}}
-    removed = labels.pod_label_patch(None)["metadata"]["labels"]
-    assert removed == {CD: None, names.CLIQUE_ID_LABEL: None}
+    assert labels.pod_label_patch("u1") == {"metadata": {"labels": no_fabric, "annotations": stale}}
+    removed = labels.pod_label_patch(None)
+    assert removed == {"metadata": {"labels": {CD: None, names.CLIQUE_ID_LABEL: None}}}
+    # Leaving a CD removes its signal in the unlabel's write.
+    leaving = labels.pod_label_patch(None, leaving=["u2", "u1"])
+    assert leaving["metadata"]["annotations"] == {
+        imexsignal.key("u1"): None,
+        imexsignal.key("u2"): None,
+    }
+
+
+def test_the_signals_left_on_a_pod_are_found_by_their_prefix() -> None:
+    notes = {
+        imexsignal.key("u1"): "{}",
+        "prometheus.io/port": "9",
+        **imexsignal.DECLARED,
+        imexsignal.key("u0"): "{}",
+    }
+    assert labels.signals_left(notes) == ["u0", "u1"]
+    assert labels.signals_left(None) == []
 
 
 def test_node_labels_of_a_missing_node_are_empty() -> None:

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
 
 from compute_domains.agent import app
 from compute_domains.agent.config import AgentSettings, Domain, Wants
@@ -27,8 +29,9 @@ class _Client:
     def __init__(self) -> None:
         self.patches: list[tuple[Any, ...]] = []
 
-    async def patch(self, *args: Any, **kwargs: Any) -> None:
+    async def patch(self, *args: Any, **kwargs: Any) -> Pod:
         self.patches.append(args)
+        return Pod(metadata=ObjectMeta(name=args[1], annotations={}))  # the pod as written
 
 
 def _no_daemon(_domain: Domain) -> DaemonSettings:

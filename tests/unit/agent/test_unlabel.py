@@ -13,6 +13,8 @@ import asyncio
 from typing import Any, cast
 
 from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
 
 from compute_domains.agent import app
 from compute_domains.agent.config import AgentSettings, Assignment, Domain, Wants
@@ -27,11 +29,12 @@ class _Client:
         self.calls = 0
         self.applied: list[Any] = []
 
-    async def patch(self, *args: Any, **kwargs: Any) -> None:
+    async def patch(self, *args: Any, **kwargs: Any) -> Pod:
         self.calls += 1
         if self.calls == 1:
             await asyncio.Event().wait()  # a request the API server never answers
         self.applied.append(args[2])
+        return Pod(metadata=ObjectMeta(name=args[1], annotations={}))  # the pod as written
 
 
 def _no_daemon(_domain: Domain) -> DaemonSettings:

@@ -17,11 +17,18 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lightkube.models.core_v1 import PodSpec, PodStatus
+from lightkube.models.core_v1 import (
+    ContainerState,
+    ContainerStateRunning,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodSpec,
+    PodStatus,
+)
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import names
+from compute_domains.api import imexsignal, names
 from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
 from compute_domains.controller import cliqueindex
@@ -298,3 +305,100 @@ def test_indices_stay_unique_in_range_and_kept_entries_never_move(
     # The same members in another order: the same clique.
     again = cliqueindex.assigned(current, list(reversed(members)), max_nodes)
     assert again.clique.to_dict() == got.clique.to_dict()
+
+
+# ---- the entries' status from the agents' IMEX readiness signals (docs/decisions/0025) -----
+
+_STARTED = datetime.datetime(2026, 12, 1, 12, 0, 5, tzinfo=datetime.UTC)
+
+
+def _agent_pod(
+    node: str,
+    ip: str,
+    *,
+    signal: float | None,
+    declared: bool = True,
+    running: bool = True,
+) -> Pod:
+    """A resident agent's pod serving ``cd-uid`` on ``node``: its container running since
+    ``_STARTED``, its signal written ``signal`` seconds after that (None: none)."""
+    pod = _pod(f"agent-{node}", node=node, ip=ip)
+    notes = dict(imexsignal.DECLARED) if declared else {}
+    if signal is not None:
+        at = _STARTED + datetime.timedelta(seconds=signal)
+        notes[imexsignal.key("cd-uid")] = imexsignal.encode(at, "i1")
+    assert pod.metadata is not None and pod.status is not None and pod.spec is not None
+    pod.metadata.namespace = "driver"
+    pod.metadata.annotations = notes
+    state = (
+        ContainerState(running=ContainerStateRunning(startedAt=_STARTED))
+        if running
+        else ContainerState(waiting=ContainerStateWaiting(reason="CrashLoopBackOff"))
+    )
+    pod.status.containerStatuses = [
+        ContainerStatus(
+            name="agent", image="i", imageID="", ready=True, restartCount=0, state=state
+        )
+    ]
+    return pod
+
+
+def test_a_declaring_pods_signal_is_its_entrys_status_and_others_are_left_alone() -> None:
+    pods = [
+        _agent_pod("a", "10.0.0.10", signal=2.0),  # counts: Ready
+        _agent_pod("b", "10.0.0.11", signal=None),  # no signal yet: NotReady
+        _agent_pod("c", "10.0.0.12", signal=0.5),  # within its start's second: a predecessor's
+        _agent_pod("d", "10.0.0.13", signal=2.0, running=False),  # its container restarts
+        _agent_pod("e", "10.0.0.14", signal=None, declared=False),  # writes its own status
+    ]
+    members = cliqueindex.candidates(pods)[CLIQUE]
+    signals = {m.node_name: m.signal for m in members}
+    assert signals == {
+        "a": Readiness.READY,
+        "b": Readiness.NOT_READY,
+        "c": Readiness.NOT_READY,
+        "d": Readiness.NOT_READY,
+        "e": None,
+    }
+    assert "previous process" in next(m.why for m in members if m.node_name == "c")
+    # The stored clique says Ready for all five (b, c, d: left by earlier processes, e: its own).
+    before = _clique(
+        ("a", "10.0.0.10", 0),
+        ("b", "10.0.0.11", 1),
+        ("c", "10.0.0.12", 2),
+        ("d", "10.0.0.13", 3),
+        ("e", "10.0.0.14", 4),
+        ready=True,
+    )
+    after = cliqueindex.assigned(before, members, 18).clique
+    got = {d.node_name: d.status for d in after.daemons}
+    assert got == {
+        "a": Readiness.READY,
+        "b": Readiness.NOT_READY,
+        "c": Readiness.NOT_READY,
+        "d": Readiness.NOT_READY,
+        "e": Readiness.READY,  # untouched: not the controller's to write
+    }
+    assert _indices(after) == _indices(before)
+
+
+def test_a_cliques_signals_become_one_guarded_patch() -> None:
+    nodes = [f"n{i:02d}" for i in range(18)]
+    before = _clique(*((n, f"10.0.1.{i}", i) for i, n in enumerate(nodes)))
+    before = before.with_annotation(names.INDEX_REVISION_ANNOTATION, "3")
+    pods = [_agent_pod(n, f"10.0.1.{i}", signal=3.0) for i, n in enumerate(nodes)]
+    after = cliqueindex.assigned(before, cliqueindex.candidates(pods)[CLIQUE], 18).clique
+    ops = cliqueindex.patch_ops(before, after)
+    written = ComputeDomainClique.from_dict(apply(before.to_dict(), ops))
+    assert {d.status for d in written.daemons} == {Readiness.READY}
+    assert _indices(written) == _indices(before)
+    # One write: the revision tested and counted up once.
+    assert ops[0] == {
+        "op": "test",
+        "path": "/metadata/annotations/" + names.INDEX_REVISION_ANNOTATION.replace("/", "~1"),
+        "value": "3",
+    }
+    assert cliqueindex.revision(written) == 4
+    # Nothing left to write once they are Ready.
+    again = cliqueindex.assigned(written, cliqueindex.candidates(pods)[CLIQUE], 18).clique
+    assert cliqueindex.patch_ops(written, again) == []

@@ -206,6 +206,9 @@ class ContainerRunner:
             return 143
         cid = self.cid(c.name)
         log_path = self._pod.container_log(c.name)
+        # A runtime's start time, as a kubelet reports it: no later than the container's own
+        # first instruction (a daemon's IMEX readiness signal counts only after it, imexsignal).
+        launched = podstatus.now()
         running = await self._svc.runtime.start(cid, cfg, log_path)
         self.running[c.name] = running
         ended = asyncio.ensure_future(running.child.proc.wait())
@@ -217,7 +220,7 @@ class ContainerRunner:
         finally:
             ended.cancel()
         rec.state, rec.reason, rec.message = "running", "", ""
-        rec.started_at = podstatus.now()
+        rec.started_at = launched
         rec.container_id = f"sim://{cid}-{rec.restart_count}"
         rec.started = c.startupProbe is None
         rec.ready = c.readinessProbe is None and rec.started
