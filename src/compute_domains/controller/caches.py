@@ -20,18 +20,20 @@ Watched (spec §5, narrowed to what we use):
   per-clique entry counts as Ready only while its node's agent pod is Ready.
 
 Routing: every change is turned into the UID of the CD it concerns and enqueued. CD, DaemonSet
-and template changes are enqueued at once; pod, clique, claim and node-health changes after the
-short coalescing delay, so a burst of them becomes one status write per CD. A Node matters only
-when its readiness or its CD label changed, or it was deleted; a change of a Node's labels (or
-a Node added or deleted) also goes, at once, to every CD with the warm-nodes annotation and to
-the CDs its warm label named. A change of a Node's channel annotations goes to the CDs added
-or removed, and a change of its readiness (or its deletion) to every CD it serves by channel;
-a change of a shared registry goes to the CDs holding a channel in it and to those the changed
-entries' nodes serve (an IMEX crash there makes each of them NotReady). Daemon pod and
-clique changes also go to the index assigner (``assigner``), which keeps its own queue. A
-workload claim's change goes, by node name, to the held-node replacer (``replacer``) for the
-nodes it was and is allocated on, and so does a Node whose CD, warm or shared-IMEX label
-changed. No watch is opened per CD: the per-clique scope adds indexes to two caches only.
+and template changes are enqueued at once (but a CD event of the resourceVersion already cached,
+the watch's echo of the controller's own write, starts no pass: it would find nothing new); pod,
+clique, claim and node-health changes after the short coalescing delay, so a burst of them
+becomes one status write per CD. A Node matters only when its readiness or its CD label changed,
+or it was deleted; a change of a Node's labels (or a Node added or deleted) also goes, at once,
+to every CD with the warm-nodes annotation and to the CDs its warm label named. A change of a
+Node's channel annotations goes to the CDs added or removed, and a change of its readiness (or
+its deletion) to every CD it serves by channel; a change of a shared registry goes to the CDs
+holding a channel in it and to those the changed entries' nodes serve (an IMEX crash there makes
+each of them NotReady). Daemon pod and clique changes also go to the index assigner
+(``assigner``), which keeps its own queue. A workload claim's change goes, by node name, to the
+held-node replacer (``replacer``) for the nodes it was and is allocated on, and so does a Node
+whose CD, warm or shared-IMEX label changed. No watch is opened per CD: the per-clique scope
+adds indexes to two caches only.
 """
 
 from __future__ import annotations
@@ -93,6 +95,13 @@ def _uid(obj: Any) -> Iterable[str]:
 def _pod_node(obj: Any) -> Iterable[str]:
     node = obj.spec.nodeName if obj.spec is not None else None
     return (node,) if node else ()
+
+
+def _same_version(old: Any, new: Any) -> bool:
+    """Whether two versions of an object carry the same (set) resourceVersion: the same
+    stored object, e.g. the watch's echo of a write the controller already cached."""
+    version = old.metadata.resourceVersion
+    return bool(version) and version == new.metadata.resourceVersion
 
 
 def _label(obj: Any) -> str | None:
@@ -202,6 +211,7 @@ class Caches:
             **common,
         )
         self.agents = agentpods.AgentPods(api, settings, enqueue, lambda n: self.nodes.get("", n))
+        self._summaries = claims.Summaries()
 
     @property
     def all(self) -> tuple[informer.Informer[Any], ...]:
@@ -240,7 +250,7 @@ class Caches:
     def workload_of(self, domain_uid: str) -> list[claims.WorkloadClaim]:
         """The cached workload claims of CD ``domain_uid``."""
         found = self.claims.by_index(CD_INDEX, domain_uid)
-        return [claims.WorkloadClaim.from_claim(c) for c in found]
+        return [self._summaries.of(c) for c in found]
 
     def pending_of(self, domain_uid: str) -> list[pending.PendingPod]:
         """The unscheduled pods that hold an unallocated workload claim of CD ``domain_uid``."""
@@ -335,6 +345,8 @@ class Caches:
                 meta.name,
                 domain_uid,
             )
+        if old is not None and new is not None and _same_version(old, new):
+            return  # the echo of our own write, already cached by ``observe``: nothing new
         if domain_uid:
             self._enqueue(domain_uid, 0.0)
 
@@ -367,6 +379,8 @@ class Caches:
                 self._assign(str(domain_uid))
 
     def _claim_changed(self, old: Any, new: Any) -> None:
+        if new is None and old is not None:
+            self._summaries.forget(old)
         domain_uids = set(claims.domain_uids(old) if old is not None else ())
         domain_uids |= set(claims.domain_uids(new) if new is not None else ())
         if old is not None and new is not None:

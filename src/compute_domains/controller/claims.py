@@ -114,6 +114,32 @@ class WorkloadClaim:
         return bool(self.node)
 
 
+class Summaries:
+    """``WorkloadClaim.from_claim`` of cached claims, each read once per cached version: a
+    status pass summarises every workload claim of its CD (thousands at scale), and the
+    cache replaces a claim's object whenever it changes, so an unchanged object (the same one,
+    by identity) has the same summary."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], tuple[Any, WorkloadClaim]] = {}
+
+    def of(self, claim: Any) -> WorkloadClaim:
+        """The summary of ``claim`` (computed when this object was not seen before)."""
+        meta = _get(claim, "metadata")
+        key = (str(_get(meta, "namespace") or ""), str(_get(meta, "name") or ""))
+        known = self._known.get(key)
+        if known is not None and known[0] is claim:
+            return known[1]
+        summary = WorkloadClaim.from_claim(claim)
+        self._known[key] = (claim, summary)
+        return summary
+
+    def forget(self, claim: Any) -> None:
+        """Drop what is known of ``claim`` (it was deleted)."""
+        meta = _get(claim, "metadata")
+        self._known.pop((str(_get(meta, "namespace") or ""), str(_get(meta, "name") or "")), None)
+
+
 def using_pods(claims: Iterable[WorkloadClaim]) -> list[str]:
     """``namespace/pod`` of every pod that holds one of ``claims`` (else the claim), sorted."""
     out: set[str] = set()

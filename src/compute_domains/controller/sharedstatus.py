@@ -81,7 +81,7 @@ def _unreachable(
     registries: Iterable[ComputeDomainClique],
     node_ready: Mapping[str, bool],
     nodes: Collection[str],
-    agents: Sequence[agentpods.AgentPod],
+    agents_on: Mapping[str, Sequence[agentpods.AgentPod]],
 ) -> peerloss.Reports:
     """Ready entries of the CD (``nodes``) whose IMEX peers in the CD lost them, registry by
     registry (``status._unreachable``'s rule for a CD's own cliques: a reporter outside the
@@ -96,7 +96,7 @@ def _unreachable(
         }
         if not any(found.values()):
             continue
-        ready = {d.node_name: _live(d, node_ready, agents) for d in members}
+        ready = {d.node_name: _live(d, node_ready, agents_on.get(d.node_name, ())) for d in members}
         for node, reporters in peerloss.judge(found, list(ready), ready).items():
             if ready.get(node):
                 out[node] = reporters
@@ -160,6 +160,10 @@ def derive(
     held_by = held_by or {}
     node_cliques = node_cliques or {}
     served = sorted(served, key=lambda s: s.name)
+    before = status.by_name(previous)
+    agents_on: dict[str, list[agentpods.AgentPod]] = {}
+    for agent in agents:  # each entry asks about its own node's agents, not all of them
+        agents_on.setdefault(agent.node_name, []).append(agent)
     entries: dict[str, ComputeDomainNode] = {}
     why: dict[str, verdict.Why] = {}
     full: list[tuple[str, str]] = []
@@ -167,23 +171,24 @@ def derive(
         registry = registries.get(node.clique_id)
         entry = registry.daemon(node.name) if registry is not None else None
         if entry is not None:
-            ready = _live(entry, node_ready, agents)
+            ready = _live(entry, node_ready, agents_on.get(node.name, ()))
             entries[node.name] = dataclasses.replace(
                 entry.to_node(), status=Readiness.READY if ready else Readiness.NOT_READY
             )
             continue
-        entries[node.name] = _unlisted(node.name, node.clique_id, previous)
+        entries[node.name] = _unlisted(node.name, node.clique_id, before)
         if registry is not None and len(registry.daemons) >= max_nodes:
             full.append((node.name, node.clique_id))
-    lost = _unreachable(registries.values(), node_ready, entries.keys(), agents)
+    lost = _unreachable(registries.values(), node_ready, entries.keys(), agents_on)
     for node_name in [n for n in lost if n in entries]:
         entries[node_name] = dataclasses.replace(entries[node_name], status=Readiness.NOT_READY)
-    workload_nodes = sorted({c.node for c in workload if c.placed})
-    for name in [n for n in entries if n not in workload_nodes and not node_ready.get(n, False)]:
+    held = {c.node for c in workload if c.placed}
+    workload_nodes = sorted(held)
+    for name in [n for n in entries if n not in held and not node_ready.get(n, False)]:
         del entries[name]  # holds nothing (its workload left) and is down
     for name in workload_nodes:
         if name not in entries:
-            entries[name] = _unlisted(name, node_cliques.get(name, ""), previous)
+            entries[name] = _unlisted(name, node_cliques.get(name, ""), before)
     by_name = {s.name: s for s in served}
     for listed in entries.values():
         if listed.status is Readiness.READY:
@@ -194,11 +199,12 @@ def derive(
             registries,
             node_ready,
             previous,
+            before,
             held_by,
             dict(full),
             max_nodes,
             lost.get(listed.name),
-            agents,
+            agents_on.get(listed.name, ()),
         )
     judged = verdict.judge(
         verdict.Facts(
@@ -226,9 +232,12 @@ def derive(
     return status.Derived(status=st, why=why)
 
 
-def _unlisted(name: str, clique_id: str, previous: ComputeDomainStatus | None) -> ComputeDomainNode:
-    """The NotReady entry of a node without a registry entry: its previous one, or a new one."""
-    before = previous.node(name) if previous is not None else None
+def _unlisted(
+    name: str, clique_id: str, before_entries: Mapping[str, ComputeDomainNode]
+) -> ComputeDomainNode:
+    """The NotReady entry of a node without a registry entry: its previous one (from
+    ``before_entries``, ``status.by_name``), or a new one."""
+    before = before_entries.get(name)
     if before is not None:
         return dataclasses.replace(before, status=Readiness.NOT_READY)
     return ComputeDomainNode(
@@ -246,13 +255,15 @@ def _why(
     registries: Mapping[str, ComputeDomainClique],
     node_ready: Mapping[str, bool],
     previous: ComputeDomainStatus | None,
+    before: Mapping[str, ComputeDomainNode],
     held_by: Mapping[str, str],
     full: Mapping[str, str],
     max_nodes: int,
     lost: Mapping[str, str] | None,
     agents: Sequence[agentpods.AgentPod],
 ) -> verdict.Why:
-    """Why the NotReady entry of ``node`` is NotReady."""
+    """Why the NotReady entry of ``node`` is NotReady (``agents``: at least those on
+    ``node``; ``before``: ``status.by_name(previous)``)."""
     if node not in node_ready:
         return verdict.Why(cause=verdict.Cause.LOST, text="the node is gone")
     if not node_ready[node]:
@@ -264,7 +275,7 @@ def _why(
             cause=verdict.Cause.FULL,
             text=f"clique {full[node]} is full ({max_nodes} slots of its shared IMEX)",
         )
-    cause = verdict.Cause.LOST if status.member(node, previous) else verdict.Cause.FORMING
+    cause = verdict.Cause.LOST if status.member(node, previous, before) else verdict.Cause.FORMING
     if served is None:
         return verdict.Why(
             cause=cause,

@@ -132,12 +132,13 @@ def _daemon_entries(
 
 def _held_entry(
     node: str,
-    previous: ComputeDomainStatus | None,
+    before_entries: Mapping[str, ComputeDomainNode],
     pods: Sequence[DaemonPod],
     node_cliques: Mapping[str, str],
 ) -> ComputeDomainNode:
-    """The NotReady entry of a node that holds workload but has no daemon entry."""
-    before = previous.node(node) if previous is not None else None
+    """The NotReady entry of a node that holds workload but has no daemon entry
+    (``before_entries``: the previous status's entries, ``by_name``)."""
+    before = before_entries.get(node)
     if before is not None:
         return dataclasses.replace(before, status=Readiness.NOT_READY)
     pod = next((p for p in pods if p.clique_id is not None), pods[0] if pods else None)
@@ -190,12 +191,14 @@ def derive(
     unreachable = _unreachable(cliques, entries)
     for node in unreachable:
         entries[node] = dataclasses.replace(entries[node], status=Readiness.NOT_READY)
-    workload_nodes = sorted({c.node for c in workload if c.placed})
-    for node in [n for n in entries if n not in workload_nodes and not node_ready.get(n, False)]:
+    held = {c.node for c in workload if c.placed}
+    workload_nodes = sorted(held)
+    for node in [n for n in entries if n not in held and not node_ready.get(n, False)]:
         del entries[node]  # holds nothing (a warm spare, or its workload left) and is down
+    before = by_name(previous)
     for node in workload_nodes:
         if node not in entries:
-            entries[node] = _held_entry(node, previous, by_node.get(node, []), node_cliques or {})
+            entries[node] = _held_entry(node, before, by_node.get(node, []), node_cliques or {})
     full = full_clique_nodes(cliques, pods, max_nodes)
     registered = {d.node_name for c in cliques for d in c.daemons}
     context = _Context(
@@ -205,6 +208,7 @@ def derive(
         full={node: clique for node, clique in full},
         max_nodes=max_nodes,
         previous=previous,
+        before=before,
         held_by=held_by or {},
     )
     why = {e.name: _why(e, context) for e in entries.values() if e.status is Readiness.NOT_READY}
@@ -272,17 +276,35 @@ class _Context:
     full: Mapping[str, str]
     max_nodes: int
     previous: ComputeDomainStatus | None
+    before: Mapping[str, ComputeDomainNode]
     held_by: Mapping[str, str]
 
 
-def member(node: str, previous: ComputeDomainStatus | None) -> bool:
+def by_name(st: ComputeDomainStatus | None) -> dict[str, ComputeDomainNode]:
+    """The entries of ``st`` by node name, the first of a name winning (as ``st.node`` finds
+    it): one dict per pass, so that asking about every entry is not a scan of the list each."""
+    out: dict[str, ComputeDomainNode] = {}
+    for entry in st.nodes if st is not None else ():
+        out.setdefault(entry.name, entry)
+    return out
+
+
+def member(
+    node: str,
+    previous: ComputeDomainStatus | None,
+    before: Mapping[str, ComputeDomainNode] | None = None,
+) -> bool:
     """Whether ``node`` belonged to the formed domain: Ready in the previous status, or still
     NotReady there while the domain's reason was already ``NodeNotReady`` or
-    ``PeerUnreachable`` (a member that went away stays one until it is back or leaves)."""
-    before = previous.node(node) if previous is not None else None
-    if before is None or previous is None:
+    ``PeerUnreachable`` (a member that went away stays one until it is back or leaves).
+    ``before``: ``by_name(previous)``, for callers that ask about many nodes."""
+    if before is not None:
+        entry = before.get(node)
+    else:
+        entry = previous.node(node) if previous is not None else None
+    if entry is None or previous is None:
         return False
-    if before.status is Readiness.READY:
+    if entry.status is Readiness.READY:
         return True
     ready = previous.condition(conditions.READY)
     return ready is not None and ready.reason in (
@@ -306,7 +328,7 @@ def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
             cause=verdict.Cause.FULL,
             text=f"clique {ctx.full[node]} is full ({ctx.max_nodes} slots)",
         )
-    cause = lost if member(node, ctx.previous) else forming
+    cause = lost if member(node, ctx.previous, ctx.before) else forming
     pods = ctx.by_node.get(node) or []
     if not pods:
         text = "its IMEX daemon pod is gone" if cause is lost else "waiting for its IMEX daemon pod"

@@ -6,8 +6,9 @@ members whose daemon is gone, and says who was a member). Conditions keep their
 ``lastTransitionTime`` while their status holds (``conditions.merged``). The write is one
 JSON-patch replace of ``/status`` (so an empty node list really clears ``nodes``), made only
 when the stored status differs, and is put back into the cache at once so the next pass does
-not write it again. A change that is only progress (``statuschange.urgent``: an entry
-appeared, got its index or turned Ready while the CD's verdict holds) is written at most once
+not write it again (and the watch's echo of it starts no pass, ``caches``). A change that is
+only progress (``statuschange.urgent``: an entry appeared, got its index or turned Ready while
+the CD's verdict holds) is written at most once
 per ``status_progress_interval_s`` per CD: a sooner one is deferred by re-enqueueing the CD for
 when the interval is over, so 18 daemons registering and turning Ready one by one make a few
 writes, not 36; a verdict change (Ready, a reason, a Ready member lost) is written at once.
@@ -284,8 +285,11 @@ class StatusSync:
         """The status as stored now (the cache, which holds our own last write)."""
         raw = self._cache.cd(cd.uid)
         current = raw.get("status") if raw is not None else None
-        if not current:
+        if raw is None or not current:
             return None
+        version = raw.metadata.resourceVersion
+        if version and version == cd.metadata.resourceVersion:
+            return cd.status  # ``cd`` was decoded from this very version: no second decode
         try:
             return ComputeDomainStatus.from_dict(current)
         except DecodeError as err:
