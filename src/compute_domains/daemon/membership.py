@@ -21,7 +21,9 @@ The clique protocol (who writes what; docs/decisions/0009):
 * Our entry's ``status`` is our pod's own readiness, written by a JSON patch guarded by tests of
   our node name and IP at the entry's position (``cliqueentry.status_patch``,
   ``cliquewrites``): no resourceVersion, so no other writer makes it conflict; if our entry
-  moved, it fails (422), we re-read and patch again.
+  moved, it fails (422), we re-read and patch again. A resident agent's daemon whose pod
+  declares the IMEX readiness signal writes no status here (``reports_status=False``): the
+  controller writes it from that signal (``daemon.podsignal``, docs/decisions/0025).
 * The peers our IMEX lost (``peerwatch``, via :meth:`Membership.set_lost`) go into our own
   annotation of the clique (``cliqueentry.lost_peers_note``), written only when it changes.
 * On shutdown we remove our entry the same way, matched by node name *and* our pod IP, so a
