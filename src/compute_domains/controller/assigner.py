@@ -67,6 +67,13 @@ class IndexAssigner:
         self._cache = cache
         self._settings = settings
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
+        self._decoded: dict[str, tuple[Any, ComputeDomainClique]] = {}
+        """Clique name → the cached object last decoded and its decoding (the cache replaces an
+        object when it changes, so the same object decodes the same)."""
+        self._settled: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+        """Clique name → the cached object and the candidates a pass last found nothing to write
+        for: a later pass with both unchanged skips that clique (at 4,608 nodes a pass planned
+        all 256 cliques, about 0.2 s of CPU, every time one pod changed)."""
 
     def enqueue(self, domain_uid: str) -> None:
         """Look at CD ``domain_uid`` soon."""
@@ -100,6 +107,9 @@ class IndexAssigner:
         """
         cd = self._cache.cd(domain_uid)
         if cd is None or scope.fixed_scope(cd.metadata.annotations) is Scope.PER_CLIQUE:
+            for memo in (self._settled, self._decoded):
+                for name in [k for k in memo if k.startswith(f"{domain_uid}.")]:
+                    del memo[name]
             return
         log = {"cd": f"{cd.metadata.namespace}/{cd.metadata.name}"}
         pods = self._cache.pods.by_index(caches.CD_INDEX, domain_uid)
@@ -135,7 +145,16 @@ class IndexAssigner:
 
     def _cached(self, name: str) -> ComputeDomainClique | None:
         raw = self._cache.cliques.get(self._settings.namespace, name)
-        return None if raw is None else ComputeDomainClique.from_resource(raw)
+        return None if raw is None else self._decode(raw)
+
+    def _decode(self, raw: Any) -> ComputeDomainClique:
+        name = raw.metadata.name or ""
+        known = self._decoded.get(name)
+        if known is not None and known[0] is raw:
+            return known[1]
+        clique = ComputeDomainClique.from_resource(raw)
+        self._decoded[name] = (raw, clique)
+        return clique
 
     async def _fresh(self, name: str) -> ComputeDomainClique | None:
         raw: Any = await self._api.get(
@@ -159,11 +178,17 @@ class IndexAssigner:
         ns = self._settings.namespace
         max_nodes = self._settings.daemon.max_nodes_per_imex_domain
         name = names.clique_object_name(domain_uid, clique_id)
+        raw_cached = self._cache.cliques.get(ns, name)
+        asked = (*members, tuple(sorted((owner or {}).items())), create)
+        settled = self._settled.get(name)
+        if raw_cached is not None and settled is not None:
+            if settled[0] is raw_cached and settled[1] == asked:
+                return  # nothing changed since a pass found nothing to write here
         try:
             current = self._cached(name)
         except DecodeError as err:
             raise errors.PermanentError(f"clique {ns}/{name} is malformed: {err}") from err
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             base = current or ComputeDomainClique.new(
                 domain_uid=domain_uid, clique_id=clique_id, namespace=ns
             )
@@ -189,6 +214,8 @@ class IndexAssigner:
                 else:
                     ops = cliqueindex.patch_ops(current, plan.clique)
                     if not ops:
+                        if attempt == 0 and raw_cached is not None:
+                            self._settled[name] = (raw_cached, asked)
                         return
                     raw = await self._api.patch(
                         ComputeDomainCliqueResource,
@@ -246,7 +273,7 @@ class IndexAssigner:
             if sharedimex.is_registry_name(raw.metadata.name or ""):
                 continue
             try:
-                cliques.append(ComputeDomainClique.from_resource(raw))
+                cliques.append(self._decode(raw))
             except DecodeError:
                 continue
         stale = {c.name: status.stale_clique_nodes(c, pod_nodes) for c in cliques}

@@ -1,4 +1,5 @@
-"""One assigner pass writes a CD's cliques side by side, not one API round trip after another.
+"""One assigner pass writes a CD's cliques side by side, not one API round trip after another,
+and skips the cliques nothing changed for.
 
 At 4,608 nodes a per-domain CD has 256 cliques; a pass that created or patched them one after
 another held the last clique's entries (registrations, and the status the agents' signals ask
@@ -20,7 +21,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains import controller
 from compute_domains.api import names
-from compute_domains.controller import assigner, caches, kubeapi
+from compute_domains.controller import assigner, caches, cliqueindex, kubeapi
 
 pytestmark = pytest.mark.timeout(2)
 UID = "0b7c3f6e-1111-2222-3333-444455556666"
@@ -96,3 +97,62 @@ async def test_a_pass_writes_its_cliques_side_by_side() -> None:
     )
     await asyncio.wait_for(writer.sync(UID), 1.5)
     assert api.most == 2
+
+
+class _Stored(_Index):
+    """A clique cache that keeps what the assigner writes, as the informer's ``observe``."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.by_name: dict[str, Any] = {}
+
+    def get(self, _ns: str, name: str) -> Any:
+        return self.by_name.get(name)
+
+    def observe(self, obj: Any) -> None:
+        self.by_name[obj.metadata.name] = obj
+
+
+class _Answering:
+    """Answers every creation at once, and a patch with the object as stored before it."""
+
+    def __init__(self, store: _Stored) -> None:
+        self.store = store
+
+    async def create(self, obj: Any) -> Any:
+        return obj
+
+    async def patch(self, _res: Any, name: str, *_args: Any, **_kwargs: Any) -> Any:
+        return self.store.by_name[name]
+
+
+async def test_a_pass_skips_the_cliques_nothing_changed_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = controller.ControllerSettings(
+        namespace="ns", daemon=controller.DaemonSettings(image="img:1")
+    )
+    cache = _Caches()
+    store = cache.cliques = _Stored()
+    writer = assigner.IndexAssigner(
+        api=cast(kubeapi.Api, _Answering(store)),
+        cache=cast(caches.Caches, cache),
+        settings=settings,
+    )
+    planned: list[str] = []
+    real = cliqueindex.assigned
+
+    def counting(clique: Any, *args: Any, **kwargs: Any) -> Any:
+        planned.append(clique.clique_id)
+        return real(clique, *args, **kwargs)
+
+    monkeypatch.setattr(cliqueindex, "assigned", counting)
+    await writer.sync(UID)  # creates both cliques
+    await writer.sync(UID)  # plans both from the written objects: nothing to write
+    assert sorted(planned) == ["c.1", "c.1", "c.2", "c.2"]
+    await writer.sync(UID)  # nothing changed: neither is planned again
+    assert len(planned) == 4
+    # A pod that changes (a new IP: a replacement) is planned again, its clique only.
+    cache.pods.objects[0] = _pod("a", "c.1", "10.0.0.9")
+    await writer.sync(UID)
+    assert planned[4:] == ["c.1"]
