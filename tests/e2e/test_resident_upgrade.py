@@ -97,7 +97,8 @@ async def _settled_log(admin: AsyncClient, pod: str) -> str | None:
     """The workload's log once it gave its verdict and its last domain line counts both peers
     READY (of the 18 static names): what it says next is a change of its IMEX domain."""
     log = await helpers.log_of(admin, pod)
-    domain = [line for line in log.splitlines() if "IMEX domain" in line]
+    # "IMEX domain:" lines only: the transport line names "this IMEX domain" too (0d6f180).
+    domain = [line for line in log.splitlines() if "IMEX domain:" in line]
     verdict = "NOT READY:" in log or "OK:" in log
     return log if verdict and domain and "2/18 configured nodes READY" in domain[-1] else None
 
