@@ -44,7 +44,15 @@ from compute_domains.api.clique import (
 )
 from compute_domains.api.computedomain import DecodeError, Readiness
 from compute_domains.api.sharedimex import Scope
-from compute_domains.controller import caches, cliqueindex, config, kubeapi, scope, status
+from compute_domains.controller import (
+    caches,
+    cliqueindex,
+    config,
+    informer,
+    kubeapi,
+    scope,
+    status,
+)
 from compute_domains.infra import errors, workqueue
 
 logger = logging.getLogger(__name__)
@@ -67,9 +75,10 @@ class IndexAssigner:
         self._cache = cache
         self._settings = settings
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
-        self._decoded: dict[str, tuple[Any, ComputeDomainClique]] = {}
-        """Clique name → the cached object last decoded and its decoding (the cache replaces an
-        object when it changes, so the same object decodes the same)."""
+        self._decoded: informer.PerObject[ComputeDomainClique] = informer.PerObject(
+            ComputeDomainClique.from_resource
+        )
+        """Each cached clique decoded once per version (by name)."""
         self._settled: dict[str, tuple[Any, tuple[Any, ...]]] = {}
         """Clique name → the cached object and the candidates a pass last found nothing to write
         for: a later pass with both unchanged skips that clique (at 4,608 nodes a pass planned
@@ -107,9 +116,11 @@ class IndexAssigner:
         """
         cd = self._cache.cd(domain_uid)
         if cd is None or scope.fixed_scope(cd.metadata.annotations) is Scope.PER_CLIQUE:
-            for memo in (self._settled, self._decoded):
-                for name in [k for k in memo if k.startswith(f"{domain_uid}.")]:
-                    del memo[name]
+            for name in [k for k in self._settled if k.startswith(f"{domain_uid}.")]:
+                del self._settled[name]
+            for key in self._decoded.keys():
+                if str(key).startswith(f"{domain_uid}."):
+                    self._decoded.forget(key)
             return
         log = {"cd": f"{cd.metadata.namespace}/{cd.metadata.name}"}
         pods = self._cache.pods.by_index(caches.CD_INDEX, domain_uid)
@@ -148,13 +159,7 @@ class IndexAssigner:
         return None if raw is None else self._decode(raw)
 
     def _decode(self, raw: Any) -> ComputeDomainClique:
-        name = raw.metadata.name or ""
-        known = self._decoded.get(name)
-        if known is not None and known[0] is raw:
-            return known[1]
-        clique = ComputeDomainClique.from_resource(raw)
-        self._decoded[name] = (raw, clique)
-        return clique
+        return self._decoded.of(raw.metadata.name or "", raw)
 
     async def _fresh(self, name: str) -> ComputeDomainClique | None:
         raw: Any = await self._api.get(

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from compute_domains.api import names
+from compute_domains.controller import informer
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -115,29 +116,27 @@ class WorkloadClaim:
 
 
 class Summaries:
-    """``WorkloadClaim.from_claim`` of cached claims, each read once per cached version: a
-    status pass summarises every workload claim of its CD (thousands at scale), and the
-    cache replaces a claim's object whenever it changes, so an unchanged object (the same one,
-    by identity) has the same summary."""
+    """``WorkloadClaim.from_claim`` of cached claims, each read once per cached version
+    (``informer.PerObject``): a status pass summarises every workload claim of its CD
+    (thousands at scale)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, str], tuple[Any, WorkloadClaim]] = {}
+        self._known: informer.PerObject[WorkloadClaim] = informer.PerObject(
+            WorkloadClaim.from_claim
+        )
 
     def of(self, claim: Any) -> WorkloadClaim:
         """The summary of ``claim`` (computed when this object was not seen before)."""
-        meta = _get(claim, "metadata")
-        key = (str(_get(meta, "namespace") or ""), str(_get(meta, "name") or ""))
-        known = self._known.get(key)
-        if known is not None and known[0] is claim:
-            return known[1]
-        summary = WorkloadClaim.from_claim(claim)
-        self._known[key] = (claim, summary)
-        return summary
+        return self._known.of(_key(claim), claim)
 
     def forget(self, claim: Any) -> None:
         """Drop what is known of ``claim`` (it was deleted)."""
-        meta = _get(claim, "metadata")
-        self._known.pop((str(_get(meta, "namespace") or ""), str(_get(meta, "name") or "")), None)
+        self._known.forget(_key(claim))
+
+
+def _key(claim: Any) -> tuple[str, str]:
+    meta = _get(claim, "metadata")
+    return (str(_get(meta, "namespace") or ""), str(_get(meta, "name") or ""))
 
 
 def using_pods(claims: Iterable[WorkloadClaim]) -> list[str]:

@@ -8,14 +8,15 @@ subscribes the controller's change handler, so the reconcile code keeps reading
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 from compute_domains.controller import kubeapi
 from compute_domains.infra import backoff
 from compute_domains.infra.kube import cache
 
 R = TypeVar("R")
+V = TypeVar("V")
 Key = cache.Key
 Indexer = cache.Indexer
 ChangeHandler = cache.ChangeHandler
@@ -54,3 +55,30 @@ class Informer(cache.Cache[R]):
         )
         if on_change is not None:
             self.subscribe(on_change)
+
+
+class PerObject(Generic[V]):
+    """A value derived from a cached object, computed once per cached version: the cache
+    replaces an object when it changes, so the same object (by identity) derives the same.
+    Keyed by the caller's name for the object; ``forget`` drops a key."""
+
+    def __init__(self, derive: Callable[[Any], V]) -> None:
+        self._derive = derive
+        self._known: dict[Hashable, tuple[Any, V]] = {}
+
+    def of(self, key: Hashable, obj: Any) -> V:
+        """The value of ``obj`` (derived when this object was not seen under ``key`` before)."""
+        known = self._known.get(key)
+        if known is not None and known[0] is obj:
+            return known[1]
+        value = self._derive(obj)
+        self._known[key] = (obj, value)
+        return value
+
+    def forget(self, key: Hashable) -> None:
+        """Drop what is known under ``key``."""
+        self._known.pop(key, None)
+
+    def keys(self) -> list[Hashable]:
+        """The keys known now."""
+        return list(self._known)

@@ -77,6 +77,22 @@ async def _agent_pod(admin: AsyncClient, ns: str, cd_uid: str) -> Pod:
     return pod
 
 
+def _identity(pod: Pod, node: str, cd: Any, ns: str) -> Identity:
+    """The daemon's identity for the agent pod ``pod`` serving ``cd`` on ``node``."""
+    assert pod.metadata is not None
+    return Identity(
+        node_name=node,
+        pod_name="imex-agent-x",
+        pod_namespace=ns,
+        pod_uid=pod.metadata.uid or "",
+        pod_ip=IP,
+        clique_id=CLIQUE_ID,
+        domain_uid=cd.metadata.uid,
+        domain_name=cd.metadata.name,
+        domain_namespace=ns,
+    )
+
+
 def _settings(tmp: Path, ident: Identity) -> DaemonSettings:
     domain = tmp / "domain"
     domain.mkdir()
@@ -113,17 +129,7 @@ async def test_the_entry_turns_ready_by_the_own_check_while_the_pod_is_not_ready
     ns, cd = driver_ns, compute_domain
     pod = await _agent_pod(admin, ns, cd.metadata.uid)
     node = f"n-{uuid.uuid4().hex[:4]}"
-    ident = Identity(
-        node_name=node,
-        pod_name="imex-agent-x",
-        pod_namespace=ns,
-        pod_uid=pod.metadata.uid,
-        pod_ip=IP,
-        clique_id=CLIQUE_ID,
-        domain_uid=cd.metadata.uid,
-        domain_name=cd.metadata.name,
-        domain_namespace=ns,
-    )
+    ident = _identity(pod, node, cd, ns)
     # Our entry, as the controller adds it for the pod's labels (index 0, NotReady).
     clique = ComputeDomainClique.new(domain_uid=cd.metadata.uid, clique_id=CLIQUE_ID, namespace=ns)
     await admin.create(clique.with_registered(node, IP, 2).to_resource())
@@ -165,17 +171,7 @@ async def test_with_the_signal_declared_the_daemon_writes_only_its_signal(
     ns, cd = driver_ns, compute_domain
     pod = await _agent_pod(admin, ns, cd.metadata.uid)
     node = f"n-{uuid.uuid4().hex[:4]}"
-    ident = Identity(
-        node_name=node,
-        pod_name="imex-agent-x",
-        pod_namespace=ns,
-        pod_uid=pod.metadata.uid,
-        pod_ip=IP,
-        clique_id=CLIQUE_ID,
-        domain_uid=cd.metadata.uid,
-        domain_name=cd.metadata.name,
-        domain_namespace=ns,
-    )
+    ident = _identity(pod, node, cd, ns)
     clique = ComputeDomainClique.new(domain_uid=cd.metadata.uid, clique_id=CLIQUE_ID, namespace=ns)
     await admin.create(clique.with_registered(node, IP, 2).to_resource())
     settings = dataclasses.replace(_settings(tmp_path, ident), ready_signal=True)
