@@ -324,6 +324,10 @@ async def _names(client: AsyncClient, res: Any, **where: Any) -> list[str]:
     return [str(obj.metadata.name) async for obj in client.list(res, **where)]
 
 
+MAX_LEFT_SHOWN = 10
+"""Leftovers a teardown timeout names (then how many more)."""
+
+
 async def leftovers(
     client: AsyncClient, *, uid: str | None, ns: str, name: str, driver_ns: str
 ) -> list[str]:
@@ -397,7 +401,7 @@ async def delete_and_wait(
     client: AsyncClient, *, uid: str | None, ns: str, name: str, driver_ns: str, timeout: float
 ) -> float:
     """Delete the workload and the CD (``uid`` None: there is none); seconds until nothing of
-    them is left (TimeoutError)."""
+    them is left (TimeoutError, naming what was still there)."""
     async for dep in client.list(Deployment, namespace=ns, labels={"bench": name}):
         assert dep.metadata is not None and dep.metadata.name is not None
         await client.delete(Deployment, dep.metadata.name, namespace=ns)
@@ -407,4 +411,11 @@ async def delete_and_wait(
     async def gone() -> bool:
         return not await leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
 
-    return await wait_until(gone, timeout)
+    try:
+        return await wait_until(gone, timeout)
+    except TimeoutError as err:
+        # A teardown that never ends is a leak to find: say what stayed, not only how long.
+        left = await leftovers(client, uid=uid, ns=ns, name=name, driver_ns=driver_ns)
+        shown = ", ".join(left[:MAX_LEFT_SHOWN]) or "nothing by now"
+        more = f" and {len(left) - MAX_LEFT_SHOWN} more" if len(left) > MAX_LEFT_SHOWN else ""
+        raise TimeoutError(f"teardown {err}: still there: {shown}{more}") from err
