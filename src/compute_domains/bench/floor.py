@@ -52,6 +52,7 @@ def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
                 if "workloads_scheduled" in (r.get("milestones") or {})
             ]
             cd_ready = [r["cd_ready_s"] for r in runs if r.get("cd_ready_s") is not None]
+            torn = [r["teardown_s"] for r in runs if r.get("teardown_s") is not None]
             found[(mode, result["n"], workload)] = {
                 "mode": mode,
                 "n": result["n"],
@@ -60,7 +61,7 @@ def rows(docs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
                 "scheduled_s": _span(scheduled) if scheduled else None,
                 "running_s": _span([r["workloads_running_s"] for r in runs]),
                 "cd_ready_s": _span(cd_ready) if cd_ready else None,
-                "teardown_s": _span([r["teardown_s"] for r in runs]),
+                "teardown_s": _span(torn) if torn else None,
                 "writes_per_pod": statistics.median(
                     r["writes_formation_no_leases"] / r["n"] for r in runs
                 ),

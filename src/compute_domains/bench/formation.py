@@ -58,7 +58,9 @@ class Run:
     """Every daemon reported Ready in its clique entry (the daemon's own word)."""
     last_daemon_to_cd_ready_s: float | None
     """From the last daemon's Ready report to the CD ``Ready``: the status path's latency."""
-    teardown_s: float
+    teardown_s: float | None
+    """Delete → nothing of the run left; None when that did not happen within the bound
+    (``teardown_problem`` says what stayed: the formation's figures are kept all the same)."""
     writes_formation: int
     writes_formation_no_leases: int
     """Formation writes without Lease renewals (node and leader heartbeats)."""
@@ -73,6 +75,8 @@ class Run:
     patch tests, ...), most frequent first; empty when none was refused."""
     milestones: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
+    teardown_problem: str = ""
+    """Why ``teardown_s`` is None (what was still there at the bound); empty when it ended."""
     curves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     """Seconds from the apply at which each workload pod was first Running, each daemon pod
     Ready and each clique entry Ready, sorted (``observe.Observer.curves``; result files before
@@ -246,9 +250,15 @@ async def one_run(
     if uid is not None:  # without a CD no pod has a channel and no daemon ran
         missing_channels = await channels.problems(client, ns=ns, name=name, n=n)
         steps = await daemonsteps.collect(client, driver_ns=driver_ns, uid=uid)
-    teardown = await observe.delete_and_wait(
-        client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
-    )
+    teardown: float | None = None
+    teardown_problem = ""
+    try:
+        teardown = await observe.delete_and_wait(
+            client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
+        )
+    except TimeoutError as err:
+        # The formation was measured: keep it, and say what the teardown left behind.
+        teardown_problem = str(err)
     after = await request_counts(fetch)
     form_delta = mid - before
     domain = uid is not None  # without a CD its marks are absent: None, not zero
@@ -260,6 +270,7 @@ async def one_run(
         entries_ready_s=marks["cliques"] if domain else None,
         last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"] if domain else None,
         teardown_s=teardown,
+        teardown_problem=teardown_problem,
         writes_formation=_writes(form_delta),
         writes_formation_no_leases=_writes(form_delta, leases=False),
         writes_teardown=_writes(after - mid),

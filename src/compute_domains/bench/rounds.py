@@ -209,13 +209,19 @@ async def _sizes(
             result.runs.append((run, used))
             result.failures += [f"{tag} N={n}: {p}" for p in run.channel_problems]
             cd_ready = "-" if run.cd_ready_s is None else f"{run.cd_ready_s:.1f}s"
+            torn = "unfinished" if run.teardown_s is None else f"{run.teardown_s:.1f}s"
             say(
                 f"{tag} N={n} ({run.workload}): pods running {run.workloads_running_s:.1f}s, "
-                f"CD Ready {cd_ready}, teardown {run.teardown_s:.1f}s, writes "
+                f"CD Ready {cd_ready}, teardown {torn}, writes "
                 f"{run.writes_formation} ({run.writes_formation_no_leases} without Leases), "
                 f"driver CPU {cpu.driver_total(used):.1f}s, load {run.load_start:.1f}"
                 f"→{run.load_end:.1f}"
             )
+            if run.teardown_problem:
+                # Kept above; a larger N in a sim with this one's leftovers would not be clean.
+                result.failures.append(f"{tag} N={n}: {run.teardown_problem}")
+                say(f"{tag} N={n}: {run.teardown_problem}")
+                return
     finally:
         await client.delete(Namespace, ns)
 

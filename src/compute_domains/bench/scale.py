@@ -110,6 +110,11 @@ def verdicts(row: dict[str, Any], base_writes: float | None) -> list[str]:
     return missed
 
 
+def _seconds(value: float | None) -> str:
+    """A teardown's seconds, or "unfinished" when it did not end within the run's bound."""
+    return "unfinished" if value is None else f"{value:.1f} s"
+
+
 def table(results_dir: Path) -> str:
     """The Markdown block: every scale run and the targets it meets or misses."""
     docs = documents(results_dir)
@@ -129,7 +134,7 @@ def table(results_dir: Path) -> str:
         missed = verdicts(r, base if r["per_node"] == 1 else None)
         lines.append(
             f"| {r['pods']} ({r['per_node']}) | {r['nodes']} | {r['cd_ready_s']:.1f} s | "
-            f"{r['pods_running_s']:.1f} s | {r['teardown_s']:.1f} s | "
+            f"{r['pods_running_s']:.1f} s | {_seconds(r['teardown_s'])} | "
             f"{r['status_path_s']:.2f} s | {r['writes_per_node']:.1f} | "
             f"{r['conflicts_per_join']:.2f} | {r['controller_cpu_ms_per_node']:.0f} ms | "
             f"{r['apiserver_cpu_ms_per_node']:.0f} ms | {r['watches']} | {r['load']:.1f} | "

@@ -83,3 +83,11 @@ def test_the_scale_table_leaves_out_runs_without_a_domain(tmp_path: Path) -> Non
     _write(tmp_path / "scale-formation-1.json", "plain", [_run(72, 3.0)])
     _write(tmp_path / "scale-formation-2.json", None, [_run(72, 12.0, cd=11.0)])
     assert [r["pods_running_s"] for r in scale.rows(scale.documents(tmp_path))] == [12.0]
+
+
+def test_a_run_whose_teardown_did_not_end_keeps_its_row(tmp_path: Path) -> None:
+    runs = [_run(18, 2.0), _run(18, 3.0) | {"teardown_s": None}]
+    _write(tmp_path / "floor-formation-1.json", "plain", runs)
+    (row,) = floor.rows(floor.documents(tmp_path))
+    assert row["running_s"] == {"median": 2.5, "min": 2.0, "max": 3.0}
+    assert row["teardown_s"] == {"median": 2.0, "min": 2.0, "max": 2.0}

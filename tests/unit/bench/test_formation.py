@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from compute_domains.bench import formation
@@ -140,3 +141,12 @@ def test_the_formed_line_names_the_pods_and_for_a_domain_the_cd_and_entries() ->
     assert formation.formed_line({"workloads": 2.04}, domain=False) == (
         "formed: all pods Running at 2.0s"
     )
+
+
+def test_a_run_whose_teardown_did_not_end_keeps_its_formation_figures() -> None:
+    unfinished = dataclasses.replace(
+        _run(2.0), teardown_s=None, teardown_problem="teardown not reached: still there: x"
+    )
+    summary = formation.summarize([_run(1.0), unfinished])
+    assert summary["workloads_running_s"] == {"median": 2.5, "min": 2.0, "max": 3.0}
+    assert summary["teardown_s"] is None  # not a median of one side's figures

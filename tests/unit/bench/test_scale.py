@@ -75,3 +75,8 @@ def test_sizes_that_did_not_form_are_listed_with_their_source(tmp_path: Path) ->
     (tmp_path / "scale-formation-2.json").write_text(json.dumps(doc))
     text = scale.table(tmp_path)
     assert "- round 1 (ours) N=288: not formed (`scale-formation-2.json`)" in text
+
+
+def test_an_unfinished_teardown_is_shown_as_such(tmp_path: Path) -> None:
+    _write(tmp_path / "scale-formation-1.json", [_run(18, 9.0, 720) | {"teardown_s": None}])
+    assert "| 10.0 s | unfinished | 0.20 s |" in scale.table(tmp_path)
