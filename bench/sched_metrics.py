@@ -9,7 +9,9 @@ handling each event took (``scheduler_event_handling_duration_seconds{event}``) 
 plugins' queueing hints cost (``scheduler_queueing_hint_execution_duration_seconds``); this
 keeps those families and a few totals, so two shapes' formations can be told apart by the
 events they cause. The sim starts kube-scheduler with its secure port on loopback; the admin
-identity may read ``/metrics``. Standard library and PyYAML only (runs from a bench bundle).
+identity may read ``/metrics``. The parsing is ``compute_domains.bench.schedevents`` (the
+formation benchmark records the same counts per run); this script scrapes on a schedule of its
+own beside any run, from a checkout's or a bench bundle's venv.
 
 Usage (``SIM`` is ``$CD_SIM_HOME/sims/<name>``)::
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import ssl
 import sys
 import tempfile
@@ -34,79 +35,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from compute_domains.bench.schedevents import keep, less, summary
+
 sys.path.insert(0, str(Path(__file__).parent))
 import pprof_fetch  # this folder's sibling, not a package
-
-KEPT = (
-    "scheduler_queue_incoming_pods_total",
-    "scheduler_event_handling_duration_seconds_sum",
-    "scheduler_event_handling_duration_seconds_count",
-    "scheduler_queueing_hint_execution_duration_seconds_sum",
-    "scheduler_queueing_hint_execution_duration_seconds_count",
-    "scheduler_schedule_attempts_total",
-    "scheduler_scheduling_attempt_duration_seconds_sum",
-    "scheduler_scheduling_attempt_duration_seconds_count",
-    "scheduler_pending_pods",
-    "scheduler_unschedulable_pods",
-    "process_cpu_seconds_total",
-)
-_SAMPLE = re.compile(r"^(?P<name>[a-z_:]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
-
-
-def keep(text: str) -> str:
-    """The lines of the families in ``KEPT`` (no comments)."""
-    return "".join(
-        line + "\n" for line in text.splitlines() if line.startswith(KEPT) and not line[:1] == "#"
-    )
-
-
-def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of each sample line."""
-    out = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line.strip())
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"] or ""))
-        out.append((m["name"], labels, float(m["value"])))
-    return out
-
-
-def less(text: str, base: str) -> str:
-    """``text``'s samples less ``base``'s (same name and labels): the counts in between."""
-    before = {(n, tuple(sorted(lb.items()))): v for n, lb, v in parse(base)}
-    lines = []
-    for name, labels, value in parse(text):
-        key = tuple(sorted(labels.items()))
-        inner = ",".join(f'{k}="{v}"' for k, v in key)
-        lines.append(f"{name}{{{inner}}} {value - before.get((name, key), 0.0):g}")
-    return "\n".join(lines)
-
-
-def summary(text: str) -> str:
-    """Events by pods moved, with their handling time; attempts and CPU."""
-    moved: dict[str, float] = {}
-    handled: dict[str, list[float]] = {}
-    totals: dict[str, float] = {}
-    for name, labels, value in parse(text):
-        event = labels.get("event", "")
-        if name == "scheduler_queue_incoming_pods_total":
-            moved[event] = moved.get(event, 0.0) + value
-        elif name.startswith("scheduler_event_handling_duration_seconds"):
-            pair = handled.setdefault(event, [0.0, 0.0])
-            pair[0 if name.endswith("_sum") else 1] += value
-        elif name in ("scheduler_schedule_attempts_total", "process_cpu_seconds_total"):
-            key = f"{name}{{{labels.get('result', '')}}}" if labels else name
-            totals[key] = totals.get(key, 0.0) + value
-    lines = [f"{'event':<48} {'pods moved':>11} {'handled':>9} {'handling s':>11}"]
-    for event, count in sorted(moved.items(), key=lambda kv: -kv[1]):
-        s, n = handled.get(event, [0.0, 0.0])
-        lines.append(f"{event:<48} {count:>11.0f} {n:>9.0f} {s:>11.3f}")
-    for event, (s, n) in sorted(handled.items(), key=lambda kv: -kv[1][0]):
-        if event not in moved:
-            lines.append(f"{event:<48} {0:>11} {n:>9.0f} {s:>11.3f}")
-    lines += [f"{k} = {v:g}" for k, v in sorted(totals.items())]
-    return "\n".join(lines)
 
 
 def _scrape(ctx: ssl.SSLContext, sim: Path) -> tuple[int, str] | None:

@@ -45,3 +45,6 @@ def test_plain_workload_runs_end_to_end_without_a_domain(sim_home: Path, tmp_pat
     assert "POST deployments" in writes, writes
     assert not {w for w in writes if "computedomain" in w or "resourceclaim" in w}, writes
     assert sum(run["cpu_s"].values()) > 0 and {"load_start", "load_end"} <= set(run)
+    # kube-scheduler's own counters between the apply and formed: the 4 new pods, none re-queued.
+    assert run["scheduler_moves"] == {"UnschedulablePodAdd": 4}, run["scheduler_moves"]
+    assert "N=4: kube-scheduler queued pods 4 times" in result.output, result.output

@@ -39,7 +39,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from compute_domains.bench import channels, daemonsteps, observe, placement
+from compute_domains.bench import channels, daemonsteps, observe, placement, schedevents
 from compute_domains.infra import kube
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -77,6 +77,12 @@ class Run:
     """Seconds from the apply until every pod/entry reached each stage (phase breakdown)."""
     teardown_problem: str = ""
     """Why ``teardown_s`` is None (what was still there at the bound); empty when it ended."""
+    scheduler_moves: dict[str, int] = dataclasses.field(default_factory=dict)
+    """From the apply until formed: how often kube-scheduler put a pod in its queues, by the
+    kind of event that did (a new pod; a cluster event re-queueing a parked one), most first
+    (``schedevents``; empty when its page was not read)."""
+    scheduler_handling_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The same span: seconds kube-scheduler spent handling each kind of event, longest first."""
     curves: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     """Seconds from the apply at which each workload pod was first Running, each daemon pod
     Ready and each clique entry Ready, sorted (``observe.Observer.curves``; result files before
@@ -214,15 +220,18 @@ async def one_run(
     workload: placement.Workload = placement.Workload.CLAIMS,
     progress: Callable[[str], object] | None = None,
     progress_every: float = 15.0,
+    scheduler: MetricsFetch | None = None,
 ) -> Run:
     """Form a domain of ``n`` pods (or, without a CD, start them), tear it down, return the
     timings; ``on_formed`` is called between the two (e.g. to sample CPU use per phase), and
-    ``progress`` every ``progress_every`` seconds of the formation with where it stands."""
+    ``progress`` every ``progress_every`` seconds of the formation with where it stands;
+    ``scheduler`` (kube-scheduler's page) is read before the apply and once formed."""
     load_start = os.getloadavg()[0]
     watches_idle = await watch_counts(fetch)
     sim_nodes = len(await kube.list_raw(client, Node))
     before = await request_counts(fetch)
     failed_before = await failure_counts(fetch)
+    sched_before = schedevents.keep(await scheduler()) if scheduler is not None else ""
     uid, observer, waiting = await observe.apply(
         client,
         n,
@@ -244,6 +253,9 @@ async def one_run(
     mid = await request_counts(fetch)
     watches_formed = await watch_counts(fetch)
     failed_mid = await failure_counts(fetch)
+    # Formed: what the formation made the scheduler re-examine (both pages must be there).
+    sched_mid = schedevents.keep(await scheduler()) if scheduler is not None else ""
+    sched = schedevents.less(sched_mid, sched_before) if sched_before and sched_mid else ""
     # After the formation's request count: reading logs must not count as formation work.
     missing_channels: list[str] = []
     steps: dict[str, dict[str, float]] = {}
@@ -271,6 +283,8 @@ async def one_run(
         last_daemon_to_cd_ready_s=marks["cd"] - marks["cliques"] if domain else None,
         teardown_s=teardown,
         teardown_problem=teardown_problem,
+        scheduler_moves=schedevents.moved(sched),
+        scheduler_handling_s={e: s for e, (_, s) in schedevents.handling(sched).items()},
         writes_formation=_writes(form_delta),
         writes_formation_no_leases=_writes(form_delta, leases=False),
         writes_teardown=_writes(after - mid),

@@ -62,6 +62,8 @@ class SimHandle:
     """The 1-minute load average just before the sim started."""
     control_socket: Path | None = None
     """The sim's control socket (which DRA drivers each node's kubelet registered)."""
+    scheduler_metrics: formation.MetricsFetch | None = None
+    """kube-scheduler's ``/metrics`` page ("" when unreadable); None: not recorded."""
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -190,6 +192,7 @@ async def _sizes(
                     client,
                     fetch,
                     n,
+                    scheduler=sim.scheduler_metrics,
                     ns=ns,
                     driver_ns=rnd.driver.namespace,
                     name=f"cd-{n}-{rnd.repeat}",
@@ -217,6 +220,12 @@ async def _sizes(
                 f"driver CPU {cpu.driver_total(used):.1f}s, load {run.load_start:.1f}"
                 f"→{run.load_end:.1f}"
             )
+            if run.scheduler_moves:
+                top = ", ".join(f"{e} {c}" for e, c in list(run.scheduler_moves.items())[:4])
+                say(
+                    f"{tag} N={n}: kube-scheduler queued pods {sum(run.scheduler_moves.values())} "
+                    f"times (by the event that did it: {top})"
+                )
             if run.teardown_problem:
                 # Kept above; a larger N in a sim with this one's leftovers would not be clean.
                 result.failures.append(f"{tag} N={n}: {run.teardown_problem}")

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ import click
 
 from compute_domains.bench import drivers, placement, rounds, settle
 from compute_domains.cli import options
+from compute_domains.sim import componentmetrics, driverroot, errors, lifecycle, state, topology
 from compute_domains.sim import driver as driver_mod
-from compute_domains.sim import driverroot, errors, lifecycle, state, topology
 
 _OPTIONS = (
     click.option(
@@ -107,6 +107,26 @@ def specs(
         raise click.BadParameter(str(err), param_hint=err.option) from err
 
 
+def _scheduler_page(paths: state.SimPaths) -> Callable[[], Awaitable[str]]:
+    """Reads the sim's kube-scheduler ``/metrics`` page; "" (the run records no scheduler
+    counts) when the page cannot be read: a missing figure must not end a measured run."""
+
+    def read() -> str:
+        endpoints = paths.endpoints()
+        if endpoints is None:
+            return ""
+        try:
+            return componentmetrics.read(endpoints, "kube-scheduler")
+        except (errors.SimError, OSError, KeyError, ValueError) as err:
+            click.echo(f"kube-scheduler's counters not read: {err}", err=True)
+            return ""
+
+    async def page() -> str:
+        return await asyncio.to_thread(read)
+
+    return page
+
+
 @contextlib.contextmanager
 def fresh_sim(
     name: str,
@@ -147,6 +167,7 @@ def fresh_sim(
             up_s=time.monotonic() - t0,
             load_before=load,
             control_socket=paths.root / "control.sock",
+            scheduler_metrics=_scheduler_page(paths),
         )
     finally:
         if not keep:

@@ -63,6 +63,9 @@ class Endpoints:
     admin_kubeconfig: str
     ca_file: str
     pids: dict[str, int]
+    metrics: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Component → its ``/metrics`` URL (controller-manager and scheduler; they serve
+    self-signed certificates and need an identity allowed to read them: the admin's)."""
 
     def to_json(self) -> str:
         """Serialise for the state folder."""
@@ -214,6 +217,10 @@ class ControlPlane:
             admin_kubeconfig=str(admin),
             ca_file=str(tls.dir / "ca.crt"),
             pids={c.name: c.pid for c in self._children},
+            metrics={
+                "kube-controller-manager": f"https://127.0.0.1:{kcm_port}/metrics",
+                "kube-scheduler": f"https://127.0.0.1:{sched_port}/metrics",
+            },
         )
         (s.state_dir / "endpoints.json").write_text(self.endpoints.to_json())
 

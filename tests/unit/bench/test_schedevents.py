@@ -1,11 +1,8 @@
-"""``bench/sched_metrics.py``: the kept families, the difference of two scrapes, the summary."""
+"""kube-scheduler's counters (``bench.schedevents``): kept families, differences, per event."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from compute_domains.bench import schedevents as sm
 
 SCRAPE_1 = """# HELP scheduler_queue_incoming_pods_total Number of pods added to scheduling queues
 # TYPE scheduler_queue_incoming_pods_total counter
@@ -28,25 +25,14 @@ process_cpu_seconds_total 4.0
 """
 
 
-def _module() -> ModuleType:
-    path = Path(__file__).parents[3] / "bench" / "sched_metrics.py"
-    spec = importlib.util.spec_from_file_location("sched_metrics", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sched_metrics", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_only_the_scheduler_families_and_no_buckets_or_comments_are_kept() -> None:
-    kept = _module().keep(SCRAPE_1).splitlines()
+    kept = sm.keep(SCRAPE_1).splitlines()
     assert len(kept) == 6
     assert not any(line.startswith("#") or "_bucket" in line for line in kept)
     assert not any(line.startswith("apiserver_") for line in kept)
 
 
 def test_the_difference_of_two_scrapes_counts_what_happened_in_between() -> None:
-    sm = _module()
     between = {
         (name, labels.get("event", ""), labels.get("queue", "")): value
         for name, labels, value in sm.parse(sm.less(SCRAPE_2, sm.keep(SCRAPE_1)))
@@ -59,9 +45,18 @@ def test_the_difference_of_two_scrapes_counts_what_happened_in_between() -> None
 
 
 def test_the_summary_orders_events_by_pods_moved_with_their_handling() -> None:
-    sm = _module()
     lines = sm.summary(sm.less(SCRAPE_2, sm.keep(SCRAPE_1))).splitlines()
     label, slice_update = lines[1].split(), lines[2].split()
     assert label == ["NodeUpdateNodeLabel", "105", "10", "2.000"]
     assert slice_update == ["resource.k8s.io/ResourceSliceUpdate", "50", "0", "0.000"]
     assert "scheduler_schedule_attempts_total{scheduled} = 10" in lines
+
+
+def test_moves_and_handling_per_event_most_first() -> None:
+    between = sm.less(SCRAPE_2, sm.keep(SCRAPE_1))
+    assert sm.moved(between) == {
+        "NodeUpdateNodeLabel": 105,
+        "resource.k8s.io/ResourceSliceUpdate": 50,
+    }
+    assert sm.handling(between) == {"NodeUpdateNodeLabel": (10, 2.0)}
+    assert sm.moved(sm.keep(SCRAPE_1))["NodeUpdateNodeLabel"] == 10
