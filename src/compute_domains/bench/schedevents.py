@@ -79,9 +79,10 @@ def handling(text: str) -> dict[str, tuple[int, float]]:
     """Event → (events handled, seconds handling them), longest first; only events seen."""
     pairs: dict[str, list[float]] = {}
     for name, labels, value in parse(text):
-        if name.startswith("scheduler_event_handling_duration_seconds_"):
+        kind = name.removeprefix("scheduler_event_handling_duration_seconds_")
+        if kind in ("count", "sum"):  # never a histogram's buckets
             pair = pairs.setdefault(labels.get("event", ""), [0.0, 0.0])
-            pair[0 if name.endswith("_count") else 1] += value
+            pair[0 if kind == "count" else 1] += value
     seen = {e: (round(n), s) for e, (n, s) in pairs.items() if n}
     return dict(sorted(seen.items(), key=lambda kv: (-kv[1][1], kv[0])))
 

@@ -60,3 +60,7 @@ def test_moves_and_handling_per_event_most_first() -> None:
     }
     assert sm.handling(between) == {"NodeUpdateNodeLabel": (10, 2.0)}
     assert sm.moved(sm.keep(SCRAPE_1))["NodeUpdateNodeLabel"] == 10
+
+
+def test_a_raw_page_s_histogram_buckets_are_not_handling_time() -> None:
+    assert sm.handling(SCRAPE_1) == {"NodeUpdateNodeLabel": (2, 0.5)}
