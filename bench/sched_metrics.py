@@ -8,10 +8,10 @@ how many pods each event moved (``scheduler_queue_incoming_pods_total{event,queu
 handling each event took (``scheduler_event_handling_duration_seconds{event}``) and what the
 plugins' queueing hints cost (``scheduler_queueing_hint_execution_duration_seconds``); this
 keeps those families and a few totals, so two shapes' formations can be told apart by the
-events they cause. The sim starts kube-scheduler with its secure port on loopback; the admin
-identity may read ``/metrics``. The parsing is ``compute_domains.bench.schedevents`` (the
-formation benchmark records the same counts per run); this script scrapes on a schedule of its
-own beside any run, from a checkout's or a bench bundle's venv.
+events they cause. The page is read and parsed as the formation benchmark does it
+(``compute_domains.sim.componentmetrics``: the address the sim recorded, the admin identity;
+``compute_domains.bench.schedevents``), which records the same counts per run; this script
+scrapes on a schedule of its own beside any run, from a checkout's or a bench bundle's venv.
 
 Usage (``SIM`` is ``$CD_SIM_HOME/sims/<name>``)::
 
@@ -27,29 +27,23 @@ each less the counts of an earlier scrape of the same scheduler (e.g. the last b
 from __future__ import annotations
 
 import argparse
-import json
-import ssl
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from compute_domains.bench.schedevents import keep, less, summary
-
-sys.path.insert(0, str(Path(__file__).parent))
-import pprof_fetch  # this folder's sibling, not a package
+from compute_domains.sim import componentmetrics, controlplane, errors
 
 
-def _scrape(ctx: ssl.SSLContext, sim: Path) -> tuple[int, str] | None:
+def _scrape(sim: Path) -> tuple[int, str] | None:
+    """The scheduler's pid and its kept lines, or None (no sim yet, between rounds, or gone)."""
     try:
-        endpoints = json.loads((sim / "controlplane" / "endpoints.json").read_text())
-        pid = int(endpoints["pids"]["kube-scheduler"])
-        url = f"https://127.0.0.1:{pprof_fetch._port(pid)}/metrics"
-        with urllib.request.urlopen(url, context=ctx, timeout=20) as resp:
-            return pid, keep(resp.read().decode())
-    except (OSError, KeyError, ValueError, SystemExit):
-        return None  # no sim yet, between rounds, or gone
+        path = sim / "controlplane" / "endpoints.json"
+        endpoints = controlplane.Endpoints.from_json(path.read_text())
+        page = componentmetrics.read(endpoints, "kube-scheduler")
+        return endpoints.pids["kube-scheduler"], keep(page)
+    except (OSError, KeyError, ValueError, TypeError, errors.SimError):
+        return None
 
 
 def main() -> int:
@@ -70,32 +64,22 @@ def main() -> int:
     if args.sim is None or args.out is None:
         ap.error("--sim and --out are needed to scrape")
     args.out.mkdir(parents=True, exist_ok=True)
-    scraped = 0
-    with tempfile.TemporaryDirectory() as scratch:
-        ctx: ssl.SSLContext | None = None
-        misses = 0
-        while True:
-            admin = args.sim / "controlplane" / "admin.kubeconfig"
-            try:
-                endpoints = json.loads((args.sim / "controlplane" / "endpoints.json").read_text())
-                admin = Path(endpoints["admin_kubeconfig"])
-                ctx = pprof_fetch._context(admin, Path(scratch))
-            except (OSError, KeyError, ValueError):
-                ctx = None
-            got = _scrape(ctx, args.sim) if ctx is not None else None
-            if got is not None:
-                pid, text = got
-                (args.out / f"sched-{pid}-{int(time.time())}.prom").write_text(text)
-                scraped += 1
-                misses = 0
-            elif not args.until_gone:
-                print("no kube-scheduler answered", file=sys.stderr)
-                return 1
-            else:
-                misses += 1
-            if not args.until_gone or (scraped and misses * args.every > 600):
-                return 0
-            time.sleep(args.every)
+    scraped = misses = 0
+    while True:
+        got = _scrape(args.sim)
+        if got is not None:
+            pid, text = got
+            (args.out / f"sched-{pid}-{int(time.time())}.prom").write_text(text)
+            scraped += 1
+            misses = 0
+        elif not args.until_gone:
+            print("no kube-scheduler answered", file=sys.stderr)
+            return 1
+        else:
+            misses += 1
+        if not args.until_gone or (scraped and misses * args.every > 600):
+            return 0
+        time.sleep(args.every)
 
 
 if __name__ == "__main__":

@@ -154,10 +154,6 @@ class IndexAssigner:
             "uid": meta.uid or "",
         }
 
-    def _cached(self, name: str) -> ComputeDomainClique | None:
-        raw = self._cache.cliques.get(self._settings.namespace, name)
-        return None if raw is None else self._decode(raw)
-
     def _decode(self, raw: Any) -> ComputeDomainClique:
         return self._decoded.of(raw.metadata.name or "", raw)
 
@@ -190,7 +186,7 @@ class IndexAssigner:
             if settled[0] is raw_cached and settled[1] == asked:
                 return  # nothing changed since a pass found nothing to write here
         try:
-            current = self._cached(name)
+            current = None if raw_cached is None else self._decode(raw_cached)
         except DecodeError as err:
             raise errors.PermanentError(f"clique {ns}/{name} is malformed: {err}") from err
         for attempt in range(ATTEMPTS):
