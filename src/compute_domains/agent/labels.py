@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compute_domains.agent.config import Assignment, Shared, Wants
-from compute_domains.api import imexsignal, names, sharedimex
+from compute_domains.api import imexsignal, names, nodemark, sharedimex
 
 
 def assignment_of(labels: Mapping[str, str] | None) -> Assignment | None:
@@ -49,9 +49,10 @@ def wants_of(labels: Mapping[str, str] | None) -> Wants:
 
 
 def node_labels(node: Any | None) -> dict[str, str]:
-    """A lightkube Node's labels ({} for a missing Node)."""
+    """A lightkube Node's labels ({} for a missing Node), with the CD mark as a label when the
+    plugin wrote it as an annotation (``api.nodemark``)."""
     meta = getattr(node, "metadata", None) if node is not None else None
-    return dict((meta.labels if meta is not None else None) or {})
+    return nodemark.effective_labels(meta)
 
 
 def pod_label_patch(

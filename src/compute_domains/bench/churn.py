@@ -29,7 +29,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, nodemark
 from compute_domains.bench import observe
 
 MAX_PER_CLIQUE = 18
@@ -148,9 +148,7 @@ async def one_cycle(
             if str(c.metadata.name).startswith(uid)  # type: ignore[union-attr]
         ]
         labels = {
-            str(x.metadata.name): (x.metadata.labels or {}).get(  # type: ignore[union-attr]
-                names.COMPUTE_DOMAIN_LABEL, ""
-            )
+            str(x.metadata.name): nodemark.domain_of(x.metadata)  # type: ignore[union-attr]
             async for x in client.list(Node)
         }
         problems += _formed_problems(cd, cliques, labels, n, uid)

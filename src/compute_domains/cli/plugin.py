@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from compute_domains.api import featuregates
+from compute_domains.api import featuregates, nodemark
 from compute_domains.cli import serving
 from compute_domains.plugin import app, config, discovery
 
@@ -168,6 +168,16 @@ def group() -> None:
     " claim live removes the label. Env SHARED_IMEX_EAGER.",
 )
 @click.option(
+    "--node-mark",
+    envvar="NODE_MARK",
+    type=click.Choice([f.value for f in nodemark.Form]),
+    default=nodemark.Form.LABEL.value,
+    show_default=True,
+    help="How the node is marked for the per-domain ComputeDomain it serves: NVIDIA's node label"
+    " (a per-CD DaemonSet selects its nodes by it), or an annotation of the same key (resident"
+    " IMEX agents only; kube-scheduler re-queues no pod on it). Env NODE_MARK.",
+)
+@click.option(
     "--metrics-port",
     envvar="METRICS_PORT",
     type=_PORT,
@@ -239,6 +249,7 @@ def plugin_settings(opts: Mapping[str, Any]) -> config.PluginSettings:
         health_port=opts["healthcheck_port"],
         quarantine_corrupt_checkpoint=opts["quarantine_corrupt_checkpoint"],
         shared_imex_eager=opts["shared_imex_eager"],
+        node_mark=nodemark.Form(opts.get("node_mark") or nodemark.Form.LABEL),
     )
 
 

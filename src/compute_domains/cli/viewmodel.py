@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from compute_domains.api import names
+from compute_domains.api import names, nodemark
 
 Obj = Mapping[str, Any]
 
@@ -180,7 +180,7 @@ def topology_view(nodes: Iterable[Obj], cds: Iterable[Obj]) -> dict[str, Any]:
         gpus = int((status.get("capacity") or {}).get("nvidia.com/gpu", 0) or 0)
         if not (gpus or labels.get(names.GPU_PRESENT_LABEL) == "true"):
             continue  # no GPU node (a control-plane node): not part of any NVLink domain
-        holder = labels.get(names.COMPUTE_DOMAIN_LABEL)
+        holder = nodemark.domain_of(_meta(node)) or None
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []

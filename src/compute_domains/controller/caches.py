@@ -48,7 +48,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import names, sharedimex
+from compute_domains.api import names, nodemark, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import agentpods, claims, config, informer, kubeapi, pending
@@ -109,6 +109,17 @@ def _label(obj: Any) -> str | None:
         return None
     value = (obj.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)
     return str(value) if value else None
+
+
+def _mark(node: Any) -> str | None:
+    """The CD a Node is marked for, label or annotation (``api.nodemark``), or None."""
+    return (nodemark.domain_of(node.metadata) or None) if node is not None else None
+
+
+def _marked(node: Any) -> Iterable[str]:
+    """Index function of the nodes' ``CD_INDEX``: the CD in either form of the mark."""
+    found = _mark(node)
+    return (found,) if found else ()
 
 
 class Caches:
@@ -182,7 +193,7 @@ class Caches:
             name="nodes",
             namespace=None,
             indexers={
-                **by_cd,
+                CD_INDEX: _marked,
                 WARM_INDEX: informer.label_indexer(names.WARM_FOR_LABEL),
                 CHANNEL_INDEX: _channel_uids,
             },
@@ -401,7 +412,7 @@ class Caches:
         return sorted(
             str(n.metadata.name)
             for n in self.nodes.objects()
-            if n.metadata is not None and held & set(n.metadata.labels or {})
+            if n.metadata is not None and held & set(nodemark.effective_labels(n.metadata))
         )
 
     def _unscheduled_changed(self, old: Any, new: Any) -> None:
@@ -447,37 +458,33 @@ class Caches:
         self._warm_routing(old, new)
         self._channel_routing(old, new)
         held = (names.COMPUTE_DOMAIN_LABEL, names.WARM_FOR_LABEL, sharedimex.SHARED_IMEX_LABEL)
-        before = (old.metadata.labels if old is not None and old.metadata else None) or {}
-        after = (new.metadata.labels if new is not None and new.metadata else None) or {}
+        before = nodemark.effective_labels(old.metadata) if old is not None else {}
+        after = nodemark.effective_labels(new.metadata) if new is not None else {}
         if self._replace is not None and new is not None and new.metadata is not None:
             if any(before.get(k) != after.get(k) for k in held):
                 self._replace(str(new.metadata.name))
         shared_changed = before.get(sharedimex.SHARED_IMEX_LABEL) != after.get(
             sharedimex.SHARED_IMEX_LABEL
         )
-        labels = {_label(old), _label(new)} - {None}
-        if (
-            old is not None
-            and new is not None
-            and _label(old) == _label(new)
-            and not shared_changed
-        ):
+        labels = {_mark(old), _mark(new)} - {None}
+        if old is not None and new is not None and _mark(old) == _mark(new) and not shared_changed:
             if node_is_ready(old) == node_is_ready(new):
                 return
             labels = set()  # label unchanged: only the daemons on the node care
         name = (new or old).metadata.name  # type: ignore[union-attr]
         for pod in self.pods.by_index(NODE_INDEX, name or ""):
             labels.add(_label(pod))
-        if _label(old) != _label(new) or shared_changed:  # the CDs waiting there name the holder
+        if _mark(old) != _mark(new) or shared_changed:  # the CDs waiting there name the holder
             for claim in self.claims.by_index(NODE_INDEX, name or ""):
                 labels.update(claims.domain_uids(claim))
         for domain_uid in labels - {None}:
             self._enqueue(str(domain_uid), self._coalesce)
 
     def _warm_routing(self, old: Node | None, new: Node | None) -> None:
-        """A node's labels changed (or it came or went): the CDs whose warm nodes it may be."""
-        before = (old.metadata.labels if old is not None and old.metadata else None) or {}
-        after = (new.metadata.labels if new is not None and new.metadata else None) or {}
+        """A node's labels (or CD mark) changed, or it came or went: the CDs whose warm nodes it
+        may be."""
+        before = nodemark.effective_labels(old.metadata) if old is not None else {}
+        after = nodemark.effective_labels(new.metadata) if new is not None else {}
         if old is not None and new is not None and before == after:
             return
         uids = {before.get(names.WARM_FOR_LABEL), after.get(names.WARM_FOR_LABEL)} - {None, ""}

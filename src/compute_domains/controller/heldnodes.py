@@ -43,7 +43,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from compute_domains.api import names, sharedimex
+from compute_domains.api import names, nodemark, sharedimex
 from compute_domains.controller import claims
 
 
@@ -82,8 +82,7 @@ class Decision:
 
 
 def _labels(node: Any) -> Mapping[str, str]:
-    meta = claims._get(node, "metadata")
-    return claims._get(meta, "labels") or {}
+    return nodemark.effective_labels(claims._get(node, "metadata"))
 
 
 _SHARED_WORDS = "the per-clique scope (its shared IMEX serves per-clique ComputeDomains only)"

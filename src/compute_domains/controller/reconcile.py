@@ -50,7 +50,7 @@ from typing import Any
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import conditions, names, sharedimex
+from compute_domains.api import conditions, names, nodemark, sharedimex
 from compute_domains.api.computedomain import ComputeDomain, DecodeError
 from compute_domains.controller import (
     caches,
@@ -95,6 +95,11 @@ class Reconciler:
             namespace=settings.namespace,
             channel_nodes=lambda uid: [n.metadata.name or "" for n in cache.channel_nodes_of(uid)],  # type: ignore[union-attr]
             channel_registries=lambda uid: [r.metadata.name for r in cache.registries_of(uid)],
+            annotated_nodes=lambda uid: [
+                n.metadata.name or ""  # type: ignore[union-attr]
+                for n in cache.nodes.by_index(caches.CD_INDEX, uid)
+                if nodemark.KEY in (n.metadata.annotations or {})  # type: ignore[union-attr]
+            ],
         )
         self._warm = warm.WarmNodes(api, recorder)
         self._announced: dict[str, frozenset[str]] = {}
@@ -224,7 +229,7 @@ class Reconciler:
 
     def _node_labels(self) -> list[tuple[str, dict[str, str]]]:
         return [
-            (n.metadata.name or "", dict(n.metadata.labels or {}))
+            (n.metadata.name or "", nodemark.effective_labels(n.metadata))
             for n in self._cache.nodes.objects()
             if n.metadata is not None
         ]

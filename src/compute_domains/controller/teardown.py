@@ -14,6 +14,8 @@ of the objects still holds our finalizer.
 Only objects labelled with the CD's UID are touched (found by live, label-selected lists, not
 the cache, so an object created a moment ago is not missed); a node label is removed only while
 it still names this CD (JSON-patch ``test``), so a label another CD set meanwhile survives. A
+node mark written as an annotation (``api.nodemark``) cannot be selected by a list: those nodes
+come from the cache's CD index of the Nodes, and are removed under the same ``test``. A
 channel annotation is removed by a JSON patch that tests the value of a fresh read and removes
 that one key, so a concurrent write of any other annotation (another CD's channel) is never
 lost. The Nodes and registries that hold it are found through the caches' channel indexes, not a
@@ -38,7 +40,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from lightkube.types import PatchType
 
-from compute_domains.api import names, sharedimex
+from compute_domains.api import names, nodemark, sharedimex
 from compute_domains.api.clique import ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import kubeapi, warm
@@ -53,6 +55,7 @@ def _pointer(key: str) -> str:
 
 
 _LABEL_PATH = "/metadata/labels/" + _pointer(names.COMPUTE_DOMAIN_LABEL)
+_ANNOTATION_PATH = "/metadata/annotations/" + _pointer(nodemark.KEY)
 _ATTEMPTS = 3
 """Removals of one channel annotation whose test failed (its value moved) before giving up."""
 
@@ -67,6 +70,7 @@ class Teardown:
         namespace: str,
         channel_nodes: Callable[[str], Iterable[str]] = lambda _uid: (),
         channel_registries: Callable[[str], Iterable[str]] = lambda _uid: (),
+        annotated_nodes: Callable[[str], Iterable[str]] = lambda _uid: (),
     ) -> None:
         self._api = api
         self._namespace = namespace
@@ -74,6 +78,8 @@ class Teardown:
         """Names of the cached Nodes annotated with a CD's channel."""
         self._channel_registries = channel_registries
         """Names of the cached shared registries holding a CD's channel."""
+        self._annotated_nodes = annotated_nodes
+        """Names of the cached Nodes whose CD mark is an annotation naming a CD."""
 
     async def run(self, domain_uid: str, *, channels: bool = True) -> None:
         """Every teardown step for ``domain_uid``; raises the first failure after trying all.
@@ -184,14 +190,19 @@ class Teardown:
     async def _node_labels(self, domain_uid: str) -> None:
         for node in await self._api.list(Node, labels=self._selector(domain_uid)):
             await self.remove_node_label(node.metadata.name or "", domain_uid)  # type: ignore[union-attr]
+        for name in sorted(set(self._annotated_nodes(domain_uid))):
+            await self.remove_node_label(name, domain_uid, path=_ANNOTATION_PATH)
         for node in await self._api.list(Node, labels={names.WARM_FOR_LABEL: domain_uid}):
             await warm.remove_label(self._api, node.metadata.name or "", domain_uid)  # type: ignore[union-attr]
 
-    async def remove_node_label(self, node: str, domain_uid: str) -> None:
-        """Remove the CD label from ``node`` if (and only if) it still names ``domain_uid``."""
+    async def remove_node_label(
+        self, node: str, domain_uid: str, *, path: str = _LABEL_PATH
+    ) -> None:
+        """Remove the CD mark at ``path`` (the label, or the annotation) from ``node`` if (and
+        only if) it still names ``domain_uid``."""
         patch = [
-            {"op": "test", "path": _LABEL_PATH, "value": domain_uid},
-            {"op": "remove", "path": _LABEL_PATH},
+            {"op": "test", "path": path, "value": domain_uid},
+            {"op": "remove", "path": path},
         ]
         try:
             await self._api.patch(Node, node, patch, patch_type=PatchType.JSON)

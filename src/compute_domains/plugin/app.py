@@ -160,6 +160,7 @@ class Plugin:
             driver_namespace=s.driver_namespace,
             shared=self._informers,
             watched=watched,
+            mark=s.node_mark,
         )
         shared_imex = shared.Shared(
             client,

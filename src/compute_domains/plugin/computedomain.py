@@ -13,11 +13,13 @@
   does not exist, or lives in another namespace than the claim, fails permanently; a daemon
   claim (which lives in the driver namespace) finds its CD in any namespace and retries while
   it is missing, as upstream does.
-- The node label ``resource.nvidia.com/computeDomain=<cdUID>`` pulls the CD's daemon onto the
-  node. It is written with a resourceVersion precondition, so two writers cannot both win;
+- The node's mark ``resource.nvidia.com/computeDomain=<cdUID>`` (``api.nodemark``: a label, which
+  pulls the CD's daemon onto the node; or, with resident agents and ``NODE_MARK=annotation``, an
+  annotation, on which kube-scheduler re-queues nothing) says which CD the node serves. It is
+  written with a resourceVersion precondition, so two writers cannot both win;
   a label for another CD, or the per-clique scope's ``compute-domains/shared-imex=on`` (written
   under the same precondition by ``shared``), refuses the claim with a retryable error.
-  Removing it only ever removes our own value (a newer CD's label is left alone).
+  Removing it only ever removes our own value (a newer CD's mark is left alone), in both forms.
 - Readiness is watched, not polled: read the node's entry once, then follow a watch from that
   read's resourceVersion until the entry is Ready or the attempt's time runs out (with shared
   caches: wait on the host's clique or CD cache, no watch of its own). On a node with
@@ -41,7 +43,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from compute_domains.api import conditions, names, sharedimex
+from compute_domains.api import conditions, names, nodemark, sharedimex
 from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
@@ -70,15 +72,15 @@ class DomainPort(Protocol):
         ...
 
     async def label(self, cd: ComputeDomain) -> bool:
-        """Label the node for ``cd`` (``NodeHeldError`` when labelled for another)."""
+        """Mark the node for ``cd`` (``NodeHeldError`` when marked for another)."""
         ...
 
     async def unlabel(self, domain_uid: str) -> bool:
-        """Remove the node label if it names ``domain_uid``."""
+        """Remove the node's mark if it names ``domain_uid``."""
         ...
 
     async def label_value(self) -> str:
-        """The node's current ComputeDomain label."""
+        """The CD UID the node is marked for ("" when none)."""
         ...
 
     async def wait_ready(self, cd: ComputeDomain, clique_id: str, timeout: float) -> None:
@@ -97,10 +99,13 @@ class Domains:
         driver_namespace: str,
         shared: informers.Informers | None = None,
         watched: cache.Cache[Any] | None = None,
+        mark: nodemark.Form = nodemark.Form.LABEL,
     ) -> None:
         """``shared``: the host's caches (a virtual node); else ``watched``: the plugin's own
-        ComputeDomain cache (``own_cache``, run by its owner); neither: fresh reads only."""
+        ComputeDomain cache (``own_cache``, run by its owner); neither: fresh reads only.
+        ``mark``: the form the node's mark is written in."""
         self._client = client
+        self._mark = mark
         self._node = node
         self._driver_ns = driver_namespace
         self._domains = watched if shared is None else host_cache(shared)
@@ -164,15 +169,14 @@ class Domains:
         return cd
 
     async def label(self, cd: ComputeDomain) -> bool:
-        """Label the node for ``cd``; True when the label was written now.
+        """Mark the node for ``cd``; True when the mark was written now.
 
         Raises:
-            NodeHeldError: the node is labelled for another ComputeDomain.
+            NodeHeldError: the node is marked for another ComputeDomain.
             errors.TemporaryError: the API refused or conflicted.
         """
         node = await self._get_node()
-        labels = (node.metadata.labels if node.metadata else None) or {}
-        current = labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+        current = nodemark.domain_of(node.metadata)
         if current == cd.uid:
             return False
         if current:
@@ -181,6 +185,7 @@ class Domains:
                 f"{names.COMPUTE_DOMAIN_LABEL}={current}); ComputeDomain "
                 f"{cd.namespace}/{cd.name} can use it once that one leaves"
             )
+        labels = (node.metadata.labels if node.metadata else None) or {}
         if labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON:
             # The API's word, for a plugin whose Node watch has not seen the label yet.
             raise NodeHeldError(
@@ -190,30 +195,31 @@ class Domains:
                 f"{sharedimex.Scope.PER_DOMAIN}) can use it once the node leaves that scope "
                 f"(label {sharedimex.SHARED_IMEX_LABEL} removed)"
             )
-        await self._patch_label(node, cd.uid)
+        await self._patch_mark(node, cd.uid)
         logger.info(
-            "labelled node for ComputeDomain",
+            "labelled node for ComputeDomain"
+            if self._mark is nodemark.Form.LABEL
+            else "marked node for ComputeDomain (annotation)",
             extra={"node": self._node, "cd": f"{cd.namespace}/{cd.name}"},
         )
         return True
 
     async def unlabel(self, domain_uid: str) -> bool:
-        """Remove the node label if it names ``domain_uid``; True when it was removed now."""
+        """Remove the node's mark (either form) if it names ``domain_uid``; True when it was
+        removed now."""
         node = await self._get_node()
-        labels = (node.metadata.labels if node.metadata else None) or {}
-        if labels.get(names.COMPUTE_DOMAIN_LABEL) != domain_uid:
+        if nodemark.domain_of(node.metadata) != domain_uid:
             return False
-        await self._patch_label(node, None)
+        await self._patch_mark(node, None)
         logger.info(
             "removed node label of ComputeDomain %s", domain_uid, extra={"node": self._node}
         )
         return True
 
     async def label_value(self) -> str:
-        """The node's current ComputeDomain label ("" when none)."""
+        """The CD UID the node is marked for, in either form ("" when none)."""
         node = await self._get_node()
-        labels = (node.metadata.labels if node.metadata else None) or {}
-        return str(labels.get(names.COMPUTE_DOMAIN_LABEL, ""))
+        return nodemark.domain_of(node.metadata)
 
     async def _get_node(self) -> Node:
         try:
@@ -222,14 +228,12 @@ class Domains:
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err
 
-    async def _patch_label(self, node: Node, value: str | None) -> None:
+    async def _patch_mark(self, node: Node, value: str | None) -> None:
         version = node.metadata.resourceVersion if node.metadata else None
         # The resourceVersion makes the patch conditional: a concurrent writer gets a 409.
-        patch = {
-            "metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: value}, "resourceVersion": version}
-        }
+        patch = nodemark.write_patch(self._mark, value, version)
         try:
-            with kube.translated(f"updating node {self._node} label"):
+            with kube.translated(f"updating node {self._node} {self._mark}"):
                 await self._client.patch(Node, self._node, patch, patch_type=PatchType.MERGE)
         except kube.KubeError as err:
             raise errors.TemporaryError(str(err)) from err

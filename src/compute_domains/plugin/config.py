@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from compute_domains.api import names
+from compute_domains.api import names, nodemark
 from compute_domains.infra import errors, kube
 
 MAX_CHANNEL_SLOTS = 127
@@ -167,6 +167,11 @@ class PluginSettings:
     formation pays no IMEX start. False (default): the first per-clique claim labels the node,
     and a start with no per-clique claim live removes the label, so a cluster switched back to
     ``perDomain`` frees its idle nodes (``eager``)."""
+    node_mark: nodemark.Form = nodemark.Form.LABEL
+    """How the node is marked for the per-domain CD it serves (``api.nodemark``): NVIDIA's node
+    label (default; a per-CD DaemonSet selects its nodes by it), or an annotation of the same
+    key (resident agents only, the chart's ``imex.nodeMark``), on which kube-scheduler re-queues
+    no parked pod."""
 
     def __post_init__(self) -> None:
         if not self.node_name:

@@ -35,7 +35,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from compute_domains.api import names, sharedimex
+from compute_domains.api import names, nodemark, sharedimex
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors, kube
 from compute_domains.infra.kube import cache
@@ -168,7 +168,7 @@ class Shared:
             meta = node.metadata
             labels = (meta.labels if meta else None) or {}
             current = (meta.annotations if meta else None) or {}
-            held = labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+            held = nodemark.domain_of(meta)
             missing = {k: v for k, v in annotations.items() if current.get(k) != v}
             done = labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON
             if node is seen and (held or (done and not missing)):

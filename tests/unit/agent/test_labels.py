@@ -126,3 +126,20 @@ SHARED = sharedimex.SHARED_IMEX_LABEL
 )
 def test_wants_of_a_node(node_labels: dict[str, str] | None, wanted: Wants) -> None:
     assert labels.wants_of(node_labels) == wanted
+
+
+def test_a_node_marked_by_annotation_asks_its_agent_as_a_labelled_one_does() -> None:
+    """decision 0026: with ``NODE_MARK=annotation`` the plugin writes the CD mark as an
+    annotation; the agent serves the CD all the same, and the label wins if both are set."""
+    from lightkube.models.core_v1 import Node
+    from lightkube.models.meta_v1 import ObjectMeta
+
+    node = Node(metadata=ObjectMeta(labels={CLIQUE: "c.1"}, annotations={CD: "u1"}))
+    assert labels.wants_of(labels.node_labels(node)).domain == Assignment(
+        domain_uid="u1", clique_id="c.1"
+    )
+    both = Node(metadata=ObjectMeta(labels={CD: "u1"}, annotations={CD: "u9"}))
+    assert labels.wants_of(labels.node_labels(both)).domain == Assignment(
+        domain_uid="u1", clique_id=""
+    )
+    assert labels.node_labels(None) == {}

@@ -101,3 +101,27 @@ def test_the_controller_may_patch_cliques_and_nodes(toolset: toolchain.Toolset) 
     ]
     (nodes,) = [x for x in cluster["rules"] if x["resources"] == ["nodes"]]
     assert "patch" in nodes["verbs"]
+
+
+def _plugin_env(r: render.Rendered) -> dict[str, Any]:
+    (plugin,) = [d for d in r.all("DaemonSet") if d["metadata"]["name"] == PLUGIN]
+    return {
+        e["name"]: e.get("value")
+        for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def test_the_node_mark_is_the_label_unless_asked(toolset: toolchain.Toolset) -> None:
+    """decision 0026: NVIDIA's node label by default, in both agent modes."""
+    for sets in ((), ("imex.agents=resident",), ("imex.agents=resident", "imex.nodeMark=label")):
+        assert "NODE_MARK" not in _plugin_env(render.render(toolset, *sets))
+    r = render.render(toolset, "imex.agents=resident", "imex.nodeMark=annotation")
+    assert _plugin_env(r)["NODE_MARK"] == "annotation"
+
+
+def test_the_node_mark_as_annotation_needs_resident_agents(toolset: toolchain.Toolset) -> None:
+    why = render.refusal(toolset, "imex.nodeMark=annotation")
+    assert "imex.nodeMark=annotation needs imex.agents=resident" in why
+    assert "selects its nodes by the node label resource.nvidia.com/computeDomain" in why
+    why = render.refusal(toolset, "imex.agents=resident", "imex.nodeMark=taint")
+    assert "nodeMark" in why and "annotation" in why
