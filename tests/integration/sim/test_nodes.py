@@ -282,6 +282,28 @@ async def test_ready_is_restored_after_the_node_controller_marks_it_false(
     assert ready.reason is None, "the stale NotReady reason was kept"
 
 
+async def test_a_node_registers_the_kubelets_own_labels_so_no_controller_patches_them(
+    admin: AsyncClient,
+) -> None:
+    """A real kubelet registers its Node with the stable and the beta OS and arch labels
+    (``initialNode``). Without the beta ones kube-controller-manager's node-lifecycle controller
+    patches every Node once to add them, a Node label event on which kube-scheduler re-queues
+    every parked pod (at 4,608 nodes those patches fell into a formation)."""
+    for name in (NODE_A, NODE_B):
+        node = await admin.get(Node, name)
+        assert node.metadata is not None
+        labels = node.metadata.labels or {}
+        for key in ("os", "arch"):
+            assert labels.get(f"beta.kubernetes.io/{key}") == labels.get(f"kubernetes.io/{key}")
+        owners = [
+            f.manager
+            for f in node.metadata.managedFields or []
+            if '"f:beta.kubernetes.io/os"' in str(f.fieldsV1)
+            or "f:beta.kubernetes.io/os" in str(f.fieldsV1)
+        ]
+        assert owners and "kube-controller-manager" not in owners, owners
+
+
 @pytest.fixture
 async def driver(admin: AsyncClient, nodes_sim: state.SimPaths) -> AsyncIterator[TestDriver]:
     drv = TestDriver(admin, NODE_A, nodes_sim.node_root(NODE_A))

@@ -67,10 +67,16 @@ class NodeStatus:
         control-plane node has only the kubelet's own (its role label comes from an admin,
         ``mark_control_plane``)."""
         spec = self._s.spec
+        # The kubelet's own (its ``initialNode``), the beta OS and arch labels included: without
+        # them kube-controller-manager's node-lifecycle controller patches every Node once to add
+        # them, a Node label update that makes kube-scheduler re-queue every parked pod (at 4,608
+        # nodes those patches lagged into the formation: 295,509 re-queues).
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
         }
         if spec.control_plane:
             return labels
