@@ -234,8 +234,9 @@ class IndexAssigner:
                 current = await self._fresh(name)  # a test failed: the entries moved
                 continue
             self._cache.cliques.observe(raw)
-            self._log_changes(name, current, ComputeDomainClique.from_resource(raw), log)
-            _log_signals(name, current, ComputeDomainClique.from_resource(raw), members, log)
+            written = self._decode(raw)  # once: the next pass finds this version decoded
+            self._log_changes(name, current, written, log)
+            _log_signals(name, current, written, members, log)
             return
         raise errors.TemporaryError(f"clique {ns}/{name} kept changing under {ATTEMPTS} plans")
 

@@ -140,6 +140,18 @@ class FakeNode:
             await self.client.delete(Lease, self.name, namespace="kube-node-lease")
 
 
+async def owner_ref(client: AsyncClient, ns: str) -> dict[str, Any]:
+    """The controller owner reference of a hand-made pod (``pod_owner``)."""
+    owner = await pod_owner(client, ns)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "controller": True,
+    }
+
+
 async def pod_owner(client: AsyncClient, ns: str) -> Any:
     """A ConfigMap that owns hand-made daemon pods (so no DaemonSet adopts them)."""
     try:
@@ -169,18 +181,11 @@ async def daemon_pod(
     name: str | None = None,
 ) -> Pod:
     """A daemon pod of CD ``domain_uid`` bound to ``node``, Running, with the given readiness."""
-    owner = await pod_owner(client, ns)
+    ref = await owner_ref(client, ns)
     labels = {names.COMPUTE_DOMAIN_LABEL: domain_uid}
     if clique_id is not None:
         labels[names.CLIQUE_ID_LABEL] = clique_id
     name = name or f"daemon-{domain_uid[:8]}-{node}"
-    ref = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": owner.metadata.name,
-        "uid": owner.metadata.uid,
-        "controller": True,
-    }
     body = {
         "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [ref]},
         "spec": {
@@ -215,14 +220,7 @@ async def agent_pod(
     except ApiError as err:
         if err.status.code != 404:
             raise
-        owner = await pod_owner(client, ns)
-        ref = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": owner.metadata.name,
-            "uid": owner.metadata.uid,
-            "controller": True,
-        }
+        ref = await owner_ref(client, ns)
         body = {
             "metadata": {
                 "name": name,

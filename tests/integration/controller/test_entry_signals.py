@@ -41,19 +41,12 @@ async def _agent(
     client: AsyncClient, ns: str, uid: str, node: str, ip: str, *, declared: bool = True
 ) -> str:
     """An agent pod on ``node`` serving CD ``uid``, Running since ``T0`` and Ready."""
-    owner = await objects.pod_owner(client, ns)
+    ref = await objects.owner_ref(client, ns)
     name = f"agent-{node}"
     labels = {
         **agentpods.LABELS,
         names.COMPUTE_DOMAIN_LABEL: uid,
         names.CLIQUE_ID_LABEL: CLIQUE,
-    }
-    ref = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": owner.metadata.name,
-        "uid": owner.metadata.uid,
-        "controller": True,
     }
     body = {
         "metadata": {

@@ -73,16 +73,7 @@ async def _pod(client: AsyncClient, ns: str, name: str, *, node: str, owned: boo
     for a ReplicaSet: any controller kind but DaemonSet recreates a deleted pod elsewhere)."""
     meta: dict[str, Any] = {"name": name, "namespace": ns}
     if owned:
-        owner = await objects.pod_owner(client, ns)
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "name": owner.metadata.name,
-                "uid": owner.metadata.uid,
-                "controller": True,
-            }
-        ]
+        meta["ownerReferences"] = [await objects.owner_ref(client, ns)]
     body = {
         "metadata": meta,
         "spec": {
