@@ -65,6 +65,12 @@ def domain_of(meta: Any) -> str:
     return str(found or "")
 
 
+def index(node: Any) -> tuple[str, ...]:
+    """Index function of Nodes (objects with ``metadata``) by the CD their mark names."""
+    found = domain_of(getattr(node, "metadata", None))
+    return (found,) if found else ()
+
+
 def effective_labels(meta: Any) -> dict[str, str]:
     """A Node's labels with its mark as a label when it is written as an annotation: what every
     reader that judges a node by its labels (held, warm, shared) should see."""

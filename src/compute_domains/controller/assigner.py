@@ -48,7 +48,6 @@ from compute_domains.controller import (
     caches,
     cliqueindex,
     config,
-    informer,
     kubeapi,
     scope,
     status,
@@ -75,10 +74,6 @@ class IndexAssigner:
         self._cache = cache
         self._settings = settings
         self.queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(retry_backoff=settings.retry)
-        self._decoded: informer.PerObject[ComputeDomainClique] = informer.PerObject(
-            ComputeDomainClique.from_resource
-        )
-        """Each cached clique decoded once per version (by name)."""
         self._settled: dict[str, tuple[Any, tuple[Any, ...]]] = {}
         """Clique name → the cached object and the candidates a pass last found nothing to write
         for: a later pass with both unchanged skips that clique (at 4,608 nodes a pass planned
@@ -118,9 +113,6 @@ class IndexAssigner:
         if cd is None or scope.fixed_scope(cd.metadata.annotations) is Scope.PER_CLIQUE:
             for name in [k for k in self._settled if k.startswith(f"{domain_uid}.")]:
                 del self._settled[name]
-            for key in self._decoded.keys():
-                if str(key).startswith(f"{domain_uid}."):
-                    self._decoded.forget(key)
             return
         log = {"cd": f"{cd.metadata.namespace}/{cd.metadata.name}"}
         pods = self._cache.pods.by_index(caches.CD_INDEX, domain_uid)
@@ -155,7 +147,7 @@ class IndexAssigner:
         }
 
     def _decode(self, raw: Any) -> ComputeDomainClique:
-        return self._decoded.of(raw.metadata.name or "", raw)
+        return self._cache.clique_of(raw)
 
     async def _fresh(self, name: str) -> ComputeDomainClique | None:
         raw: Any = await self._api.get(

@@ -49,7 +49,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 from compute_domains.api import names, nodemark, sharedimex
-from compute_domains.api.clique import ComputeDomainCliqueResource
+from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueResource
 from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.controller import agentpods, claims, config, informer, kubeapi, pending
 from compute_domains.controller.status import node_is_ready
@@ -114,12 +114,6 @@ def _label(obj: Any) -> str | None:
 def _mark(node: Any) -> str | None:
     """The CD a Node is marked for, label or annotation (``api.nodemark``), or None."""
     return (nodemark.domain_of(node.metadata) or None) if node is not None else None
-
-
-def _marked(node: Any) -> Iterable[str]:
-    """Index function of the nodes' ``CD_INDEX``: the CD in either form of the mark."""
-    found = _mark(node)
-    return (found,) if found else ()
 
 
 class Caches:
@@ -193,7 +187,7 @@ class Caches:
             name="nodes",
             namespace=None,
             indexers={
-                CD_INDEX: _marked,
+                CD_INDEX: nodemark.index,
                 WARM_INDEX: informer.label_indexer(names.WARM_FOR_LABEL),
                 CHANNEL_INDEX: _channel_uids,
             },
@@ -223,6 +217,14 @@ class Caches:
         )
         self.agents = agentpods.AgentPods(api, settings, enqueue, lambda n: self.nodes.get("", n))
         self._summaries = claims.Summaries()
+        self._decoded: informer.PerObject[ComputeDomainClique] = informer.PerObject(
+            ComputeDomainClique.from_resource
+        )
+
+    def clique_of(self, raw: Any) -> ComputeDomainClique:
+        """A cached clique decoded once per cached version, for the assigner and the status
+        pass alike (``DecodeError`` each time for a malformed one)."""
+        return self._decoded.of(raw.metadata.name or "", raw)
 
     @property
     def all(self) -> tuple[informer.Informer[Any], ...]:
@@ -428,6 +430,8 @@ class Caches:
 
     def _clique_changed(self, old: Any, new: Any) -> None:
         obj = new if new is not None else old
+        if new is None:
+            self._decoded.forget(obj.metadata.name or "")
         if sharedimex.is_registry_name(obj.metadata.name or ""):
             self._registry_changed(old, new)  # no CD label: not any CD's own clique
         else:

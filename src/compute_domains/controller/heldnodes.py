@@ -81,18 +81,16 @@ class Decision:
     why: str = ""
 
 
-def _labels(node: Any) -> Mapping[str, str]:
-    return nodemark.effective_labels(claims._get(node, "metadata"))
-
-
 _SHARED_WORDS = "the per-clique scope (its shared IMEX serves per-clique ComputeDomains only)"
 
 
 def holder(node: Any) -> str:
     """The holder of ``node`` ("" when free): the UID in its CD label, else in its warm label,
     else ``sharedimex.SHARED_HOLDER`` when it is in the per-clique scope."""
-    labels = _labels(node)
-    found = str(labels.get(names.COMPUTE_DOMAIN_LABEL) or labels.get(names.WARM_FOR_LABEL) or "")
+    meta = claims._get(node, "metadata")
+    labels: Mapping[str, str] = claims._get(meta, "labels") or {}
+    # The CD mark in either form (``api.nodemark``); read, not copied: once per node per pass.
+    found = nodemark.domain_of(meta) or str(labels.get(names.WARM_FOR_LABEL) or "")
     if not found and labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON:
         return sharedimex.SHARED_HOLDER
     return found

@@ -300,7 +300,7 @@ class StatusSync:
         out = []
         for raw in self._cache.cliques.by_index(caches.CD_INDEX, domain_uid):
             try:
-                out.append(ComputeDomainClique.from_resource(raw))
+                out.append(self._cache.clique_of(raw))
             except DecodeError as err:
                 logger.warning("ignoring malformed clique %s: %s", raw.metadata.name, err)
         return out

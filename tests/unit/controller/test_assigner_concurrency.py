@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import Pod
 
 from compute_domains import controller
 from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.controller import assigner, caches, cliqueindex, kubeapi
 
 pytestmark = pytest.mark.timeout(2)
@@ -66,6 +67,9 @@ class _Caches:
 
     def cd(self, _uid: str) -> Any:
         return Pod(metadata=ObjectMeta(name="cd", namespace="user", uid=UID, annotations={}))
+
+    def clique_of(self, raw: Any) -> ComputeDomainClique:
+        return ComputeDomainClique.from_resource(raw)
 
 
 class _Api:

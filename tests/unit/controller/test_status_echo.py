@@ -15,6 +15,7 @@ from lightkube import AsyncClient
 
 from compute_domains import controller
 from compute_domains.api import names
+from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource
 from compute_domains.controller import caches, events, kubeapi, metrics, statussync
 
@@ -101,3 +102,25 @@ def test_the_stored_status_is_decoded_once_per_version() -> None:
     cache.cds.observe(_cd("9", "Ready"))  # the cache moved on: what it holds now counts
     stored = sync._stored(cd)
     assert stored is not None and stored.status.value == "Ready"
+
+
+def _clique(version: str) -> Any:
+    raw = ComputeDomainClique.new(domain_uid=UID, clique_id="c.1", namespace="driver")
+    res = raw.to_resource()
+    res.metadata.resourceVersion = version  # type: ignore[union-attr]
+    return res
+
+
+def test_each_cached_clique_is_decoded_once_per_version_for_every_pass() -> None:
+    """The status pass and the assigner both read a CD's cliques every pass (256 at 4,608
+    nodes): one decode per cached version, shared, and forgotten when the clique goes."""
+    cache = _cache([])
+    cache.cliques.observe(_clique("5"))
+    sync = _sync(cache)
+    first = sync._cliques(UID)
+    assert [c.clique_id for c in first] == ["c.1"]
+    assert sync._cliques(UID)[0] is first[0]  # the same version: not decoded again
+    (raw,) = cache.cliques.by_index(caches.CD_INDEX, UID)
+    assert cache.clique_of(raw) is first[0]  # the assigner reads the same decode
+    cache.cliques.observe(_clique("6"))
+    assert sync._cliques(UID)[0] is not first[0]  # a new version is decoded anew
