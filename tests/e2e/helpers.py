@@ -27,7 +27,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from prometheus_client.parser import text_string_to_metric_families
 
 from compute_domains.agent.config import SHARED_FOLDER
-from compute_domains.api import clique, computedomain, names, sharedimex
+from compute_domains.api import clique, computedomain, names, nodemark, sharedimex
 from compute_domains.cli import options
 from compute_domains.containers import procs
 from compute_domains.plugin import checkpoint, checkpointfile
@@ -221,6 +221,12 @@ async def gone(admin: AsyncClient, kind: Any, name: str, namespace: str | None =
     except ApiError as err:
         return err.status.code == 404
     return False
+
+
+async def marked_nodes(admin: AsyncClient) -> list[Node]:
+    """The Nodes marked for any ComputeDomain, in either form of the mark (the label, or the
+    annotation with ``imex.nodeMark=annotation``; ``api.nodemark``)."""
+    return [n async for n in admin.list(Node) if nodemark.domain_of(n.metadata)]
 
 
 async def create_cd(

@@ -33,7 +33,7 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Node, Pod
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain, names, nodemark
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
 
@@ -149,7 +149,7 @@ async def _pods(admin: AsyncClient, job: str) -> list[Pod]:
 
 async def _labels(admin: AsyncClient) -> dict[str, str]:
     return {
-        str(n.metadata.name): (n.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL, "")  # type: ignore[union-attr]
+        str(n.metadata.name): nodemark.domain_of(n.metadata)  # the label, or the annotation
         async for n in admin.list(Node, labels={names.GPU_PRESENT_LABEL: "true"})
     }
 

@@ -34,7 +34,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
-from compute_domains.api import clique, computedomain, names, sharedimex
+from compute_domains.api import clique, computedomain, names, nodemark, sharedimex
 from compute_domains.plugin import checkpoint
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
@@ -57,8 +57,7 @@ async def _labels(admin: AsyncClient) -> dict[str, str | None]:
         assert meta is not None
         held = sorted(sharedimex.channels(meta.annotations)) if helpers.per_clique() else []
         assert len(held) <= 1, (meta.name, held)
-        label = (meta.labels or {}).get(names.COMPUTE_DOMAIN_LABEL)
-        out[str(meta.name)] = held[0] if held else label
+        out[str(meta.name)] = held[0] if held else (nodemark.domain_of(meta) or None)
     return out
 
 

@@ -29,7 +29,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 
-from compute_domains.api import computedomain, names, sharedimex
+from compute_domains.api import computedomain, names, nodemark, sharedimex
 from compute_domains.plugin import cdi, checkpoint
 from compute_domains.sim import control, state, topology
 from tests.e2e import helpers
@@ -261,7 +261,7 @@ async def test_a_rebooted_node_rejoins_its_domain_with_its_index(
     if helpers.per_clique():
         assert domain_uid in sharedimex.channels(node.metadata.annotations)  # type: ignore[union-attr]
     else:
-        assert (node.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == domain_uid  # type: ignore[union-attr]
+        assert nodemark.domain_of(node.metadata) == domain_uid  # the label, or the annotation
     cp = read_checkpoint(rack_sim, victim)
     live = {uid for uid, e in cp.claims.items() if e.state is not checkpoint.ClaimState.UNPREPARED}
     assert len(live) == (1 if helpers.resident_agents() else 2), cp.claims

@@ -22,7 +22,7 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from compute_domains.api import clique, computedomain, names
+from compute_domains.api import clique, computedomain, names, nodemark
 from compute_domains.sim import state, topology
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
@@ -133,7 +133,7 @@ async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
         left += [
             c async for c in admin.list(clique.ComputeDomainCliqueResource, namespace=DRIVER_NS)
         ]
-        left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += await helpers.marked_nodes(admin)
         left += [c async for c in admin.list(ResourceClaim, namespace="*")]
         left += [
             d
@@ -203,9 +203,9 @@ async def test_an_agent_leaves_a_cd_with_its_own_daemonset_alone(
 
     async def labelled() -> bool:
         found = await admin.get(Node, node)
-        return (found.metadata.labels or {}).get(names.COMPUTE_DOMAIN_LABEL) == uid  # type: ignore[union-attr]
+        return nodemark.domain_of(found.metadata) == uid  # the label, or the annotation
 
-    await _eventually(labelled, 120, "the node labelled for the older CD")
+    await _eventually(labelled, 120, "the node marked for the older CD")
     (agent,) = [p for p in await _agents(admin) if p.spec is not None and p.spec.nodeName == node]
     assert agent.metadata is not None and agent.metadata.name
 

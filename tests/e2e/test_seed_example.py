@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 from compute_domains.api import clique, computedomain, names, sharedimex
@@ -176,7 +176,7 @@ async def test_seed_example_forms_one_domain_and_leaves_nothing(
                 DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
             )
         ]
-        left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+        left += await helpers.marked_nodes(admin)
         left += [c async for c in admin.list(ResourceClaim, namespace="*")]
         left += [
             t

@@ -43,7 +43,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
 
 import compute_domains
@@ -330,7 +330,7 @@ async def _nothing_left(admin: AsyncClient, sim: state.SimPaths) -> bool:
             DaemonSet, namespace=DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
         )
     ]
-    left += [n async for n in admin.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: None})]
+    left += await helpers.marked_nodes(admin)
     left += [c async for c in admin.list(ResourceClaim, namespace="*")]
     left += [
         t

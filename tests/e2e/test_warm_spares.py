@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
-from compute_domains.api import computedomain, names
+from compute_domains.api import computedomain, names, nodemark
 from compute_domains.plugin import devices
 from compute_domains.sim import topology
 from tests.e2e import helpers
@@ -142,7 +142,7 @@ async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: Asyn
 
     async def unlabelled_by_claim() -> bool:
         node = await admin.get(Node, N1)
-        return names.COMPUTE_DOMAIN_LABEL not in (node.metadata.labels or {})  # type: ignore[union-attr]
+        return not nodemark.domain_of(node.metadata)  # neither the label nor the annotation
 
     await helpers.within(30, unlabelled_by_claim, "n01's computeDomain label removed")
     assert await _daemon_nodes(admin, uid) == daemons  # the same daemon pods, still Ready

@@ -179,13 +179,14 @@ class Domains:
         current = nodemark.domain_of(node.metadata)
         if current == cd.uid:
             return False
+        labels = (node.metadata.labels if node.metadata else None) or {}
         if current:
+            form = "label" if labels.get(nodemark.KEY) else "annotation"
             raise NodeHeldError(
-                f"node {self._node} is held by another ComputeDomain (label "
+                f"node {self._node} is held by another ComputeDomain ({form} "
                 f"{names.COMPUTE_DOMAIN_LABEL}={current}); ComputeDomain "
                 f"{cd.namespace}/{cd.name} can use it once that one leaves"
             )
-        labels = (node.metadata.labels if node.metadata else None) or {}
         if labels.get(sharedimex.SHARED_IMEX_LABEL) == sharedimex.SHARED_IMEX_ON:
             # The API's word, for a plugin whose Node watch has not seen the label yet.
             raise NodeHeldError(

@@ -76,7 +76,7 @@ async def test_another_cds_annotation_refuses_a_claim_in_either_form(
                 await asyncio.sleep(0.3)
 
         message = await asyncio.wait_for(refused(), 60)
-        assert "someone-else" in message
+        assert f"(annotation {KEY}=someone-else)" in message, message
         assert _forms(await admin.get(Node, NODE_A)) == (None, "someone-else")
     finally:
         await admin.patch(Node, NODE_A, {"metadata": {"annotations": {KEY: None}}})
