@@ -223,6 +223,21 @@ async def gone(admin: AsyncClient, kind: Any, name: str, namespace: str | None =
     return False
 
 
+async def formed(admin: AsyncClient, cd: str, n: int, job: str = "job") -> bool:
+    """Whether CD ``cd`` (namespace default) is Ready with ``n`` Ready nodes and the ``n`` pods
+    of its workload Deployment ``job`` (label ``job=<job>``) run Ready."""
+    st = await cd_status(admin, cd)
+    nodes = st.get("nodes") or []
+    pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": job})]
+    return (
+        st.get("status") == "Ready"
+        and len(nodes) == n
+        and all(e["status"] == "Ready" for e in nodes)
+        and len(pods) == n
+        and all(ready(p) for p in pods)
+    )
+
+
 async def marked_nodes(admin: AsyncClient) -> list[Node]:
     """The Nodes marked for any ComputeDomain, in either form of the mark (the label, or the
     annotation with ``imex.nodeMark=annotation``; ``api.nodemark``)."""

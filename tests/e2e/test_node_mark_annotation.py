@@ -70,19 +70,9 @@ async def test_refused_over_per_cd_daemonsets_then_a_cd_forms_marked_by_annotati
     uid = await helpers.create_cd(admin, "marked", num_nodes=2)
     await admin.create(helpers.workload_deployment("job", "marked-rct", 2))
 
-    async def formed() -> bool:
-        st = await helpers.cd_status(admin, "marked")
-        nodes = st.get("nodes") or []
-        pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": "job"})]
-        return (
-            st.get("status") == "Ready"
-            and len(nodes) == 2
-            and all(n["status"] == "Ready" for n in nodes)
-            and len(pods) == 2
-            and all(helpers.ready(p) for p in pods)
-        )
-
-    await _eventually(formed, 300, "the CD Ready with 2 nodes and 2 running workload pods")
+    await _eventually(
+        lambda: helpers.formed(admin, "marked", 2), 300, "the CD Ready with 2 nodes, 2 running pods"
+    )
     marks = await _marks(admin)
     assert sorted(marks.values()) == [(None, uid), (None, uid)], marks
     serving = await helpers.daemon_pods(admin, uid)

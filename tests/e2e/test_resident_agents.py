@@ -82,19 +82,9 @@ async def test_a_cd_forms_with_no_pod_created_and_leaves_nothing(
     uid = await helpers.create_cd(admin, CD, num_nodes=2)
     await admin.create(helpers.workload_deployment("job", f"{CD}-rct", 2))
 
-    async def formed() -> bool:
-        st = await helpers.cd_status(admin, CD)
-        nodes = st.get("nodes") or []
-        pods = [p async for p in admin.list(Pod, namespace="default", labels={"job": "job"})]
-        return (
-            st.get("status") == "Ready"
-            and len(nodes) == 2
-            and all(n["status"] == "Ready" for n in nodes)
-            and len(pods) == 2
-            and all(helpers.ready(p) for p in pods)
-        )
-
-    await _eventually(formed, 300, "the CD Ready with 2 nodes and 2 running workload pods")
+    await _eventually(
+        lambda: helpers.formed(admin, CD, 2), 300, "the CD Ready with 2 nodes and 2 running pods"
+    )
 
     # No pod was created for the CD: the driver namespace holds exactly the pods it held.
     assert _pod_ids(await _driver_pods(admin)) == before

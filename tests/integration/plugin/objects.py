@@ -399,6 +399,16 @@ async def events(admin: AsyncClient, ns: str, pod_name: str) -> list[Event]:
     ]
 
 
+async def event_containing(admin: AsyncClient, ns: str, pod_name: str, text: str) -> str:
+    """The message of the first Event of pod ``pod_name`` that contains ``text`` (waits for it;
+    the caller bounds the wait)."""
+    while True:
+        for e in await events(admin, ns, pod_name):
+            if text in (e.message or ""):
+                return e.message or ""
+        await asyncio.sleep(0.3)
+
+
 def read_checkpoint(sim: state.SimPaths, node: str) -> checkpoint.Checkpoint:
     path = (
         sim.node_root(node)

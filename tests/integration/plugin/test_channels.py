@@ -264,14 +264,8 @@ async def test_a_node_labelled_for_another_domain_refuses_with_a_clear_error(
     try:
         await objects.pod(admin, spaces.user, "w", LS, template="late", node=NODE_A)
 
-        async def refused() -> str:
-            while True:
-                for e in await objects.events(admin, spaces.user, "w"):
-                    if "held by another ComputeDomain" in (e.message or ""):
-                        return e.message or ""
-                await asyncio.sleep(0.3)
-
-        message = await asyncio.wait_for(refused(), 60)
+        refused = objects.event_containing(admin, spaces.user, "w", "held by another ComputeDomain")
+        message = await asyncio.wait_for(refused, 60)
         assert "someone-else" in message
         assert await objects.node_label(admin, NODE_A) == "someone-else"
     finally:

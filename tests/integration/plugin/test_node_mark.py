@@ -68,14 +68,8 @@ async def test_another_cds_annotation_refuses_a_claim_in_either_form(
     try:
         await objects.pod(admin, spaces.user, "w", LS, template="late", node=NODE_A)
 
-        async def refused() -> str:
-            while True:
-                for e in await objects.events(admin, spaces.user, "w"):
-                    if "held by another ComputeDomain" in (e.message or ""):
-                        return e.message or ""
-                await asyncio.sleep(0.3)
-
-        message = await asyncio.wait_for(refused(), 60)
+        refused = objects.event_containing(admin, spaces.user, "w", "held by another ComputeDomain")
+        message = await asyncio.wait_for(refused, 60)
         assert f"(annotation {KEY}=someone-else)" in message, message
         assert _forms(await admin.get(Node, NODE_A)) == (None, "someone-else")
     finally:
