@@ -50,6 +50,11 @@ class PodWorker:
         """Condition type → status this kubelet last wrote (to notice others' rewrites)."""
         self._written: dict[str, Any] | None = None
         """The status last written, None when the next one must be written whatever it is."""
+        self._before: dict[str, str] = {}
+        """The conditions of the write before the last (a late echo of it is not a rewrite)."""
+        self._overwritten = 0
+        """How often another writer's conditions arrived (``update``): a write in flight
+        meanwhile is not taken as the server's state."""
         self._sandbox_ready = False
         self._since: dict[str, str] = {}
         self._start_time = podstatus.now()
@@ -82,6 +87,8 @@ class PodWorker:
         server = _conditions(pod)
         if self._published and any(server.get(k) != v for k, v in self._published.items()):
             self._written = None
+            if not self._before or any(server.get(k) != v for k, v in self._before.items()):
+                self._overwritten += 1  # not the echo of our previous write: someone else's
             self.changed()
 
     def terminate(self, grace: float, gone: bool = False) -> None:
@@ -189,12 +196,17 @@ class PodWorker:
                 # or a retry that changes nothing costs the API server and every watcher of
                 # the pod nothing.
                 continue
+            self._before = self._published
             self._published = {c["type"]: c["status"] for c in status["conditions"]}
+            overwritten = self._overwritten
             try:
                 await self._svc.client.patch(
                     Pod.Status, self.name, {"status": status}, namespace=self.namespace
                 )
-                self._written = status
+                # Someone rewrote our conditions while this write was in flight (its answer can
+                # come after the watch delivered their write): the server's status is not ours,
+                # so the next pass writes again instead of taking it as written.
+                self._written = status if self._overwritten == overwritten else None
             except httpx.HTTPError as err:
                 if kube.is_not_found(err):
                     return
