@@ -87,8 +87,11 @@ class PodWorker:
         server = _conditions(pod)
         if self._published and any(server.get(k) != v for k, v in self._published.items()):
             self._written = None
-            if not self._before or any(server.get(k) != v for k, v in self._before.items()):
-                self._overwritten += 1  # not the echo of our previous write: someone else's
+            # Not the echo of our previous write (before our first: a version without Ready,
+            # from before any write of ours), so someone else's.
+            before: dict[str, str | None] = {**self._before} or {"Ready": None}
+            if any(server.get(k) != v for k, v in before.items()):
+                self._overwritten += 1
             self.changed()
 
     def terminate(self, grace: float, gone: bool = False) -> None:
