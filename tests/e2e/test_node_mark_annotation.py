@@ -3,7 +3,9 @@ virtual nodes with resident agents.
 
 First the chart refuses the value while a ComputeDomain runs on a DaemonSet of its own (its
 daemon pods are placed by the node label, which the annotation would not set), naming that
-DaemonSet; once that CD is gone the same values install. Then a two-node ComputeDomain forms:
+DaemonSet; once that CD is gone the same values install. (When the suite itself runs with the
+resident agents, ``CD_E2E_SET``, no CD has a DaemonSet of its own and that first part is left
+out.) Then a two-node ComputeDomain forms:
 each node carries the CD's UID as the annotation ``resource.nvidia.com/computeDomain`` and no
 such label, the agent pods serve it (NVIDIA's pod label), the CD goes Ready and each workload
 runs with its channel and reaches both nodes' IMEX. Deleting the workload and the CD leaves no
@@ -42,11 +44,9 @@ async def _marks(admin: AsyncClient) -> dict[str, tuple[str | None, str | None]]
     return found
 
 
-async def test_refused_over_per_cd_daemonsets_then_a_cd_forms_marked_by_annotation(
-    admin: AsyncClient, rack_sim: state.SimPaths
-) -> None:
-    if helpers.per_clique():
-        pytest.skip("the node mark is the per-domain scope's; a per-clique CD sets none")
+async def _refused_over_a_per_cd_daemonset(admin: AsyncClient, sim: state.SimPaths) -> None:
+    """The chart refuses the annotation while a CD runs on a DaemonSet of its own, naming it;
+    the CD is deleted and its DaemonSet gone afterwards."""
     old = await helpers.create_cd(admin, "own-ds", num_nodes=2)
 
     async def has_daemonset() -> bool:
@@ -55,7 +55,7 @@ async def test_refused_over_per_cd_daemonsets_then_a_cd_forms_marked_by_annotati
 
     await _eventually(has_daemonset, 120, "the per-CD DaemonSet of the first CD")
     with pytest.raises(AssertionError) as refused:
-        helpers.upgrade(rack_sim, *VALUES)
+        helpers.upgrade(sim, *VALUES)
     why = str(refused.value)
     assert "imex.nodeMark=annotation while ComputeDomains run on DaemonSets of their own" in why
     assert f"{names.daemon_object_name(old)} (ComputeDomain {old})" in why
@@ -65,6 +65,15 @@ async def test_refused_over_per_cd_daemonsets_then_a_cd_forms_marked_by_annotati
         return not await has_daemonset()
 
     await _eventually(no_daemonset, 120, "the first CD's DaemonSet gone")
+
+
+async def test_refused_over_per_cd_daemonsets_then_a_cd_forms_marked_by_annotation(
+    admin: AsyncClient, rack_sim: state.SimPaths
+) -> None:
+    if helpers.per_clique():
+        pytest.skip("the node mark is the per-domain scope's; a per-clique CD sets none")
+    if not helpers.resident_agents():  # else the suite's values leave no per-CD DaemonSet
+        await _refused_over_a_per_cd_daemonset(admin, rack_sim)
     helpers.upgrade(rack_sim, *VALUES)
 
     uid = await helpers.create_cd(admin, "marked", num_nodes=2)
