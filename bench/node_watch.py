@@ -15,10 +15,10 @@ outside and writes one line per change (JSON lines):
 
 Usage (``SIM`` is ``$CD_SIM_HOME/sims/<name>``; it waits for the sim's API server)::
 
-    python3 bench/node_watch.py --sim SIM --out FILE [--gap 10] [--until-gone]
+    python3 bench/node_watch.py --sim SIM --out FILE [--gap 10]
 
-A summary (changes per kind, nodes affected, the largest Lease gaps) goes to stdout when it ends
-(the sim is gone, or SIGINT/SIGTERM).
+It runs until stopped (SIGINT or SIGTERM; a broken watch is re-opened, so stop it before the sim
+goes) and then prints a summary: changes per kind, nodes affected, the largest Lease gaps.
 """
 
 from __future__ import annotations
