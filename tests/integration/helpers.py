@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import subprocess
 from collections import Counter
@@ -39,11 +40,15 @@ async def wait_for(
             if obj is not None and predicate(obj):
                 return obj  # type: ignore[no-any-return]
             rv = obj.metadata.resourceVersion if obj is not None else None
-            async for _op, obj in client.watch(
+            # aclosing: the watch's connection closes on return, not whenever the generator is
+            # collected (after this test's event loop closed, an unclosed transport).
+            watch = client.watch(
                 res, namespace=namespace, resource_version=rv, fields={"metadata.name": name}
-            ):
-                if predicate(obj):
-                    return obj  # type: ignore[no-any-return]
+            )
+            async with contextlib.aclosing(watch) as events:
+                async for _op, obj in events:
+                    if predicate(obj):
+                        return obj  # type: ignore[no-any-return]
 
     return await asyncio.wait_for(follow(), timeout)
 

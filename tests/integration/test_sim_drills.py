@@ -168,16 +168,21 @@ def test_a_pause_ends_at_once_when_its_command_ends(home: Path, how: str) -> Non
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        _until(lambda: procs.stopped(etcd), "etcd stopped")
-        t0 = time.monotonic()
-        pause.send_signal(signal.SIGINT if how == "interrupt" else signal.SIGKILL)
-        _until(lambda: not procs.stopped(etcd), "etcd continued", timeout=15)
-        continued = time.monotonic() - t0
-        out, err = pause.communicate(timeout=30)
-    finally:
-        pause.kill()
-        pause.wait()
+    with pause:  # its pipes are closed however this ends
+        try:
+            _until(lambda: procs.stopped(etcd), "etcd stopped")
+            t0 = time.monotonic()
+            pause.send_signal(signal.SIGINT if how == "interrupt" else signal.SIGKILL)
+            _until(lambda: not procs.stopped(etcd), "etcd continued", timeout=15)
+            continued = time.monotonic() - t0
+            out, err = pause.communicate(timeout=30)
+        except AssertionError as failed:
+            pause.kill()
+            said = pause.communicate(timeout=30)
+            raise AssertionError(f"{failed}; the pause command said {said}") from None
+        finally:
+            pause.kill()
+            pause.wait()
     assert continued < 15
     if how == "interrupt":
         assert pause.returncode == 130, (out, err)

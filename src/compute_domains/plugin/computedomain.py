@@ -35,6 +35,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
@@ -391,6 +392,9 @@ async def follow(
     if shared is not None:
         await informers.wait_until(shared, (namespace, name), ready)
         return
-    async for obj in states(client, res, name, namespace):
-        if obj is not None and ready(obj):
-            return
+    # aclosing: returning ends the watch (its connection) now, not when the generator is
+    # collected, which a reference cycle can put off while the API server keeps serving it.
+    async with contextlib.aclosing(states(client, res, name, namespace)) as found:
+        async for obj in found:
+            if obj is not None and ready(obj):
+                return

@@ -11,6 +11,7 @@ naming the pods) until the last workload claim is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from lightkube import AsyncClient
@@ -206,11 +207,13 @@ async def test_deletion_order_and_nothing_left_behind(
         listed = {k: asyncio.Event() for k in ("workload", "daemon-rct", "ds", "label", "cd")}
 
         async def watch(key: str, res: Any, ns: str | None, name: str, done: Any) -> None:
-            async for op, obj in client.watch(res, namespace=ns, fields={"metadata.name": name}):
-                listed[key].set()
-                if done(op, obj):
-                    marks[key] = int(obj.metadata.resourceVersion)
-                    return
+            watch = client.watch(res, namespace=ns, fields={"metadata.name": name})
+            async with contextlib.aclosing(watch) as events:  # closed on return, not collected
+                async for op, obj in events:
+                    listed[key].set()
+                    if done(op, obj):
+                        marks[key] = int(obj.metadata.resourceVersion)
+                        return
 
         terminating = lambda op, o: o.metadata.deletionTimestamp is not None  # noqa: E731
         unlabelled = lambda op, o: names.COMPUTE_DOMAIN_LABEL not in (o.metadata.labels or {})  # noqa: E731

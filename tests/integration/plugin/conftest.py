@@ -255,11 +255,13 @@ async def wait_gone(
                     return
                 raise
             rv = obj.metadata.resourceVersion
-            async for op, _ in admin.watch(
+            watch = admin.watch(
                 res, namespace=namespace, fields={"metadata.name": name}, resource_version=rv
-            ):
-                if op == "DELETED":
-                    return
+            )
+            async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
+                async for op, _ in events:
+                    if op == "DELETED":
+                        return
 
     await asyncio.wait_for(gone(), timeout)
 

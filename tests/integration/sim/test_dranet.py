@@ -9,6 +9,7 @@ device status carries the network data; the NICs return to the host when the pod
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -136,13 +137,14 @@ async def _dranet_slices(api: AsyncClient, nodes: int, timeout: float = 60.0) ->
         if len(by_node) >= nodes:
             return by_node
         # With no resourceVersion the watch starts with the current slices: nothing is missed.
-        async for op, s in api.watch(ResourceSlice, fields=fields):
-            if op == "DELETED":
-                by_node.pop(s.spec.nodeName, None)
-            else:
-                by_node[s.spec.nodeName] = s
-            if len(by_node) >= nodes:
-                return by_node
+        async with contextlib.aclosing(api.watch(ResourceSlice, fields=fields)) as events:
+            async for op, s in events:
+                if op == "DELETED":
+                    by_node.pop(s.spec.nodeName, None)
+                else:
+                    by_node[s.spec.nodeName] = s
+                if len(by_node) >= nodes:
+                    return by_node
         return by_node
 
     return await asyncio.wait_for(follow(), timeout)
@@ -276,9 +278,11 @@ async def _gone(api: AsyncClient, name: str, ns: str) -> None:
             raise
         rv = pod.metadata.resourceVersion if pod.metadata else None
         fields = {"metadata.name": name}
-        async for op, _ in api.watch(Pod, namespace=ns, fields=fields, resource_version=rv):
-            if op == "DELETED":
-                return
+        watch = api.watch(Pod, namespace=ns, fields=fields, resource_version=rv)
+        async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
+            async for op, _ in events:
+                if op == "DELETED":
+                    return
 
 
 def _spec(name: str) -> topology.NodeSpec:

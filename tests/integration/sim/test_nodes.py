@@ -79,10 +79,12 @@ async def _wait_pods(
     client: AsyncClient, ns: str, app: str, count: int, ok: object, timeout: float = 90
 ) -> list[Pod]:
     async def poll() -> list[Pod]:
-        async for _ in client.watch(Pod, namespace=ns, labels={"app": app}):
-            pods = await _pods(client, ns, app)
-            if len(pods) == count and all(ok(p) for p in pods):  # type: ignore[operator]
-                return pods
+        watch = client.watch(Pod, namespace=ns, labels={"app": app})
+        async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
+            async for _ in events:
+                pods = await _pods(client, ns, app)
+                if len(pods) == count and all(ok(p) for p in pods):  # type: ignore[operator]
+                    return pods
         raise AssertionError("watch ended")
 
     pods = await _pods(client, ns, app)
