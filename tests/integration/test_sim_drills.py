@@ -158,6 +158,10 @@ def test_pause_etcd_freezes_writes_then_continues(home: Path) -> None:
     _ready_and_whole(home)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["interrupt", "kill"])
 def test_a_pause_ends_at_once_when_its_command_ends(home: Path, how: str) -> None:
     etcd = _pids(home)["etcd"]
@@ -167,6 +171,9 @@ def test_a_pause_ends_at_once_when_its_command_ends(home: Path, how: str) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as in a terminal: a runner started as a shell's background job ignores SIGINT,
+        # and a child inherits that (Python then installs no KeyboardInterrupt handler).
+        preexec_fn=_default_sigint,
     )
     with pause:  # its pipes are closed however this ends
         try:
