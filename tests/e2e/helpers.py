@@ -83,6 +83,22 @@ async def expected_channel(admin: AsyncClient, domain_uid: str, node: str) -> in
     return numbers[domain_uid]
 
 
+async def pod_channel(admin: AsyncClient, pod: str, cd: str, namespace: str = "default") -> str:
+    """``channel<n>``: the channel device pod ``pod`` of CD ``cd`` must see in its container
+    (:func:`expected_channel` on the node the pod runs on)."""
+    found = await admin.get(Pod, pod, namespace=namespace)
+    domain = await admin.get(computedomain.ComputeDomainResource, cd, namespace=namespace)
+    node = str(found.spec.nodeName)  # type: ignore[union-attr]
+    return f"channel{await expected_channel(admin, str(domain.metadata.uid), node)}"  # type: ignore[union-attr]
+
+
+def imex_domain_nodes(cd_nodes: int, clique_nodes: int) -> int:
+    """How many nodes a workload's IMEX domain has READY: the CD's own nodes of the pod's clique
+    in the per-domain scope; every node of the clique in the per-clique scope, whose shared IMEX
+    runs on each from its plugin's start, CD or not (decision 0015)."""
+    return clique_nodes if per_clique() else cd_nodes
+
+
 async def cd_cliques(admin: AsyncClient, namespace: str = "*") -> list[Any]:
     """Every ComputeDomainClique that belongs to some CD: in the per-clique scope a clique's
     shared registry counts only while it holds a CD's channel (the registry itself stays for

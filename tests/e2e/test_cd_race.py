@@ -32,6 +32,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.api import computedomain, names, nodemark
 from compute_domains.sim import state, topology
@@ -154,6 +155,26 @@ async def _labels(admin: AsyncClient) -> dict[str, str]:
     }
 
 
+async def _slice_holders(admin: AsyncClient) -> dict[str, set[str]]:
+    """Node → the holders its channel slots show in our driver's slices (empty: free). The
+    scheduler goes by these, which lag the node marks by up to ``DELAY`` s."""
+    out: dict[str, set[str]] = {}
+    async for found in admin.list(ResourceSlice, fields={"spec.driver": names.DRIVER_NAME}):
+        doc = found.to_dict()["spec"]
+        held = out.setdefault(str(doc.get("nodeName", "")), set())
+        for device in doc.get("devices") or []:
+            value = (device.get("attributes") or {}).get(names.CHANNEL_HOLDER_ATTRIBUTE, {})
+            if value.get("string"):
+                held.add(str(value["string"]))
+    return out
+
+
+async def _all_free(admin: AsyncClient) -> bool:
+    """Every node free by its mark and in the slices the scheduler reads."""
+    marks = set((await _labels(admin)).values())
+    return marks == {""} and not any((await _slice_holders(admin)).values())
+
+
 async def _replaced_events(admin: AsyncClient, kind: str) -> list[Event]:
     return [
         e
@@ -240,9 +261,9 @@ async def _cleanup(admin: AsyncClient, jobs: list[str]) -> None:
         for job in jobs:
             if not await helpers.gone(admin, computedomain.ComputeDomainResource, job):
                 return False
-        return set((await _labels(admin)).values()) == {""}
+        return await _all_free(admin)
 
-    await helpers.within(120, free, "every CD gone and every node free again")
+    await helpers.within(120, free, "every CD gone and every node free again, slices too")
 
 
 async def test_two_cds_applied_together(admin: AsyncClient, drill: state.SimPaths) -> None:
@@ -297,6 +318,9 @@ async def test_ownerless_pods_race_and_the_loser_waits_saying_why(
     """Two bare pods of two CDs race for n00: the loser cannot be moved, so it waits, with a
     Warning naming the holder on the pod and its CD and in its CD's status; it starts once the
     holder's pod is gone."""
+    # Both pods must find n00 free in the slices (an earlier test's holder lingers there up to
+    # DELAY s after its mark went), else the first goes elsewhere and nothing races.
+    await helpers.within(60, lambda: _all_free(admin), "every node free, slices too")
     uids = {cd: await helpers.create_cd(admin, cd) for cd in ("lone-a", "lone-b")}
     for cd in uids:
         await admin.create(_bare_pod(cd, f"{cd}-rct"))

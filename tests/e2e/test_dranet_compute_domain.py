@@ -2,8 +2,9 @@
 (chart-installed) and four RDMA NICs from DRANET's stand-in through the guide's ``rdma-devices``
 DeviceClass (§3.4, applied with ``kubectl apply -f`` from ``examples/guide/``) and shared RDMA
 template; one pod per node by anti-affinity, pinned to the rack's cluster UUID. Both drivers
-prepare the same pod: the container sees ``channel0`` (CDI) and the four NICs and their RDMA
-character devices (NRI), and the ComputeDomain turns Ready over both nodes.
+prepare the same pod: the container sees the CD's channel (CDI; ``channel0`` per domain, the
+CD's own number per clique) and the four NICs and their RDMA character devices (NRI), and the
+ComputeDomain turns Ready over both nodes.
 """
 
 from __future__ import annotations
@@ -146,10 +147,11 @@ async def test_a_pod_gets_its_imex_channel_and_its_rdma_nics(
         await helpers.within(
             180, functools.partial(helpers.pod_ready, admin, name), f"{name} Ready"
         )
+        channel = await helpers.pod_channel(admin, name, "training-job-cd")
         logs = await helpers.log_with(
             admin,
             name,
-            ("channel0", "gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm", "probed"),
+            (channel, "gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm", "probed"),
         )
         assert "eth1" not in logs, logs  # the gVNIC is not an RDMA device: not allocated
     await helpers.within(60, lambda: _cd_ready(admin), "ComputeDomain Ready on both nodes")

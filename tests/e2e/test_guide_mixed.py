@@ -12,7 +12,8 @@ The state, asserted for each path: four pods Running, one on each labelled worke
 over the four nodes in three cliques; every pod holds the channel; the two same-domain pods'
 programs each see both of their nodes READY in their IMEX domain (MNNVL between them, what
 NCCL_MNNVL_ENABLE=2 picks), and each cross-domain pod's program sees only its own node in every
-view it logs (no IMEX link to any other domain: NCCL uses the network to reach it).
+view it logs (no IMEX link to any other domain: NCCL uses the network to reach it). In the
+per-clique scope every view is its own rack's: the clique's shared IMEX spans both of its nodes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ async def _formed(admin: AsyncClient) -> None:
     uid = str(obj.metadata.uid)  # type: ignore[union-attr]
     for pod, node in placed.items():
         channel = await helpers.expected_channel(admin, uid, node)
-        peers = 1 if node in SAME else 0
+        # Per clique the shared IMEX spans the whole rack (two nodes), CD or not.
+        own = 2 if node in SAME else 1
+        peers = helpers.imex_domain_nodes(own, clique_nodes=SHAPE.nodes_per_rack) - 1
         await guide_steps.reaches_peers(admin, pod, peers=peers, channel=channel)
         views = await guide_steps.imex_views(admin, pod)
         assert all(ready <= peers + 1 for _, ready, _ in views), (pod, node, views)

@@ -71,10 +71,11 @@ def _running(pod: Pod | None) -> bool:
 
 
 async def _shows_channel(admin: AsyncClient, pod: str, rank: int, peers: str) -> str:
-    """The workload's log once it reported its channel, its rank (from the pod's ``RANK``) and
-    ``peers`` in its IMEX domain (a domain of 2 of the 18 configured nodes reports DEGRADED,
+    """The workload's log once it reported its CD's channel, its rank (from the pod's ``RANK``)
+    and ``peers`` in its IMEX domain (a domain of 2 of the 18 configured nodes reports DEGRADED,
     as the real service does, so the program says NOT READY after its short ``--wait``)."""
-    texts = ("IMEX channels: 1", "channel0", f"rank: {rank} (from RANK)", peers)
+    channel = await helpers.pod_channel(admin, pod, f"{JOB}-cd")
+    texts = ("IMEX channels: 1", channel, f"rank: {rank} (from RANK)", peers)
     return await helpers.log_with(admin, pod, texts, timeout=180)
 
 
@@ -137,8 +138,10 @@ async def test_job_controller_launches_two_domains_and_replaces_ranks_in_their_d
     for entry in (await helpers.cd_status(admin, f"{JOB}-cd"))["nodes"]:
         cliques[entry["cliqueID"]] = cliques.get(entry["cliqueID"], 0) + 1
     assert sorted(cliques.values()) == [2, 2], cliques
+    # Two ranks per rack of three: the CD's two nodes per domain, the whole rack per clique.
+    ready = helpers.imex_domain_nodes(cd_nodes=2, clique_nodes=SHAPE.nodes_per_rack)
     for rank in range(4):
-        await _shows_channel(admin, f"{JOB}-{rank}", rank, "2/18 configured nodes READY")
+        await _shows_channel(admin, f"{JOB}-{rank}", rank, f"{ready}/18 configured nodes READY")
 
     # A second launch keeps everything; another job under the same name is refused.
     again = cdctl(*launch_argv).stdout

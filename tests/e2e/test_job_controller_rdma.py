@@ -78,10 +78,11 @@ async def test_job_controller_gives_every_rank_its_channel_and_four_rdma_nics(
     for rank, uuid in enumerate((uuid_a, uuid_b)):
         pod = await admin.get(Pod, f"{JOB}-{rank}", namespace="default")
         assert uuids[str(pod.spec.nodeName)] == uuid  # type: ignore[union-attr]
+        channel = await helpers.pod_channel(admin, f"{JOB}-{rank}", f"{JOB}-cd")
         await helpers.log_with(
             admin,
             f"{JOB}-{rank}",
-            ("channel0", "gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm", "probed"),
+            (channel, "gpu0rdma0", "gpu3rdma0", "uverbs0", "uverbs3", "rdma_cm", "probed"),
         )
     claims = [c async for c in admin.list(ResourceClaim, namespace="default")]
     rdma = [
