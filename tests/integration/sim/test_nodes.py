@@ -577,6 +577,51 @@ async def test_a_stopped_node_ends_every_process_of_its_containers(
     await _until_count(marker, 0, timeout=60)  # and when the restarted pod is deleted
 
 
+TERM_TELLER = (
+    "import signal, sys, time\n"
+    "def told(*_):\n"
+    "    print('got SIGTERM', flush=True)\n"
+    "    time.sleep(30)\n"
+    "signal.signal(signal.SIGTERM, told)\n"
+    "print('waiting', flush=True)\n"
+    "time.sleep(3600)\n"
+)
+"""A container program that says so in its log when it gets SIGTERM (its shutdown's first act
+would be an API write, as an agent's unlabelling of its pod)."""
+TELLERS = 6
+
+
+async def test_a_power_cut_kills_containers_without_sigterm(
+    admin: AsyncClient, ns: str, nodes_sim: state.SimPaths
+) -> None:
+    """A stopped node's containers get SIGKILL and nothing before it: a machine that loses power
+    runs no shutdown. Before, they got SIGTERM and SIGKILL at once, and a resident agent's
+    SIGTERM handler unlabelled its pod in between, so the CD read "its IMEX daemon pod is gone"
+    instead of its peers' PeerUnreachable (the resident e2e peer-loss failure). Six tellers in
+    one pod: each SIGTERM was a race against its SIGKILL, which one alone often won."""
+    names_ = [f"c{i}" for i in range(TELLERS)]
+    command = [sys.executable, "-c", TERM_TELLER]
+    doc = _plain_pod("teller", ns, command, NODE_A).to_dict()
+    doc["spec"]["containers"] = [
+        {"name": name, "image": "debian:12", "command": command} for name in names_
+    ]
+    pod = await admin.create(Pod.from_dict(doc))
+    assert pod.metadata is not None
+    folder = nodes_sim.node_root(NODE_A) / "var/log/pods" / f"{ns}_teller_{pod.metadata.uid}"
+    logs = [folder / f"{name}.log" for name in names_]
+    await wait_for(admin, Pod, "teller", _running_ready, namespace=ns, timeout=60)
+    async with asyncio.timeout(30):  # each handler is set once its program said so (a file)
+        while not all("waiting" in (p.read_text() if p.exists() else "") for p in logs):
+            await asyncio.sleep(0.1)
+    await asyncio.to_thread(node_op, nodes_sim, "stop", NODE_A)
+    try:
+        told = [p.name for p in logs if "got SIGTERM" in p.read_text()]
+        assert not told, f"a power cut sent SIGTERM to {told}"
+    finally:
+        await asyncio.to_thread(node_op, nodes_sim, "start", NODE_A)
+    await admin.delete(Pod, "teller", namespace=ns)
+
+
 def _restarted_after(first: Pod) -> Callable[[Pod], bool]:
     """Running and Ready again in a new container that counts the reboot as a restart.
 

@@ -6,9 +6,9 @@ the claims it references, applied by the runtime's CDI step), start it, report i
 the relist delay, run its probes, and on exit restart it with doubling back-off while the
 restart policy says so (``CrashLoopBackOff``). A config that cannot be built is a waiting reason
 (``CreateContainerConfigError``, ``ErrImagePull``, ``CreateContainerError``) retried at the
-back-off. ``kill_all`` stops every running container (SIGTERM, grace, SIGKILL). The pod worker
-(``pods.PodWorker``) owns the records and the stop flag; this module only changes records and
-tells the worker (``changed``).
+back-off. ``kill_all`` stops every running container (SIGTERM, grace, SIGKILL), ``power_cut``
+kills them (SIGKILL only). The pod worker (``pods.PodWorker``) owns the records and the stop
+flag; this module only changes records and tells the worker (``changed``).
 """
 
 from __future__ import annotations
@@ -255,17 +255,32 @@ class ContainerRunner:
         self._pod.changed()
         return rc
 
-    async def kill_all(self, grace: float, *, report: bool = True) -> None:
-        """Stop every running container; ``report=False`` for a power cut, which records no
-        event (and must kill even when the API server is gone already, as at sim teardown)."""
+    async def kill_all(self, grace: float) -> None:
+        """Stop every running container (SIGTERM, ``grace`` seconds, SIGKILL), each with its
+        ``Killing`` event, as a kubelet stops a deleted pod's."""
         running = list(self.running.items())
-        for name, _ in running if report else []:
+        for name, _ in running:
             await self._svc.recorder.pod(
                 self._pod.pod, "Normal", "Killing", f"Stopping container {name}"
             )
         await asyncio.gather(*(r.child.stop(grace) for _, r in running))
+        self._ended(143)
+
+    async def power_cut(self) -> None:
+        """Every running container dies at once: SIGKILL with no SIGTERM before it, so no
+        program runs its shutdown (no API write: an agent that unlabelled its pod on SIGTERM
+        made a lost node look like a deleted pod), and no event is recorded (the API server
+        may be gone already, as at sim teardown). An in-process program's task is cancelled
+        (``containers.virtual``: a task has no stronger end)."""
+        running = list(self.running.values())
+        for r in running:
+            r.child.kill()
+        await asyncio.gather(*(r.child.proc.wait() for r in running), return_exceptions=True)
+        self._ended(137)
+
+    def _ended(self, exit_code: int) -> None:
         for rec in self._records:
             if rec.state == "running":
-                rec.terminate(rec.exit_code or 143)
+                rec.terminate(rec.exit_code or exit_code)
         with contextlib.suppress(Exception):
             self._pod.changed()

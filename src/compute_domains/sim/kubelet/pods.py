@@ -152,7 +152,7 @@ class PodWorker:
             # The container loops run in ``main``, not in this task: stop them restarting what
             # the power cut kills, then end them (else a rebooted node ran every container twice).
             self._stop.set()
-            await self._containers.kill_all(0, report=False)
+            await self._containers.power_cut()
             main.cancel()
             await asyncio.gather(main, return_exceptions=True)
             raise
