@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
@@ -358,7 +358,7 @@ async def states(
     name: str,
     namespace: str,
     shared: cache.Cache[Any] | None = None,
-) -> AsyncIterator[Any | None]:
+) -> AsyncGenerator[Any | None, None]:
     """``name`` now (None while absent) and after every change: a read, then a watch from that
     read; with the host's cache of the kind (``shared``), from it instead."""
     if shared is not None:
