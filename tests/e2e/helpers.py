@@ -413,6 +413,15 @@ async def controller_leader(admin: AsyncClient) -> Pod | None:
     return None
 
 
+async def leader_node(admin: AsyncClient) -> str:
+    """The node the leading controller replica runs on ("" while none leads). A power-cut
+    drill stops another node: the chart's default affinity lets the controller run on a GPU
+    node (NVIDIA's requires a control-plane node), and a controller that loses its own node
+    writes no status until a standby or its rescheduled pod leads."""
+    pod = await controller_leader(admin)
+    return str(pod.spec.nodeName or "") if pod is not None and pod.spec is not None else ""
+
+
 async def reconciles(pod: Pod) -> int:
     """How many reconciles the controller ``pod`` finished, from its ``/metrics`` (served on
     the pod IP, which is a loopback address of the simulated node)."""

@@ -8,7 +8,8 @@ container dies, the kubelet goes silent, the Node reads Ready for 40 s more). Th
 shared IMEX lose their links to it, their peer watches write it into the registry
 (``compute-domains/lost-peers.<index>``), and X and Y turn NotReady, ``PeerUnreachable``,
 naming n02, while Z stays Ready; with the node back, all three are Ready again and the notes
-are gone.
+are gone. (n02 stands for a node the leading controller does not run on: where it does, the
+nodes' roles turn so another one is lost.)
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ async def test_a_lost_node_is_peer_unreachable_on_every_cd_that_has_it(
     per_clique: state.SimPaths,  # noqa: F811  (the fixture imported above)
 ) -> None:
     await _eventually(lambda: _registry_ready(admin), 180, "the shared registry Ready")
-    members = {"lost-x": (N0, N2), "lost-y": (N1, N2), "lost-z": (N0, N1)}
+    # The lost node is one the leading controller does not run on (it would take the status
+    # writer with it); n02 unless the controller runs there.
+    leader = await helpers.leader_node(admin)
+    lost = next(n for n in (N2, N1, N0) if n != leader)
+    a, b = (n for n in (N0, N1, N2) if n != lost)
+    members = {"lost-x": (a, lost), "lost-y": (b, lost), "lost-z": (a, b)}
     pods = []
     for cd, nodes in members.items():
         await helpers.create_cd(admin, cd)
@@ -59,7 +65,7 @@ async def test_a_lost_node_is_peer_unreachable_on_every_cd_that_has_it(
 
     started = time.monotonic()
     await asyncio.to_thread(
-        control.request, per_clique.root / "control.sock", {"op": "stop", "node": N2}
+        control.request, per_clique.root / "control.sock", {"op": "stop", "node": lost}
     )
 
     async def unreachable(cd: str) -> dict[str, Any] | None:
@@ -81,16 +87,16 @@ async def test_a_lost_node_is_peer_unreachable_on_every_cd_that_has_it(
             raise
         got = await helpers.cd_status(admin, cd)
         message = str(_ready_condition(got).get("message", ""))
-        assert f"node {N2}: its IMEX peers lost their links to it" in message, message
+        assert f"node {lost}: its IMEX peers lost their links to it" in message, message
     after = time.monotonic() - started
     print(f"\nnode stop -> both CDs PeerUnreachable: {after:.2f} s (node grace 40 s)")
-    lost = await admin.get(Node, N2)
-    conditions = lost.status.conditions or [] if lost.status else []
+    node = await admin.get(Node, lost)
+    conditions = node.status.conditions or [] if node.status else []
     assert any(c.type == "Ready" and c.status == "True" for c in conditions), "Node still Ready"
     assert await _ready(admin, "lost-z", 2), await helpers.cd_status(admin, "lost-z")
 
     await asyncio.to_thread(
-        control.request, per_clique.root / "control.sock", {"op": "start", "node": N2}
+        control.request, per_clique.root / "control.sock", {"op": "start", "node": lost}
     )
     for cd in members:
         await _eventually(lambda cd=cd: _ready(admin, cd, 2), 300, f"{cd} Ready again")
