@@ -83,13 +83,18 @@ async def expected_channel(admin: AsyncClient, domain_uid: str, node: str) -> in
     return numbers[domain_uid]
 
 
+async def cd_channel(admin: AsyncClient, cd: str, node: str, namespace: str = "default") -> int:
+    """:func:`expected_channel` of CD ``namespace/cd`` (by name) on ``node``."""
+    domain = await admin.get(computedomain.ComputeDomainResource, cd, namespace=namespace)
+    return await expected_channel(admin, str(domain.metadata.uid), node)  # type: ignore[union-attr]
+
+
 async def pod_channel(admin: AsyncClient, pod: str, cd: str, namespace: str = "default") -> str:
     """``channel<n>``: the channel device pod ``pod`` of CD ``cd`` must see in its container
-    (:func:`expected_channel` on the node the pod runs on)."""
+    (:func:`cd_channel` on the node the pod runs on)."""
     found = await admin.get(Pod, pod, namespace=namespace)
-    domain = await admin.get(computedomain.ComputeDomainResource, cd, namespace=namespace)
     node = str(found.spec.nodeName)  # type: ignore[union-attr]
-    return f"channel{await expected_channel(admin, str(domain.metadata.uid), node)}"  # type: ignore[union-attr]
+    return f"channel{await cd_channel(admin, cd, node, namespace)}"
 
 
 def imex_domain_nodes(cd_nodes: int, clique_nodes: int) -> int:

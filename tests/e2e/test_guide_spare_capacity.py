@@ -23,7 +23,6 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.api import computedomain
 from compute_domains.sim import state, topology
 from tests.e2e import guide_steps, helpers
 
@@ -74,8 +73,7 @@ async def test_guide_9_priority_placeholders_preemption_and_drain(
     await guide_steps.running(admin, (TRAIN,))
     node = await guide_steps.node_of(admin, TRAIN)
     await helpers.within(60, lambda: guide_steps.cd_ready(admin, CD, 1), f"{CD} Ready")
-    domain = await admin.get(computedomain.ComputeDomainResource, CD, namespace="default")
-    channel = await helpers.expected_channel(admin, str(domain.metadata.uid), node)  # type: ignore[union-attr]
+    channel = await helpers.cd_channel(admin, CD, node)
     peers = helpers.imex_domain_nodes(cd_nodes=1, clique_nodes=len(NODES)) - 1
     await guide_steps.reaches_peers(admin, TRAIN, peers=peers, channel=channel)
     (victim,) = [name for name, n in first.items() if n == node]
