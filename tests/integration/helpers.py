@@ -53,6 +53,37 @@ async def wait_for(
     return await asyncio.wait_for(follow(), timeout)
 
 
+async def wait_gone(
+    client: AsyncClient,
+    res: Any,
+    name: str,
+    namespace: str | None = None,
+    timeout: float = 60.0,
+) -> None:
+    """Return once the object is deleted, following a watch from the state read last."""
+
+    async def gone() -> None:
+        while True:
+            try:
+                obj = await client.get(res, name, namespace=namespace)
+            except ApiError as err:
+                if err.status.code == 404:
+                    return
+                raise
+            watch = client.watch(
+                res,
+                namespace=namespace,
+                fields={"metadata.name": name},
+                resource_version=obj.metadata.resourceVersion,
+            )
+            async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
+                async for op, _ in events:
+                    if op == "DELETED":
+                        return
+
+    await asyncio.wait_for(gone(), timeout)
+
+
 _REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<n>[0-9.e+]+)$", re.M)
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
 from compute_domains import controller
@@ -33,7 +32,7 @@ from compute_domains.daemon.config import Identity
 from compute_domains.infra import backoff
 from tests.integration.controller import objects
 from tests.integration.controller.conftest import IMAGE, StartController
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -282,8 +281,8 @@ async def test_a_deleted_clique_is_made_again_only_while_its_cd_lives(
         # The CD is deleted: its teardown deletes the clique, which stays gone while the daemon
         # (its pod is owned elsewhere here, so it lives on) keeps following it.
         await client.delete(ComputeDomainResource, "cd-t", namespace=user_ns)
-        await _wait_gone(client, ComputeDomainResource, "cd-t", user_ns)
-        await _wait_gone(client, ComputeDomainCliqueResource, name, driver_ns)
+        await wait_gone(client, ComputeDomainResource, "cd-t", user_ns, timeout=90)
+        await wait_gone(client, ComputeDomainCliqueResource, name, driver_ns, timeout=90)
         # A change of the daemon pod asks the controller to look at the CD again.
         await objects.set_pod_ready(
             client, driver_ns, d.ident.pod_name, ip=d.ident.pod_ip, ready=True
@@ -296,16 +295,3 @@ async def test_a_deleted_clique_is_made_again_only_while_its_cd_lives(
             assert [r.metadata.name for r in found] == []
             await asyncio.sleep(0.25)
         assert d.refused() == 0.0
-
-
-async def _wait_gone(client: AsyncClient, res: Any, name: str, ns: str) -> None:
-    async def gone() -> bool:
-        try:
-            await client.get(res, name, namespace=ns)
-        except ApiError as err:
-            if err.status.code == 404:
-                return True
-            raise
-        return False
-
-    await wait_until_async(gone, timeout=90)

@@ -15,7 +15,6 @@ import contextlib
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
@@ -26,21 +25,7 @@ from compute_domains.api.computedomain import ComputeDomainResource
 from compute_domains.sim import state
 from tests.integration.controller import objects
 from tests.integration.controller.conftest import IMAGE, StartController
-from tests.integration.helpers import wait_for
-
-
-async def _gone(client: AsyncClient, res: Any, name: str, ns: str | None, timeout: float = 60):
-    async def check() -> None:
-        while True:
-            try:
-                await client.get(res, name, namespace=ns)
-            except ApiError as err:
-                if err.status.code == 404:
-                    return
-                raise
-            await asyncio.sleep(0.2)
-
-    await asyncio.wait_for(check(), timeout)
+from tests.integration.helpers import wait_for, wait_gone
 
 
 async def test_creation_renders_objects_and_first_status(
@@ -235,10 +220,10 @@ async def test_deletion_order_and_nothing_left_behind(
         await asyncio.wait_for(asyncio.gather(*watchers), 60)
 
         assert marks["workload"] < marks["daemon-rct"] < marks["ds"] < marks["label"] < marks["cd"]
-        await _gone(client, ResourceClaimTemplate, "cd-d-channel", user_ns)
-        await _gone(client, ResourceClaimTemplate, ds_name, driver_ns)
-        await _gone(client, DaemonSet, ds_name, driver_ns)
-        await _gone(client, ComputeDomainCliqueResource, f"{uid}.cluster.0", driver_ns)
+        await wait_gone(client, ResourceClaimTemplate, "cd-d-channel", user_ns)
+        await wait_gone(client, ResourceClaimTemplate, ds_name, driver_ns)
+        await wait_gone(client, DaemonSet, ds_name, driver_ns)
+        await wait_gone(client, ComputeDomainCliqueResource, f"{uid}.cluster.0", driver_ns)
         labelled = [n async for n in client.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: uid})]
         assert labelled == []
 
@@ -292,7 +277,7 @@ async def test_deletion_waits_for_the_workload(
         assert cdo["status"]["status"] == "Ready", "the running job keeps its domain"
         ds = await client.get(DaemonSet, ds_name, namespace=driver_ns)
         assert ds.metadata.deletionTimestamp is None, "its daemons keep running"
-        await _gone(client, ResourceClaimTemplate, "cd-w-channel", user_ns)  # no new claims
+        await wait_gone(client, ResourceClaimTemplate, "cd-w-channel", user_ns)  # no new claims
 
         async def waiting_event() -> Any:
             while True:
@@ -306,7 +291,7 @@ async def test_deletion_waits_for_the_workload(
 
         # The last claim goes (its pod ended): the teardown proceeds.
         await objects.release_claim(client, user_ns, "job-0-channel")
-        await _gone(client, ComputeDomainResource, "cd-w", user_ns)
-        await _gone(client, DaemonSet, ds_name, driver_ns)
+        await wait_gone(client, ComputeDomainResource, "cd-w", user_ns)
+        await wait_gone(client, DaemonSet, ds_name, driver_ns)
         labelled = [n async for n in client.list(Node, labels={names.COMPUTE_DOMAIN_LABEL: uid})]
         assert labelled == []

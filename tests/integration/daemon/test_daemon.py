@@ -18,7 +18,6 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Container, EnvVar, VolumeMount
 from lightkube.resources.core_v1 import Pod
 
@@ -30,7 +29,7 @@ from compute_domains.sim import state
 from tests.integration.daemon import pods
 from tests.integration.daemon.conftest import StartController
 from tests.integration.daemon.pods import NODES
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +126,7 @@ async def test_three_daemons_form_one_domain_with_stable_indices(
         await admin.delete(Pod, pod, namespace=ns)
     await pods.wait_clique(admin, ns, name, lambda c: not c.daemons)
     await admin.delete(ComputeDomainResource, cd.metadata.name, namespace=ns)
-    await _wait_gone(admin, ns, name)
+    await wait_gone(admin, ComputeDomainCliqueResource, name, ns, timeout=90)
 
 
 async def _workload_sees_the_domain(admin: AsyncClient, ns: str, ip: str, index: int) -> None:
@@ -140,20 +139,6 @@ async def _workload_sees_the_domain(admin: AsyncClient, ns: str, ip: str, index:
     assert f"rank: {index} (from local IMEX node ID" in log
     assert "NOT READY: channels=0 domain=UP" in log
     await admin.delete(Pod, "workload", namespace=ns)
-
-
-async def _wait_gone(admin: AsyncClient, ns: str, name: str, timeout: float = 90) -> None:
-    async def gone() -> None:
-        while True:
-            try:
-                await admin.get(ComputeDomainCliqueResource, name, namespace=ns)
-            except ApiError as err:
-                if err.status.code == 404:
-                    return
-                raise
-            await asyncio.sleep(0.5)
-
-    await asyncio.wait_for(gone(), timeout)
 
 
 async def test_a_full_clique_is_reported_and_the_node_joins_when_a_slot_frees(

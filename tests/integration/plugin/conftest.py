@@ -38,7 +38,7 @@ from compute_domains.infra import kube
 from compute_domains.plugin import app, config, discovery
 from compute_domains.sim import driverroot, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 
 SHAPE = topology.Shape(racks=1, nodes_per_rack=2, gpus_per_node=4, plain_nodes=1)
 NODES = [spec.name for spec in topology.nodes(SHAPE) if spec.rack is not None]
@@ -241,29 +241,6 @@ async def _delete_pods(admin: AsyncClient, namespace: str) -> None:
     for name in names:
         with contextlib.suppress(TimeoutError, ApiError):
             await wait_gone(admin, Pod, name, namespace, timeout=60)
-
-
-async def wait_gone(
-    admin: AsyncClient, res: Any, name: str, namespace: str | None, timeout: float = 60
-) -> None:
-    async def gone() -> None:
-        while True:
-            try:
-                obj = await admin.get(res, name, namespace=namespace)
-            except ApiError as err:
-                if err.status.code == 404:
-                    return
-                raise
-            rv = obj.metadata.resourceVersion
-            watch = admin.watch(
-                res, namespace=namespace, fields={"metadata.name": name}, resource_version=rv
-            )
-            async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
-                async for op, _ in events:
-                    if op == "DELETED":
-                        return
-
-    await asyncio.wait_for(gone(), timeout)
 
 
 async def _diagnostics(admin: AsyncClient, ns: Namespaces, sim: state.SimPaths) -> None:

@@ -21,7 +21,7 @@ from compute_domains.plugin import devices
 from compute_domains.plugin.config import RetrySettings
 from compute_domains.sim import state, toolchain
 from tests.integration import helpers
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import (
     NODES,
@@ -29,7 +29,6 @@ from tests.integration.plugin.conftest import (
     Namespaces,
     StartPlugin,
     node_info,
-    wait_gone,
 )
 
 pytestmark = pytest.mark.integration

@@ -37,7 +37,7 @@ from compute_domains.plugin import (
     takeover,
 )
 from compute_domains.sim import driverroot, state, toolchain
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import (
     NODES,
@@ -45,7 +45,6 @@ from tests.integration.plugin.conftest import (
     StartPlugin,
     node_info,
     plugin_settings,
-    wait_gone,
 )
 from tests.unit.plugin import nvidia_fixture
 

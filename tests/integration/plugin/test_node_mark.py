@@ -12,9 +12,9 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from compute_domains.api import names, nodemark
 from compute_domains.plugin.config import RetrySettings
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 from tests.integration.plugin import objects
-from tests.integration.plugin.conftest import NODES, Namespaces, StartPlugin, node_info, wait_gone
+from tests.integration.plugin.conftest import NODES, Namespaces, StartPlugin, node_info
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,9 @@ from lightkube.resources.core_v1 import Pod
 from compute_domains.api import names
 from compute_domains.plugin import checkpoint
 from compute_domains.sim import state
+from tests.integration.helpers import wait_gone
 from tests.integration.plugin import objects
-from tests.integration.plugin.conftest import NODES, Namespaces, StartPlugin, node_info, wait_gone
+from tests.integration.plugin.conftest import NODES, Namespaces, StartPlugin, node_info
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,13 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from compute_domains.api import names
+from tests.integration.helpers import wait_gone
 from tests.integration.plugin import objects
 from tests.integration.plugin.conftest import (
     NODES,
     Namespaces,
     StartPlugin,
     node_info,
-    wait_gone,
 )
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import AsyncClient, codecs
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import (
     DeviceClass,
@@ -31,7 +30,7 @@ from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain, topology
 from compute_domains.sim.dranet import inventory
 from tests.conftest import keep_sims
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, wait_gone
 
 NODE = "gb200-r0-n00"
 REPO = Path(__file__).resolve().parents[3]
@@ -250,7 +249,7 @@ async def test_a_pod_with_the_guides_rdma_claim_gets_the_four_nics(
     # While the pod exists the NICs are in its namespace, not the host's; then they return.
     assert _host_nics(dranet_sim) == {"eth1"}
     await api.delete(Pod, "rank-0", namespace=rdma_ns)
-    await _gone(api, "rank-0", rdma_ns)
+    await wait_gone(api, Pod, "rank-0", rdma_ns)
     assert _host_nics(dranet_sim) == {"eth1", "gpu0rdma0", "gpu1rdma0", "gpu2rdma0", "gpu3rdma0"}
 
 
@@ -266,23 +265,6 @@ async def test_a_host_network_pod_cannot_take_the_nics(api: AsyncClient, rdma_ns
                 break
     pod = await api.get(Pod, "hostnet", namespace=rdma_ns)
     assert pod.status is not None and pod.status.phase == "Pending"
-
-
-async def _gone(api: AsyncClient, name: str, ns: str) -> None:
-    async with asyncio.timeout(60):
-        try:
-            pod = await api.get(Pod, name, namespace=ns)
-        except ApiError as err:
-            if err.status.code == 404:
-                return
-            raise
-        rv = pod.metadata.resourceVersion if pod.metadata else None
-        fields = {"metadata.name": name}
-        watch = api.watch(Pod, namespace=ns, fields=fields, resource_version=rv)
-        async with contextlib.aclosing(watch) as events:  # closed on return, not when collected
-            async for op, _ in events:
-                if op == "DELETED":
-                    return
 
 
 def _spec(name: str) -> topology.NodeSpec:
