@@ -268,8 +268,8 @@ async def one_run(
         teardown = await observe.delete_and_wait(
             client, uid=uid, ns=ns, name=name, driver_ns=driver_ns, timeout=timeout
         )
-    except TimeoutError as err:
-        # The formation was measured: keep it, and say what the teardown left behind.
+    except (TimeoutError, kube.KubeError) as err:
+        # The formation was measured: keep it, and say what the teardown left or why it failed.
         teardown_problem = str(err)
     after = await request_counts(fetch)
     form_delta = mid - before
