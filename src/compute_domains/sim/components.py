@@ -31,6 +31,15 @@ seats API Priority and Fairness shares out (upstream 400 and 200). With upstream
 kubelets starting their plugin pods filled the ``node-high`` level's 98 seats and Lease renewals
 were refused with 429; large clusters raise them the same way."""
 
+SCHEDULER_FEATURE_GATES = "SchedulerAsyncPreemption=false"
+"""kube-scheduler's preemption as docs/troubleshooting.md asks of a 1.34 cluster with placeholder
+spares. v1.34.4's asynchronous preemption (beta, on by default) takes the preemptor out of its
+"preempting" set before its last victim is marked and deleted (kubernetes/kubernetes#134249,
+fixed by #134730 after 1.34), so the preemptor can be tried again, find no terminating victim
+on its node, and preempt on another: one replacement rank took both of rack a's placeholders,
+10 ms apart, in ``tests/e2e/test_two_domain_64plus8.py``. Synchronous preemption marks and
+deletes every victim before the preemptor can be tried again."""
+
 
 def _bin(settings: ControlPlaneSettings, name: str) -> str:
     path = settings.bin_dir / name
@@ -146,6 +155,7 @@ def scheduler_argv(settings: ControlPlaneSettings, port: int, kubeconfig: Path) 
         # Deprecated in favour of a config file's clientConnection, still honoured without one.
         f"--kube-api-qps={CLIENT_QPS}",
         f"--kube-api-burst={CLIENT_BURST}",
+        f"--feature-gates={SCHEDULER_FEATURE_GATES}",
         # /debug/pprof for a scale run to name the function that spends the time
         # (bench/pprof_fetch.py); it needs the admin identity and costs nothing unasked.
         "--profiling=true",

@@ -66,3 +66,11 @@ def test_the_api_server_has_room_for_a_thousand_kubelets(tmp_path: Path) -> None
     argv = components.apiserver_argv(settings, 1, "http://e", tmp_path)
     assert "--max-requests-inflight=1600" in argv
     assert "--max-mutating-requests-inflight=800" in argv
+
+
+def test_the_scheduler_preempts_synchronously(tmp_path: Path) -> None:
+    """v1.34's asynchronous preemption can preempt on a second node for one pod (#134249)."""
+    (tmp_path / "kube-scheduler").touch()
+    settings = controlplane.ControlPlaneSettings(state_dir=tmp_path, bin_dir=tmp_path)
+    argv = components.scheduler_argv(settings, 1, tmp_path / "kc")
+    assert "--feature-gates=SchedulerAsyncPreemption=false" in argv
