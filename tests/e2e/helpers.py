@@ -23,7 +23,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
 from compute_domains.agent.config import SHARED_FOLDER
@@ -580,3 +580,17 @@ async def leftovers(admin: AsyncClient, sim: state.SimPaths, nodes: list[str]) -
         for uid in sharedimex.channels(n.metadata.annotations)  # type: ignore[union-attr]
     ]
     return left + [x for n in nodes for x in node_leftovers(sim, n)]
+
+
+async def slice_holders(admin: AsyncClient) -> dict[str, set[str]]:
+    """Node → the holders its channel slots show in our driver's slices (empty: free). The
+    scheduler goes by these, which follow the node marks after the plugin's republish."""
+    out: dict[str, set[str]] = {}
+    async for found in admin.list(ResourceSlice, fields={"spec.driver": names.DRIVER_NAME}):
+        doc = found.to_dict()["spec"]
+        held = out.setdefault(str(doc.get("nodeName", "")), set())
+        for device in doc.get("devices") or []:
+            value = (device.get("attributes") or {}).get(names.CHANNEL_HOLDER_ATTRIBUTE, {})
+            if value.get("string"):
+                held.add(str(value["string"]))
+    return out

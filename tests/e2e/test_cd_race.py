@@ -32,7 +32,6 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from compute_domains.api import computedomain, names, nodemark
 from compute_domains.sim import state, topology
@@ -155,24 +154,10 @@ async def _labels(admin: AsyncClient) -> dict[str, str]:
     }
 
 
-async def _slice_holders(admin: AsyncClient) -> dict[str, set[str]]:
-    """Node → the holders its channel slots show in our driver's slices (empty: free). The
-    scheduler goes by these, which lag the node marks by up to ``DELAY`` s."""
-    out: dict[str, set[str]] = {}
-    async for found in admin.list(ResourceSlice, fields={"spec.driver": names.DRIVER_NAME}):
-        doc = found.to_dict()["spec"]
-        held = out.setdefault(str(doc.get("nodeName", "")), set())
-        for device in doc.get("devices") or []:
-            value = (device.get("attributes") or {}).get(names.CHANNEL_HOLDER_ATTRIBUTE, {})
-            if value.get("string"):
-                held.add(str(value["string"]))
-    return out
-
-
 async def _all_free(admin: AsyncClient) -> bool:
     """Every node free by its mark and in the slices the scheduler reads."""
     marks = set((await _labels(admin)).values())
-    return marks == {""} and not any((await _slice_holders(admin)).values())
+    return marks == {""} and not any((await helpers.slice_holders(admin)).values())
 
 
 async def _replaced_events(admin: AsyncClient, kind: str) -> list[Event]:

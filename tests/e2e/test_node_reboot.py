@@ -26,7 +26,6 @@ import httpx2 as httpx
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 
 from compute_domains.api import computedomain, names, nodemark, sharedimex
@@ -133,21 +132,9 @@ async def _cd_events(admin: AsyncClient, domain_uid: str, reason: str) -> list[s
 
 async def _victim(admin: AsyncClient) -> str:
     """The node of the two that does not run the leading controller replica."""
-    lease = await admin.get(Lease, "compute-domains-controller", namespace=DRIVER_NS)
-    holder = str(lease.spec.holderIdentity or "")  # type: ignore[union-attr]
-    pods = [
-        p
-        async for p in admin.list(
-            Pod, namespace=DRIVER_NS, labels={"app.kubernetes.io/component": "controller"}
-        )
-    ]
-    leader = next(
-        p
-        for p in pods
-        if p.metadata and (holder == p.metadata.name or holder.startswith(f"{p.metadata.name}-"))
-    )
-    node = leader.spec.nodeName if leader.spec else None
-    return next(n for n in NODES if n != node)
+    leader = await helpers.leader_node(admin)
+    assert leader, "no controller replica holds the Lease"
+    return next(n for n in NODES if n != leader)
 
 
 async def _driver_pods_ready(admin: AsyncClient, node: str) -> bool:

@@ -27,11 +27,9 @@ from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
 from compute_domains.api import computedomain, names, nodemark
-from compute_domains.plugin import devices
 from compute_domains.sim import topology
 from tests.e2e import helpers
 from tests.e2e.conftest import DRIVER_NS
@@ -92,12 +90,6 @@ async def _unschedulable(admin: AsyncClient, name: str) -> str:
     return ""
 
 
-async def _slice_holder(admin: AsyncClient, node: str) -> str:
-    obj = await admin.get(ResourceSlice, devices.slice_name(node))
-    attrs = obj.to_dict()["spec"]["devices"][0]["attributes"]
-    return str(attrs.get(names.CHANNEL_HOLDER_ATTRIBUTE, {}).get("string", ""))
-
-
 async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: AsyncClient) -> None:
     uid = await _create(admin, "warm", f"kubernetes.io/hostname in ({N1},{N2})")
     cold = await _create(admin, "cold", None)
@@ -122,7 +114,7 @@ async def test_warm_spares_form_before_any_workload_and_are_reserved(admin: Asyn
     assert not [p async for p in admin.list(Pod, namespace="default")]  # no workload at all
 
     async def slice_held() -> bool:
-        return await _slice_holder(admin, N1) == uid
+        return (await helpers.slice_holders(admin)).get(N1) == {uid}
 
     await helpers.within(30, slice_held, "n01's slice advertising the warm CD as holder")
 
