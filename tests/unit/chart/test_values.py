@@ -335,3 +335,18 @@ def test_nvidias_default_values_install_once_gpu_allocation_is_off(
     assert r.pod(DS)["priorityClassName"] == "system-node-critical"
     assert r.env(DS)["HEALTHCHECK_PORT"] == "51515"
     assert r.env(DS)["KUBELET_PLUGINS_DIRECTORY_PATH"] == "/var/lib/kubelet/plugins"
+
+
+def test_the_controller_prefers_nodes_without_gpus_and_never_requires_them(
+    toolset: toolchain.Toolset,
+) -> None:
+    """A power cut of a GPU node must not take the status writer along where another node can
+    run it; preferred only, so a cluster of GPU nodes alone still runs the controller."""
+    affinity = render.render(toolset).pod(DEPLOY)["affinity"]
+    preferred = affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["nodeAffinity"]
+    wanted = [t["preference"]["matchExpressions"] for t in preferred]
+    assert [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}] in wanted
+    assert {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"} in wanted[1]
+    spread = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
