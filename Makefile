@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-E2E_FAST ?= tests/e2e/test_seed_example.py tests/e2e/test_node_mark_annotation.py
+E2E_FAST ?= tests/e2e/test_seed_example.py tests/e2e/test_node_mark_annotation.py tests/e2e/test_controller_placement.py
 
 .PHONY: setup tools test test-unit test-integration test-e2e demo bench lint check clean
 

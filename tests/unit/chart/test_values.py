@@ -348,5 +348,10 @@ def test_the_controller_prefers_nodes_without_gpus_and_never_requires_them(
     wanted = [t["preference"]["matchExpressions"] for t in preferred]
     assert [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}] in wanted
     assert {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"} in wanted[1]
-    spread = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    # One replica: no host spread, which in a rolling update pushed the new pod off the old
+    # one's control-plane host onto a GPU node (seen in a sim with a control-plane node).
+    assert "podAntiAffinity" not in affinity
+    two = render.render(toolset, "controller.replicas=2").pod(DEPLOY)["affinity"]
+    spread = two["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert spread[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert two["nodeAffinity"] == affinity["nodeAffinity"]
