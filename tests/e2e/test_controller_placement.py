@@ -36,12 +36,6 @@ async def _control_plane_nodes(admin: AsyncClient) -> set[str]:
     }
 
 
-async def _controller(admin: AsyncClient) -> str:
-    """The controller Deployment's name (NVIDIA's, or the release's with compat names off)."""
-    (dep,) = [d async for d in admin.list(Deployment, namespace=DRIVER_NS, labels=SELECTOR)]
-    return str(dep.metadata.name)  # type: ignore[union-attr]
-
-
 async def _rolled_out(admin: AsyncClient, name: str, generation: int) -> list[Pod] | None:
     """The controller's pods once the rollout of ``generation`` is done and no old pod is left."""
     dep = await admin.get(Deployment, name, namespace=DRIVER_NS)
@@ -62,7 +56,7 @@ async def test_the_controller_stays_on_the_control_plane_through_rolling_updates
     placed = ("controller.affinity", "controller.nodeSelector")
     if any(v.startswith(placed) for v in suite_values()):
         pytest.skip("the suite's values place the controller themselves")
-    name = await _controller(admin)
+    name = helpers.CONTROLLER_DEPLOYMENT
     for round_ in range(3):
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
         patch = {"spec": {"template": {"metadata": {"annotations": {"restarted-at": stamp}}}}}
