@@ -29,26 +29,12 @@ Meanwhile it:
    IMEX (``compute-domains/shared-imex=on`` with a clique ID). Only a change of those wakes the
    agent: annotations (a CD's channel on the node) and status writes never do;
 2. runs one thing at a time, as ``plan.choose`` says (what runs is kept while it is asked
-   for; the shared IMEX comes before a per-domain CD when both are asked of an idle agent).
-   A per-domain CD ``X`` is not served when it has its own per-CD DaemonSet (made before the
-   switch to resident agents: its pod serves ``X``, and a second ``nvidia-imex`` must not
-   start; the agent logs that and leaves ``X`` alone). To serve ``X``: read its name and
-   namespace (log lines; read together with the DaemonSet check), label our pod
-   ``resource.nvidia.com/computeDomain=X`` and with the clique ID (asking the controller for a
-   clique slot; one patch), then run ``daemon.app.Daemon`` with the settings the CLI's factory
-   builds for ``X``, marked ``resident``, as a task: it writes ``X``'s IMEX files in the per-CD
-   folder, starts ``nvidia-imex`` and registers as ``X``'s own daemon pod would, except that
-   it leaves the pod's labels to us and reports its entry Ready from its own IMEX check, not
-   from our pod's ``Ready`` condition (``DaemonSettings.resident`` says why). To stop: remove
-   both labels from our pod first (so the controller no longer counts us for ``X`` and will
-   not give the entry back), then cancel the daemon, which stops IMEX and removes our clique
-   entry; an unlabel that did not end within the bound is done again, with retries, once the
-   daemon stopped (unless the next CD's label replaces it). The shared IMEX is
-   ``shared.SharedImex``, run with the factory's settings for the pseudo-domain
-   ``config.SHARED_FOLDER`` (files in ``<domains_dir>/shared-imex/``); it registers itself in
-   ``shared-imex.<clique>``; to stop, it is cancelled: IMEX stops, its entry goes NotReady and
-   keeps its index. Either stop is bounded by ``stop_timeout``: one that does not end in time
-   ends the agent, so a second IMEX never starts beside a stuck one.
+   for; the shared IMEX comes before a per-domain CD when both are asked of an idle agent),
+   through a ``runner.Runner``: a per-domain CD's ``daemon.app.Daemon`` (not for a CD with its
+   own per-CD DaemonSet), with our pod labelled for it, or the clique's shared IMEX
+   (``shared.SharedImex``). Its module docstring says how each starts and stops; either stop
+   is bounded by ``stop_timeout``: one that does not end in time ends the agent, so a second
+   IMEX never starts beside a stuck one.
 
 Invariant: at most one daemon or shared IMEX, so at most one ``nvidia-imex``, runs on the node;
 a change stops the old one before the new one starts. One that fails ends ``run()`` with its
@@ -60,16 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import random
-from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any
 
 from lightkube import AsyncClient
 
-from compute_domains.agent import kubeops, labels, plan, shared
+from compute_domains.agent import kubeops, plan, runner, shared
 from compute_domains.agent.config import (
     AgentSettings,
     Assignment,
@@ -77,9 +59,8 @@ from compute_domains.agent.config import (
     Domain,
     Shared,
     Wants,
-    shared_domain,
 )
-from compute_domains.api import imexsignal, names, sharedimex
+from compute_domains.api import names, sharedimex
 from compute_domains.daemon import app as daemon_app
 from compute_domains.daemon import launcher
 from compute_domains.infra import errors, tasks
@@ -115,29 +96,41 @@ class ResidentAgent:
         self._settings = settings
         self._client = client
         self._informers = informers
-        self._factory = daemon_settings
-        self._programs = programs
         self._rng = rng or random.Random()
         self._wanted = Wants()
         self._changed = asyncio.Event()
         self._log = logging.LoggerAdapter(logger, {"node": settings.node_name})
-        self.serving: Domain | None = None
-        """The CD served now (for tests and diagnostics)."""
-        self.daemon: daemon_app.Daemon | None = None
-        """The served CD's daemon, while one runs."""
-        self.shared: shared.SharedImex | None = None
-        """The clique's shared IMEX, while it runs."""
-        self._running: plan.Running | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._declined: Assignment | None = None
+        self._runner = runner.Runner(
+            settings,
+            client,
+            factory=daemon_settings,
+            programs=programs,
+            rng=self._rng,
+            informers=informers,
+            log=self._log,  # its records keep this module's logger name and the node
+        )
+        """What runs now, its start and stop."""
         self._warned = ""
         self._awaiting = False
         self._settled = False
         """The Node's newest ask has been read and acted on."""
         self._fresh = True
         """``/readyz`` has not passed yet in this process (see the module docstring)."""
-        self._labelled = False
-        """Our pod may still carry the CD label of a CD no longer served (a failed unlabel)."""
+
+    @property
+    def serving(self) -> Domain | None:
+        """The CD served now (for tests and diagnostics)."""
+        return self._runner.serving
+
+    @property
+    def daemon(self) -> daemon_app.Daemon | None:
+        """The served CD's daemon, while one runs."""
+        return self._runner.daemon
+
+    @property
+    def shared(self) -> shared.SharedImex | None:
+        """The clique's shared IMEX, while it runs."""
+        return self._runner.shared
 
     async def run(self) -> None:
         """Run until cancelled (see the module docstring).
@@ -189,32 +182,32 @@ class ResidentAgent:
                 await self._next_change()
                 self._settled = False
                 wanted = self._wanted
-                if wanted.domain != self._declined:
-                    self._declined = None  # the node asks anew: look at the next ask afresh
-                choice = plan.choose(self._running, wanted, self._declined)
+                if wanted.domain != self._runner.declined:
+                    self._runner.declined = None  # the node asks anew: look at the next ask afresh
+                choice = plan.choose(self._runner.running, wanted, self._runner.declined)
                 self._note(choice.warning, wanted)
                 if choice.keep:
                     self._settled = True
                     continue
                 self._note_awaiting(choice.start is None)
-                if self._running is not None:
-                    await self._stop()
-                if (first or self._labelled) and not isinstance(choice.start, Assignment):
+                if self._runner.running is not None:
+                    await self._runner.stop()
+                if (first or self._runner.labelled) and not isinstance(choice.start, Assignment):
                     # A restarted container may find its pod still labelled from before, and
                     # a stop whose bounded unlabel failed left it labelled: unlabel now (with
                     # retries), or the controller goes on counting us for that CD.
-                    await self._label(None, leaving_all=True)
-                    self._labelled = False
+                    await self._runner.label(None, leaving_all=True)
+                    self._runner.labelled = False
                 first = False
                 if isinstance(choice.start, Shared):
-                    await self._start_shared(choice.start)
+                    await self._runner.start_shared(choice.start)
                 elif choice.start is not None:
-                    await self._start(choice.start)
+                    await self._runner.start(choice.start)
                 self._settled = True
         finally:
-            if self._running is not None:
+            if self._runner.running is not None:
                 with contextlib.suppress(Exception):
-                    await self._stop()
+                    await self._runner.stop()
 
     def _note(self, warning: str, wanted: Wants) -> None:
         if wanted.shared_without_clique and not warning:
@@ -241,7 +234,7 @@ class ResidentAgent:
 
     async def _next_change(self) -> None:
         """Until the node asks something new; raises what runs' failure meanwhile."""
-        task = self._task
+        task = self._runner.task
         if task is None:
             await self._changed.wait()
         else:
@@ -251,157 +244,9 @@ class ResidentAgent:
             finally:
                 waiter.cancel()
             if task.done():
-                task.result()  # a failure ends the agent (see _guarded)
+                task.result()  # a failure ends the agent (see runner.Runner._guarded)
                 raise errors.ComputeDomainsError(f"{task.get_name()} ended by itself")
         self._changed.clear()
-
-    async def _start(self, wanted: Assignment) -> None:
-        uid = wanted.domain_uid
-        self._log.info("the node asks for CD %s (clique %r)", uid, wanted.clique_id)
-        # The CD's name (its Events, log lines) is read beside the DaemonSet check and our
-        # pod's label: only the check must come before the label (the controller registers a
-        # labelled pod), so neither read waits for the other or for the label.
-        describing = asyncio.ensure_future(
-            kubeops.describe(self._client, uid, self._log, self._informers)
-        )
-        try:
-            if await kubeops.has_own_daemonset(self._client, self._settings, uid, self._log):
-                # Made while the controller created per-CD DaemonSets: that DaemonSet's pod
-                # runs this CD's IMEX here, and a second nvidia-imex must never start beside it.
-                self._declined = wanted
-                self._log.warning(
-                    "CD %s has its own DaemonSet %s (created in perComputeDomain mode): its pod "
-                    "serves it; not serving it here",
-                    uid,
-                    names.daemon_object_name(uid),
-                )
-                return
-            self._declined = None
-            unnamed = Domain(
-                assignment=wanted,
-                name="",
-                namespace="",
-                domain_dir=self._settings.domains_dir / uid,
-            )
-            # We label our pod for the CD, clique ID included, so the daemon does not.
-            await asyncio.to_thread(_make_dir, unnamed.domain_dir)
-            notes = await self._label(uid, self._factory(unnamed).identity.clique_id)
-            name, namespace = await describing
-        finally:
-            describing.cancel()  # still running only on a return or a failure above
-        self._labelled = False  # X's labels replace any left from before
-        domain = dataclasses.replace(unnamed, name=name, namespace=namespace)
-        # Our pod's template says whether the controller writes our entry's status from the
-        # daemon's readiness signal (docs/decisions/0025), so both sides read one fact.
-        settings = dataclasses.replace(
-            self._factory(domain), resident=True, ready_signal=imexsignal.declares(notes)
-        )
-        daemon = daemon_app.Daemon(
-            settings,
-            self._client,
-            rng=self._rng,
-            programs=self._programs,
-            informers=self._informers,
-        )
-        self.serving, self.daemon, self._running = domain, daemon, wanted
-        self._log.info(
-            "serving CD %s/%s (uid %s, clique %r)", namespace, name, uid, wanted.clique_id
-        )
-        self._task = asyncio.create_task(
-            self._guarded(daemon.run, "the daemon of the served CD"), name=f"daemon-{uid}"
-        )
-
-    async def _start_shared(self, wanted: Shared) -> None:
-        domain = shared_domain(self._settings, wanted)
-        # The names in its nodes.cfg are the clique's own (upstream #1447: no other IMEX
-        # domain, another clique's included, may share them).
-        settings = dataclasses.replace(
-            self._factory(domain), imex_domain=sharedimex.registry_name(wanted.clique_id)
-        )
-        await asyncio.to_thread(_make_dir, domain.domain_dir)
-        imex = shared.SharedImex(
-            settings,
-            self._client,
-            programs=self._programs,
-            rng=self._rng,
-            informers=self._informers,
-        )
-        self.shared, self._running = imex, wanted
-        self._log.info("running the shared IMEX of clique %r", wanted.clique_id)
-        self._task = asyncio.create_task(
-            self._guarded(imex.run, "the clique's shared IMEX"), name="shared-imex"
-        )
-
-    async def _guarded(self, work: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
-        # What fails ends the agent with its error (the container restarts), as a failing
-        # per-CD daemon ends its pod's container.
-        try:
-            await work()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:
-            self._log.error("%s failed: %s", what, err)
-            raise errors.ComputeDomainsError(f"{what} failed: {err}") from err
-
-    async def _stop(self) -> None:
-        running, task = self._running, self._task
-        if running is None:
-            return
-        domain = self.serving
-        what = (
-            f"the shared IMEX of clique {running.clique_id!r}"
-            if isinstance(running, Shared)
-            else f"serving CD {domain.namespace}/{domain.name} (uid {running.domain_uid})"
-            if domain is not None
-            else f"serving CD {running.domain_uid}"
-        )
-        if isinstance(running, Assignment):
-            # Unlabel first: the controller then neither counts us for the CD nor gives our
-            # clique entry back while the daemon removes it. Bounded: a stop must end even
-            # without the API.
-            try:
-                async with asyncio.timeout(self._settings.stop_timeout):
-                    await self._label(None, leaving=(running.domain_uid,))
-            except (TimeoutError, errors.ComputeDomainsError) as err:
-                self._labelled = True  # unlabelled after the stop (_serve)
-                self._log.warning(
-                    "could not unlabel our pod for %s (%s); retrying after the stop",
-                    what,
-                    err or type(err).__name__,
-                )
-        if task is not None and not task.done():
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=self._settings.stop_timeout)
-            if not done:
-                # Its IMEX may still run: starting another would make two on the node. End the
-                # agent instead; its process exit takes the IMEX child with it.
-                raise errors.ComputeDomainsError(
-                    f"{what} did not stop within {self._settings.stop_timeout:.0f}s"
-                )
-        self.serving, self.daemon, self.shared = None, None, None
-        self._running, self._task = None, None
-        self._log.info("stopped %s", what)
-
-    async def _label(
-        self,
-        serving: str | None,
-        clique_id: str = "",
-        *,
-        leaving: tuple[str, ...] = (),
-        leaving_all: bool = False,
-    ) -> dict[str, str]:
-        """Label our pod (``kubeops.label_pod``); the pod's annotations as written.
-        ``leaving_all``: also remove every readiness signal the patch shows left on the pod
-        (a restarted container's: its killed daemon could not remove its own)."""
-        notes = await kubeops.label_pod(
-            self._client, self._settings, serving, clique_id, self._rng, self._log, leaving=leaving
-        )
-        left = labels.signals_left(notes) if leaving_all else []
-        if left:
-            notes = await kubeops.label_pod(
-                self._client, self._settings, serving, clique_id, self._rng, self._log, leaving=left
-            )
-        return notes
 
     # ---- probes -------------------------------------------------------------------------
 
@@ -432,7 +277,7 @@ class ResidentAgent:
             # eager label) before /readyz first passed: Ready idle would be NotReady for that
             # IMEX's start (issue 28).
             return starting or not plan.awaits_shared(
-                self._running, self._wanted, self._settings.shared_imex_eager
+                self._runner.running, self._wanted, self._settings.shared_imex_eager
             )
         if starting and check.starting:
             return True
@@ -442,7 +287,3 @@ class ResidentAgent:
         if self.shared is not None:
             return self.shared.metrics.render()
         return self.daemon.metrics.render() if self.daemon is not None else b""
-
-
-def _make_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o755)

@@ -47,15 +47,15 @@ async def test_a_stop_whose_unlabel_timed_out_unlabels_once_the_daemon_stopped()
     )
     client = _Client()
     agent = app.ResidentAgent(settings, cast(AsyncClient, client), daemon_settings=_no_daemon)
-    # Serving CD X (its daemon a task that ends when cancelled), as _start leaves it.
-    agent._running = Assignment(domain_uid="x", clique_id="c.1")
-    agent._task = asyncio.create_task(asyncio.Event().wait())
+    # Serving CD X (its daemon a task that ends when cancelled), as Runner.start leaves it.
+    agent._runner.running = Assignment(domain_uid="x", clique_id="c.1")
+    agent._runner.task = asyncio.create_task(asyncio.Event().wait())
     serving = asyncio.create_task(agent._serve())
     try:
         agent._wanted = Wants(clique_id="c.1")  # X's label left the Node: stop serving it
         agent._changed.set()
         async with asyncio.timeout(10):
-            while not (agent._settled and agent._running is None):
+            while not (agent._settled and agent._runner.running is None):
                 await asyncio.sleep(0)  # let the serve loop act (no wall-clock wait)
         unlabel = {
             "metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None, names.CLIQUE_ID_LABEL: None}}
