@@ -1,45 +1,35 @@
-"""``cdctl bench formation|churn|report``: benchmarks on a simulated cluster, results, tables.
+"""``cdctl bench``: the command group of the benchmarks on a simulated cluster, and its
+``formation`` command (rounds per size and driver, its table and result file).
 
-Size: about 300 lines for one command group; its three commands share the sim set-up, the
-result files and the table rendering.
+The group's other commands live beside it: ``churn`` in ``cli/benchchurn.py``, ``report`` and
+the result files in ``cli/benchresults.py``, ``bundle`` in ``cli/benchbundle.py``,
+``pictures`` in ``cli/benchpictures.py``; a formation round's sim and drivers are
+``cli/benchdrivers.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import json
 import math
 import os
-import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import (
-    churn,
-    compare,
-    drivers,
-    floor,
-    othersims,
-    placement,
-    report,
-    rounds,
-    scale,
-    settle,
-    writes,
+from compute_domains.bench import compare, drivers, othersims, placement, rounds, settle
+from compute_domains.cli import (
+    benchbundle,
+    benchchurn,
+    benchdrivers,
+    benchpictures,
+    benchresults,
+    options,
+    simoptions,
+    tools,
 )
-from compute_domains.cli import benchbundle, benchdrivers, benchpictures, options, simoptions, tools
-from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, state, topology
 
 _DRIVER_NS = "compute-domains"
 
@@ -81,58 +71,6 @@ def _table(results: list[dict[str, Any]], workload: str) -> Table:
             f"{res['cpu_s'].get('kubelet plugins', 0.0):.1f}s",
         )
     return table
-
-
-@contextlib.contextmanager
-def _sim(
-    console: Console, name: str, racks: int, keep: bool
-) -> Iterator[tuple[state.SimPaths, Path]]:
-    """A running sim with the driver (reused when one of that name runs); stopped afterwards."""
-    toolset = tools.build_tools(console)
-    paths = state.SimPaths(options.sim_home(), name)
-    with console.status(f"sim with {racks} racks of 18 nodes and the driver..."):
-        started = lifecycle.start(
-            paths,
-            toolset.bin_dir,
-            chart=options.chart_dir(),
-            shape=topology.Shape(racks=racks),
-            patience=True,
-        )
-    try:
-        yield paths, toolset.bin_dir
-    finally:
-        if not keep and not started.already_running:
-            lifecycle.stop(paths)
-
-
-def _write(
-    console: Console,
-    kind: str,
-    doc: dict[str, Any],
-    prefix: str = "",
-    out_dir: Path | None = None,
-    *,
-    out: Path | None = None,
-) -> Path:
-    """Write a result document under ``out_dir`` (default bench/results/) with the machine it
-    ran on, or over ``out`` (an earlier, partial write of the same run); a ``prefix`` keeps a
-    one-off run out of the tables ``cdctl bench report`` builds from the newest
-    ``formation-*``/``sidebyside-*`` files."""
-    if out is None:
-        out_dir = out_dir or options.repo_root() / "bench" / "results"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = out_dir / f"{prefix + '-' if prefix else ''}{kind}-{stamp}.json"
-    load = os.getloadavg()[0]
-    out.write_text(
-        json.dumps(
-            {"machine": f"{os.cpu_count()} cores", "load_at_end": load, **doc},
-            indent=1,
-            default=str,
-        )
-    )
-    console.print(f"results written to {out}")
-    return out
 
 
 @click.group("bench")
@@ -276,10 +214,10 @@ def formation_cmd(
             # A later round cut short (the caller's time limit, a crash) must not take the
             # finished rounds' results with it: the file is rewritten after every round.
             partial = document() | {"partial": f"{len(done)} of {len(plan)} rounds"}
-            out = _write(console, kind, partial, prefix, results_dir, out=out)
+            out = benchresults.write(console, kind, partial, prefix, results_dir, out=out)
     doc = document()
     console.print(_table(doc["results"], workload))
-    out = _write(console, kind, doc, prefix, results_dir, out=out)
+    out = benchresults.write(console, kind, doc, prefix, results_dir, out=out)
     if side:
         written = json.loads(out.read_text())  # with the machine and the final load
         console.print(compare.side_by_side(written, out.name), markup=False)
@@ -289,155 +227,7 @@ def formation_cmd(
         raise click.ClickException(f"not every run formed: {'; '.join(doc['failures'])}")
 
 
-async def _churn(
-    paths: state.SimPaths, lanes: int, cycles: int, n: int, console: Console
-) -> list[churn.Cycle]:
-    client = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="bench"))
-    run_id = uuid.uuid4().hex[:5]
-    spaces = [f"churn-{run_id}-{lane}" for lane in range(lanes)]
-    for ns in spaces:
-        await client.create(Namespace(metadata=ObjectMeta(name=ns)))
-    await asyncio.sleep(2)  # the ServiceAccount controller fills the namespaces
-
-    def roots() -> list[Path]:
-        base = (paths.root / "nodes").resolve()
-        return sorted(p for p in base.iterdir() if p.is_dir())
-
-    async def lane(index: int) -> list[churn.Cycle]:
-        done = []
-        for k in range(cycles):
-            cycle = await churn.one_cycle(
-                client,
-                lane=index,
-                cycle=k,
-                n=n,
-                ns=spaces[index],
-                driver_ns=_DRIVER_NS,
-                node_roots=roots,
-            )
-            verdict = "ok" if not cycle.problems else f"FAILED: {'; '.join(cycle.problems)}"
-            console.print(
-                f"lane {index} cycle {k + 1}/{cycles}: formed "
-                f"{cycle.formation_s:.1f}s, torn down {cycle.teardown_s:.1f}s, "
-                f"{verdict}"
-            )
-            done.append(cycle)
-        return done
-
-    try:
-        per_lane = await asyncio.gather(*(lane(i) for i in range(lanes)))
-    finally:
-        for ns in spaces:
-            await client.delete(Namespace, ns)
-        await client.close()
-    return [c for cs in per_lane for c in cs]
-
-
-@group.command("churn")
-@click.option("--lanes", default=3, show_default=True, help="Parallel create/delete lanes.")
-@click.option("--cycles", default=12, show_default=True, help="Cycles per lane.")
-@click.option("--nodes", "n", default=2, show_default=True, help="Pods (nodes) per domain.")
-@click.option("--racks", default=1, show_default=True)
-@click.option("--name", default="churn", show_default=True, help="Sim to use or start.")
-@click.option("--keep", is_flag=True, help="Leave the sim running afterwards.")
-def churn_cmd(lanes: int, cycles: int, n: int, racks: int, name: str, keep: bool) -> None:
-    """Soak: CDs created and deleted in parallel lanes, consistency checked after every cycle."""
-    console = Console()
-    if lanes * n > racks * 18:
-        raise click.UsageError(f"{lanes} lanes x {n} nodes need more than {racks} rack(s)")
-    with _sim(console, name, racks, keep) as (paths, _bins):
-        cycles_done = asyncio.run(_churn(paths, lanes, cycles, n, console))
-    summary = churn.summarize(cycles_done)
-    table = Table(
-        "lanes",
-        "nodes/CD",
-        "cycles",
-        "failed",
-        "formation p50",
-        "formation p99",
-        "teardown p50",
-        "teardown p99",
-        title="ComputeDomain churn",
-    )
-    table.add_row(
-        str(lanes),
-        str(n),
-        str(summary["cycles"]),
-        str(summary["failed"]),
-        f"{summary['formation_p50_s']:.1f}s",
-        f"{summary['formation_p99_s']:.1f}s",
-        f"{summary['teardown_p50_s']:.1f}s",
-        f"{summary['teardown_p99_s']:.1f}s",
-    )
-    console.print(table)
-    for problem in summary["problems"]:
-        console.print(f"[red]{problem}[/red]")
-    _write(
-        console,
-        "churn",
-        {
-            "lanes": lanes,
-            "nodes_per_cd": n,
-            "summary": summary,
-            "cycles": [dataclasses.asdict(c) for c in cycles_done],
-        },
-    )
-    if summary["failed"]:
-        raise click.ClickException(f"{summary['failed']} of {summary['cycles']} cycles failed")
-
-
-@group.command("report")
-@click.option(
-    "--doc",
-    "doc_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Markdown file with bench blocks to rewrite (default docs/benchmarks.md).",
-)
-@click.option(
-    "--pictures/--no-pictures",
-    default=True,
-    show_default=True,
-    help="Also draw the formation curve and phase bars (PNG, beside the result files; needs "
-    "matplotlib, the `bench` extra) and show them in the blocks.",
-)
-def report_cmd(doc_path: Path | None, pictures: bool) -> None:
-    """Rewrite the tables in docs/benchmarks.md from the newest results of each kind (and the
-    writes-per-kind block from the two result files its marker names); draw the pictures of
-    those results and of every `bench:figures` block's files."""
-    console = Console()
-    root = options.repo_root()
-    results = root / "bench" / "results"
-    doc_path = doc_path or root / "docs" / "benchmarks.md"
-    drawing = benchpictures.module() if pictures else None  # refused before anything is written
-    blocks = {}
-    drawn: list[Path] = []
-    try:
-        for kind in report.KINDS:
-            found = report.latest(results, kind)
-            if found is None:
-                console.print(f"no {kind} results under bench/results/: its table is left as it is")
-                continue
-            path, doc = found
-            blocks[kind] = report.render(kind, doc, str(path.relative_to(root)))
-            if drawing is not None and kind != "churn":
-                shown = drawing.for_file(path)
-                blocks[kind] += "\n\n" + drawing.links(shown, doc_path.parent)
-                drawn += shown
-        blocks["scale"] = scale.table(results)  # every scale run, issue 15
-        blocks["floor"] = floor.table(results)  # without a CD, issues 26 and 28
-        text = report.update_doc(doc_path.read_text(), blocks)
-        text = writes.update_doc(text, results)
-        if drawing is not None:
-            text, across = drawing.update_doc(text, results, doc_path.parent)
-            drawn += across
-        doc_path.write_text(text)
-    except (OSError, ValueError, KeyError) as err:
-        raise click.ClickException(f"{doc_path}: {err!r}") from err
-    console.print(f"{doc_path}: {', '.join(blocks) or 'nothing'} updated")
-    for p in drawn:
-        console.print(f"picture written to {p.relative_to(root)}")
-
-
+group.add_command(benchchurn.churn_cmd)
+group.add_command(benchresults.report_cmd)
 group.add_command(benchbundle.bundle_cmd)
 group.add_command(benchpictures.pictures_cmd)
