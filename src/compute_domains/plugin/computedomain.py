@@ -1,43 +1,39 @@
 """Node-side ComputeDomain checks: find a CD by UID, own the node label, wait for readiness.
 
-- Lookups read a watched cache of the ComputeDomains, indexed by UID, as upstream's plugin does
-  (its informer with a UID index): the host's one cache on a virtual node
-  (``infra.kube.informers``), the plugin's own (``own_cache``, one watch) in its own process. A
-  fresh read (a list in the claim's namespace, filtered by UID) is made only when the cache does
-  not hold the CD (one created a moment ago, not yet seen by the watch) or has not listed yet,
+- Lookups read a watched cache of the ComputeDomains indexed by UID, as upstream's plugin does
+  (``domainwatch``: the host's one cache on a virtual node, the plugin's own in its own process).
+  A fresh read (a list in the claim's namespace, filtered by UID) is made only when the cache
+  does not hold the CD (created a moment ago, not yet seen by the watch) or has not listed yet,
   so a CD that exists is always found; one deleted a moment ago may still be found, as it may
   be between a fresh read and its use. So a prepare costs no API round trip for its CD (at
   N = 36 per clique under load 15, that list took 0.01 to 2.1 s of each prepare), and no
-  prepare lists every ComputeDomain of the cluster on a host of hundreds of nodes. Without
-  any cache (unit tests, tools) every lookup is a fresh read. A channel claim whose CD
-  does not exist, or lives in another namespace than the claim, fails permanently; a daemon
-  claim (which lives in the driver namespace) finds its CD in any namespace and retries while
-  it is missing, as upstream does.
+  prepare lists every ComputeDomain of a host of hundreds of nodes. Without any cache (unit
+  tests, tools) every lookup is a fresh read. A channel claim whose CD does not exist, or lives
+  in another namespace than the claim, fails permanently; a daemon claim (which lives in the
+  driver namespace) finds its CD in any namespace and retries while it is missing, as upstream.
 - The node's mark ``resource.nvidia.com/computeDomain=<cdUID>`` (``api.nodemark``: a label, which
   pulls the CD's daemon onto the node; or, with resident agents and ``NODE_MARK=annotation``, an
   annotation, on which kube-scheduler re-queues nothing) says which CD the node serves. It is
-  written with a resourceVersion precondition, so two writers cannot both win;
-  a label for another CD, or the per-clique scope's ``compute-domains/shared-imex=on`` (written
-  under the same precondition by ``shared``), refuses the claim with a retryable error.
-  Removing it only ever removes our own value (a newer CD's mark is left alone), in both forms.
-- Readiness is watched, not polled: read the node's entry once, then follow a watch from that
-  read's resourceVersion until the entry is Ready or the attempt's time runs out (with shared
-  caches: wait on the host's clique or CD cache, no watch of its own). On a node with
-  a clique ID the entry is in the ComputeDomainClique ``<cdUID>.<cliqueID>`` (driver namespace),
-  written by the daemon; on a node without one it is the CD's ``status.nodes`` entry, which the
-  controller derives from the daemon pod.
+  written with a resourceVersion precondition, so two writers cannot both win; a label for
+  another CD, or the per-clique scope's ``compute-domains/shared-imex=on`` (written under the
+  same precondition by ``shared``), refuses the claim with a retryable error. Removing it only
+  ever removes our own value (a newer CD's mark is left alone), in both forms.
+- Readiness is watched, not polled (``domainwatch.follow``), until the node's entry is Ready or
+  the attempt's time runs out. On a node with a clique ID the entry is in the ComputeDomainClique
+  ``<cdUID>.<cliqueID>`` (driver namespace), written by the daemon; on a node without one it is
+  the CD's ``status.nodes`` entry, which the controller derives from the daemon pod.
 - A wait that times out says why when the controller knows: if the CD's ``Ready`` condition is
   ``CliqueFull`` naming this node, the error (which the kubelet shows as the pod's event) names
   the full clique and its limit instead of "IMEX daemon not Ready yet" (``blocked``; the
   per-clique scope's wait, ``registry``, asks the same).
+
+``domainwatch``'s public names are re-exported here, where their callers have always found them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
@@ -49,6 +45,13 @@ from compute_domains.api.clique import ComputeDomainClique, ComputeDomainCliqueR
 from compute_domains.api.computedomain import ComputeDomain, ComputeDomainResource, Readiness
 from compute_domains.infra import errors, kube
 from compute_domains.infra.kube import cache, informers
+from compute_domains.plugin.domainwatch import UID_INDEX as UID_INDEX
+from compute_domains.plugin.domainwatch import cached_name as cached_name
+from compute_domains.plugin.domainwatch import cliques as cliques
+from compute_domains.plugin.domainwatch import follow as follow
+from compute_domains.plugin.domainwatch import host_cache as host_cache
+from compute_domains.plugin.domainwatch import own_cache as own_cache
+from compute_domains.plugin.domainwatch import states as states
 
 logger = logging.getLogger(__name__)
 
@@ -303,41 +306,6 @@ class Domains:
         return next((p for p in ready.message.split("; ") if p.startswith(mine)), "")
 
 
-UID_INDEX = "uid"
-"""The index of a ComputeDomain cache by UID."""
-
-
-def host_cache(shared: informers.Informers) -> cache.Cache[Any]:
-    """The node host's one ComputeDomain cache, indexed by UID (every in-process plugin and
-    agent of the host reads this one)."""
-    return shared.informer(ComputeDomainResource, indexers={UID_INDEX: _uid_of})
-
-
-def cached_name(domains: cache.Cache[Any], domain_uid: str) -> tuple[str, str] | None:
-    """``(name, namespace)`` of CD ``domain_uid`` from a UID-indexed cache; None while the
-    cache has not listed yet or does not hold it (a CD created a moment ago)."""
-    if not domains.synced.is_set():
-        return None
-    for obj in domains.by_index(UID_INDEX, domain_uid):
-        meta = obj.get("metadata") or {}
-        return str(meta.get("name") or ""), str(meta.get("namespace") or "")
-    return None
-
-
-def own_cache(client: AsyncClient) -> cache.Cache[Any]:
-    """A plugin's own watched cache of the ComputeDomains of every namespace, indexed by UID
-    (for ``Domains(watched=...)``; its owner runs it)."""
-    return cache.Cache(
-        client, ComputeDomainResource, name="ComputeDomain", indexers={UID_INDEX: _uid_of}
-    )
-
-
-def _uid_of(obj: Any) -> list[str]:
-    # The raw field: a generic resource decodes all of ObjectMeta on every ``.metadata``.
-    uid = (obj.get("metadata") or {}).get("uid")
-    return [str(uid)] if uid else []
-
-
 def _without_nodes(item: dict[str, Any]) -> ComputeDomain:
     """The CD decoded without its ``status.nodes`` (no caller here reads them, and decoding a
     1,152-entry status for each of 2,304 prepares was most of a loaded node's CPU)."""
@@ -345,56 +313,3 @@ def _without_nodes(item: dict[str, Any]) -> ComputeDomain:
     if isinstance(status, dict):
         item = item | {"status": {k: v for k, v in status.items() if k != "nodes"}}
     return ComputeDomain.from_dict(item)
-
-
-def cliques(shared: informers.Informers, driver_namespace: str) -> cache.Cache[Any]:
-    """The host's cache of the cliques (and shared registries) of the driver namespace."""
-    return shared.informer(ComputeDomainCliqueResource, namespace=driver_namespace)
-
-
-async def states(
-    client: AsyncClient,
-    res: Any,
-    name: str,
-    namespace: str,
-    shared: cache.Cache[Any] | None = None,
-) -> AsyncGenerator[Any | None, None]:
-    """``name`` now (None while absent) and after every change: a read, then a watch from that
-    read; with the host's cache of the kind (``shared``), from it instead."""
-    if shared is not None:
-        async for cached in informers.follow(shared, (namespace, name)):
-            yield cached
-        return
-    version: str | None = None
-    try:
-        with kube.translated(f"reading {name}"):
-            obj = await client.get(res, name, namespace=namespace)
-        version = obj.metadata.resourceVersion if obj.metadata else None
-    except kube.NotFound:
-        obj = None  # not created yet: the watch below sees it appear
-    yield obj
-    async for op, obj in client.watch(
-        res, namespace=namespace, fields={"metadata.name": name}, resource_version=version
-    ):
-        yield None if op == "DELETED" else obj
-
-
-async def follow(
-    client: AsyncClient,
-    res: Any,
-    name: str,
-    namespace: str,
-    ready: Callable[[Any], bool],
-    shared: cache.Cache[Any] | None = None,
-) -> None:
-    """Read ``name`` once, then follow a watch from that read until ``ready`` holds; with the
-    host's cache of the kind (``shared``), wait on it instead."""
-    if shared is not None:
-        await informers.wait_until(shared, (namespace, name), ready)
-        return
-    # aclosing: returning ends the watch (its connection) now, not when the generator is
-    # collected, which a reference cycle can put off while the API server keeps serving it.
-    async with contextlib.aclosing(states(client, res, name, namespace)) as found:
-        async for obj in found:
-            if obj is not None and ready(obj):
-                return
