@@ -15,108 +15,38 @@ ranks with the same channel and RDMA claims), and measures three phases on a
   in its rack (the guide's failure timeline, times relative to the stop);
 - ``heal(node)``: the node is started again and the domain settles (every node Ready, every
   entry and daemon Ready).
+
+The guide's file, its names and ``render`` live in ``guidefile``, the ``Failure`` record and its
+derivation in ``failover``; their names are re-exported here, where callers have always found
+them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import yaml
 from lightkube import AsyncClient, codecs
-from lightkube.resources.core_v1 import Node
 
-from compute_domains.api import names
-from compute_domains.bench import timeline
+from compute_domains.bench import failover, timeline
+from compute_domains.bench.failover import Failure as Failure
+from compute_domains.bench.guidefile import CD_NAME as CD_NAME
+from compute_domains.bench.guidefile import CHANNEL_TEMPLATE as CHANNEL_TEMPLATE
+from compute_domains.bench.guidefile import DEVICECLASS as DEVICECLASS
+from compute_domains.bench.guidefile import GUIDE_UUIDS as GUIDE_UUIDS
+from compute_domains.bench.guidefile import MANIFEST as MANIFEST
+from compute_domains.bench.guidefile import PLACEHOLDER_APP as PLACEHOLDER_APP
+from compute_domains.bench.guidefile import PLACEHOLDER_LABEL as PLACEHOLDER_LABEL
+from compute_domains.bench.guidefile import RDMA_TEMPLATE as RDMA_TEMPLATE
+from compute_domains.bench.guidefile import racks_of as racks_of
+from compute_domains.bench.guidefile import render as render
 from compute_domains.infra import kube
 from compute_domains.sim import control, trainer
-
-MANIFEST: Final = "examples/guide/k8s134-2domain-64plus8-computedomain-dranet.yaml"
-DEVICECLASS: Final = "examples/guide/k8s134-rdma-deviceclass.yaml"
-"""The guide's §3.4 ``rdma-devices`` DeviceClass, which the manifest's RDMA template names."""
-GUIDE_UUIDS: Final = (
-    "804c7837-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
-    "89164aa7-yyyy-yyyy-yyyy-yyyyyyyyyyyy",
-)
-"""The guide's ClusterUUID placeholders for Domain A and Domain B (§15.5), filled in by rack."""
-CD_NAME: Final = "training-job-cd"
-CHANNEL_TEMPLATE: Final = "training-job-imex-channel"
-RDMA_TEMPLATE: Final = "training-job-rdma"
-PLACEHOLDER_LABEL: Final = "app"
-PLACEHOLDER_APP: Final = "gpu-placeholder"
-
-
-def render(text: str, racks: tuple[trainer.Rack, ...], *, warm: bool) -> list[dict[str, Any]]:
-    """The manifest's objects with the guide's two ClusterUUID placeholders filled in by the
-    first two racks; ``warm=True`` adds the warm-nodes annotation over both racks to the
-    ComputeDomain (``warm=False``: the guide's file as written, for NVIDIA's driver).
-
-    Raises:
-        ValueError: fewer than two racks, or the text lacks a placeholder (not the guide's file).
-    """
-    if len(racks) < 2:
-        raise ValueError(f"the 2-domain scenario needs two racks, the cluster has {len(racks)}")
-    for placeholder, rack in zip(GUIDE_UUIDS, racks, strict=False):
-        if placeholder not in text:
-            raise ValueError(f"the manifest has no ClusterUUID placeholder {placeholder!r}")
-        text = text.replace(placeholder, rack.cluster_uuid)
-    docs = [d for d in yaml.safe_load_all(text) if d]
-    if warm:
-        selector = (
-            f"{trainer.CLUSTER_UUID_LABEL} in ({racks[0].cluster_uuid},{racks[1].cluster_uuid})"
-        )
-        for doc in docs:
-            if doc["kind"] == "ComputeDomain":
-                meta = doc["metadata"]
-                meta.setdefault("annotations", {})[names.WARM_NODES_ANNOTATION] = selector
-    return docs
-
-
-async def racks_of(client: AsyncClient) -> tuple[dict[str, str], tuple[trainer.Rack, ...]]:
-    """Node → rack name, and the racks (``a``, ``b``, ... in node-name order) by cluster UUID."""
-    nodes = sorted(
-        [n async for n in client.list(Node, labels={trainer.CLUSTER_UUID_LABEL: None})],
-        key=lambda n: str(n.metadata.name),  # type: ignore[union-attr]
-    )
-    uuids: list[str] = []
-    for n in nodes:
-        uuid = (n.metadata.labels or {})[trainer.CLUSTER_UUID_LABEL]  # type: ignore[union-attr]
-        if uuid not in uuids:
-            uuids.append(uuid)
-    racks = tuple(trainer.Rack(chr(ord("a") + i), u) for i, u in enumerate(uuids))
-    by_uuid = {r.cluster_uuid: r.name for r in racks}
-    node_rack = {
-        str(n.metadata.name): by_uuid[(n.metadata.labels or {})[trainer.CLUSTER_UUID_LABEL]]  # type: ignore[union-attr]
-        for n in nodes
-    }
-    return node_rack, racks
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Failure:
-    """What ``fail`` measured; times in seconds after the node stop (None: not seen)."""
-
-    node: str
-    old_pod: str
-    new_pod: str
-    spare: str
-    steps: dict[str, float | None]
-    """``node_not_ready``, ``pod_removed``, ``replacement_created``, ``placeholder_preempted``,
-    ``replacement_bound``, ``daemon_on_spare_ready``, ``replacement_ready``,
-    ``spare_entry_ready`` (the CD's entry of the spare turned Ready)."""
-    preempted: str
-    """The placeholder the scheduler preempted, with the reason on its pod."""
-    removal: str
-    """Who removed the lost pod and why (the framework's reason, else the pod's condition)."""
-    spare_was_warm: bool
-    """The spare's daemon was Ready and its entry Ready before the failure."""
-    other_racks_marks: list[str]
-    """Every transition seen on another rack's nodes, pods, daemons or entries (none: untouched)."""
 
 
 class Scenario:
@@ -324,82 +254,17 @@ class Scenario:
             timeout,
             f"the CD entry of {spare} Ready",
         )
-        return self._failure(t0, node, old, new, rack)
-
-    def _failure(self, t0: float, node: str, old: Any, new: Any, rack: str) -> Failure:
-        tl = self.timeline
-        old_name, new_name = str(old.metadata.name), str(new.metadata.name)
-        spare = str(new.spec.nodeName)
-
-        def at(mark: timeline.Mark | None) -> float | None:
-            return None if mark is None else round(mark.at - t0, 2)
-
-        removed = [
-            m for m in tl.since(t0) if m.name == old_name and m.what in ("pod-deleting", "pod-gone")
-        ]
-        preempted = next(
-            (m for m in tl.since(t0) if m.what == "pod-deleting" and m.name.startswith("spare-")),
-            None,
+        return failover.measure(
+            self.timeline,
+            t0,
+            node,
+            old,
+            new,
+            rack,
+            actions=self.actions,
+            node_rack=self.node_rack,
+            warm_at_failure=self.warm_at_failure,
         )
-        spare_daemon = next(
-            (m for m in tl.since(t0) if m.what == "daemon-ready" and m.detail == spare),
-            None,
-        )
-        spare_entry = next(
-            (
-                m
-                for m in tl.since(t0)
-                if m.what == "entry" and m.name == spare and m.detail.startswith("Ready")
-            ),
-            None,
-        )
-        by_framework = [a for a in self.actions if a.kind == "deleted" and a.pod == old_name]
-        removal = (
-            f"force-deleted by the framework: {by_framework[0].reason}"
-            if by_framework
-            else (removed[0].detail if removed else "")
-        )
-        others = [
-            f"{m.what} {m.name} {m.detail}".strip()
-            for m in tl.since(t0)
-            if self._other_rack(m, rack)
-        ]
-        return Failure(
-            node=node,
-            old_pod=old_name,
-            new_pod=new_name,
-            spare=spare,
-            steps={
-                "node_not_ready": at(tl.first(t0, "node-not-ready", node)),
-                "pod_removed": at(removed[0] if removed else None),
-                "replacement_created": at(tl.first(t0, "pod-created", new_name)),
-                "placeholder_preempted": at(preempted),
-                "replacement_bound": at(tl.first(t0, "pod-bound", new_name)),
-                "daemon_on_spare_ready": at(spare_daemon),
-                "replacement_ready": at(tl.first(t0, "pod-ready", new_name)),
-                "spare_entry_ready": at(spare_entry),
-            },
-            preempted="" if preempted is None else f"{preempted.name} ({preempted.detail})",
-            removal=removal,
-            spare_was_warm=spare in self.warm_at_failure,
-            other_racks_marks=others,
-        )
-
-    def _other_rack(self, mark: timeline.Mark, rack: str) -> bool:
-        """Whether a mark concerns a node, pod, daemon or entry of another rack than ``rack``."""
-        if mark.what.startswith("sim-node"):
-            return False
-        if mark.what.startswith(("node-", "entry")):
-            node = mark.name
-        elif mark.what.startswith("daemon-"):
-            d = self.timeline.daemons.get(mark.name)
-            node = str(d.spec.nodeName) if d is not None else mark.detail
-        else:
-            p = self.timeline.pods.get(mark.name)
-            node = str(p.spec.nodeName or "") if p is not None else ""
-            if not node:
-                return not mark.name.startswith((f"train-{rack}-", f"spare-{rack}-"))
-        return self.node_rack.get(node, rack) != rack
 
     async def heal(self, node: str, timeout: float) -> tuple[float, list[timeline.Mark]]:
         """Start ``node`` again; seconds until ``settled``, and the transitions meanwhile."""
