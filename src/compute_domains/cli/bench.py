@@ -30,8 +30,7 @@ from compute_domains.cli import (
     simoptions,
     tools,
 )
-
-_DRIVER_NS = "compute-domains"
+from compute_domains.sim import driver
 
 
 def _table(results: list[dict[str, Any]], workload: str) -> Table:
@@ -164,7 +163,7 @@ def formation_cmd(
         namespace_args=namespace_args,
         release_args=release_args,
         image_map_args=image_map_args,
-        ours_namespace=_DRIVER_NS,
+        ours_namespace=driver.NAMESPACE,
     )
     bin_dir = tools.build_tools(console).bin_dir
     # Sizes are pod counts; the domain spans pods / pods-per-node nodes, 18 to a rack.

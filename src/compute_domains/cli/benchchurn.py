@@ -23,10 +23,7 @@ from rich.table import Table
 from compute_domains.bench import churn
 from compute_domains.cli import benchresults, options, tools
 from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, state, topology
-
-_DRIVER_NS = "compute-domains"
-"""Where the sim installs our chart (as in ``cli/bench.py`` and ``cli/demo.py``)."""
+from compute_domains.sim import driver, lifecycle, state, topology
 
 
 @contextlib.contextmanager
@@ -74,7 +71,7 @@ async def _churn(
                 cycle=k,
                 n=n,
                 ns=spaces[index],
-                driver_ns=_DRIVER_NS,
+                driver_ns=driver.NAMESPACE,
                 node_roots=roots,
             )
             verdict = "ok" if not cycle.problems else f"FAILED: {'; '.join(cycle.problems)}"

@@ -25,10 +25,9 @@ from compute_domains.bench import scenario as scenario_mod
 from compute_domains.cli import options, simoptions, tools, viewmodel, views
 from compute_domains.cli import scenario as scenario_cli
 from compute_domains.infra import kube
-from compute_domains.sim import lifecycle, state, topology
+from compute_domains.sim import driver, lifecycle, state, topology
 
 _EXAMPLE = "examples/compute-domain-0.yaml"
-_DRIVER_NS = "compute-domains"
 
 
 def _kubectl(bins: Path, kubeconfig: Path, *args: str, check: bool = True) -> str:
@@ -53,7 +52,7 @@ async def _snapshot(kubeconfig: Path) -> dict[str, Any]:
         daemons = [
             p.to_dict()
             async for p in client.list(
-                Pod, namespace=_DRIVER_NS, labels={names.COMPUTE_DOMAIN_LABEL: None}
+                Pod, namespace=driver.NAMESPACE, labels={names.COMPUTE_DOMAIN_LABEL: None}
             )
         ]
         cds: list[dict[str, Any]] = [

@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 RELEASE = "compute-domains"
 
+NAMESPACE = "compute-domains"
+"""The driver namespace the sim installs our chart into (the release namespace)."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class DriverSettings:
@@ -27,7 +30,7 @@ class DriverSettings:
 
     chart: Path
     """The chart folder (``deploy/helm/compute-domains``)."""
-    namespace: str = "compute-domains"
+    namespace: str = NAMESPACE
     """The driver namespace (the release namespace)."""
     timeout_s: int = 300
     """How long helm waits for the driver's pods to be ready."""
