@@ -8,9 +8,10 @@ Modules, one per role:
 
 - ``node``: the pod watch, one worker per pod, pod addresses; ``nodestatus``: the Node object
   and its Lease heartbeat; ``config``: the settings; ``services``: what pods use of their node;
-- ``pods``: one pod from binding to deletion; ``containers``: its containers under their restart
-  policy; ``podstatus``: its status as the kubelet writes it; ``errors``: why a container cannot
-  start yet;
+- ``pods``: one pod from binding to deletion; ``podsandbox``: its sandbox (network-namespace
+  view, NRI sandbox hooks, ``/etc/hosts``); ``containers``: its containers under their restart
+  policy; ``podstatus``: its status as the kubelet writes it; ``statusmanager``: when that status
+  is written; ``errors``: why a container cannot start yet;
 - ``volumes``: pod volumes; ``environment``: a container's env; ``probes``: container probes;
 - ``dra``: the DRA manager, over ``registration`` (plugin sockets), ``claims`` (a pod's claims,
   checked), ``claimcache`` (the ``dra_manager_state`` checkpoint) and ``draplugin`` (the calls);

@@ -1,12 +1,15 @@
 """One pod on a simulated node, from binding to deletion, as a kubelet runs it.
 
-``PodWorker.run()`` sets the pod's sandbox up (address, ``/etc/hosts``, volumes, DRA claims
-prepared through the driver's plugin), runs init containers in order and then the containers
-(``containers.ContainerRunner``: each under its restart policy with back-off and its probes),
-and publishes the pod's status (bursts coalesced into one write). Anything that is not ready
-yet (a missing ConfigMap, a claim the plugin cannot prepare) is reported as a kubelet does
-(event + waiting reason) and retried with back-off. ``terminate()`` stops containers with
-SIGTERM, the grace period, then SIGKILL, unprepares the claims and deletes the pod object.
+``PodWorker.run()`` sets the pod up (volumes, DRA claims prepared through the driver's plugin,
+then its sandbox: ``podsandbox``, with the pod's address and ``/etc/hosts``), runs init
+containers in order and then the containers (``containers.ContainerRunner``: each under its
+restart policy with back-off and its probes), while ``statusmanager.StatusManager`` publishes
+the pod's status (bursts coalesced into one write). Anything that is not ready yet (a missing
+ConfigMap, a claim the plugin cannot prepare) is reported as a kubelet does (event + waiting
+reason) and retried with back-off. ``terminate()`` stops containers with SIGTERM, the grace
+period, then SIGKILL, stops the sandbox, unprepares the claims and deletes the pod object.
+The worker owns the pod's container records, its stop flag and its logger (pod and node keys),
+which its sandbox and status manager log to.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from compute_domains.sim.kubelet import (
     environment,
     errors,
     nri,
+    podsandbox,
     podstatus,
     services,
+    statusmanager,
     volumes,
 )
 
@@ -46,25 +51,20 @@ class PodWorker:
         self.uid, self.name, self.namespace = meta.uid, meta.name, meta.namespace
         self.ip = pod_ip
         self._records: list[podstatus.ContainerRecord] = []
-        self._published: dict[str, str] = {}
-        """Condition type → status this kubelet last wrote (to notice others' rewrites)."""
-        self._written: dict[str, Any] | None = None
-        """The status last written, None when the next one must be written whatever it is."""
-        self._before: dict[str, str] = {}
-        """The conditions of the write before the last (a late echo of it is not a rewrite)."""
-        self._overwritten = 0
-        """How often another writer's conditions arrived (``update``): a write in flight
-        meanwhile is not taken as the server's state."""
-        self._sandbox_ready = False
-        self._since: dict[str, str] = {}
-        self._start_time = podstatus.now()
-        self._message = ""
-        self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._grace = 30.0
         self._gone = False
         self._log = logging.LoggerAdapter(
             logger, {"pod": f"{self.namespace}/{self.name}", "node": svc.name}
+        )
+        self._status = statusmanager.StatusManager(
+            svc,
+            name=self.name,
+            namespace=self.namespace,
+            ip=pod_ip,
+            records=self._records,
+            gone=lambda: self._gone,
+            log=self._log,
         )
         self._containers = containers.ContainerRunner(
             svc, self, self._stop, self._records, self._log
@@ -76,23 +76,10 @@ class PodWorker:
         return self.pod.spec
 
     def update(self, pod: Pod) -> None:
-        """A newer version of the pod object arrived from the watch.
-
-        Someone else may have rewritten our status: the node lifecycle controller marks every
-        pod of a NotReady node ``Ready=False``. Like the kubelet's status manager, republish
-        when the server's conditions differ from what this kubelet last wrote, or pods stay
-        NotReady forever after their node recovers.
-        """
+        """A newer version of the pod object arrived from the watch (its status manager
+        republishes when someone else rewrote our conditions: ``StatusManager.update``)."""
         self.pod = pod
-        server = _conditions(pod)
-        if self._published and any(server.get(k) != v for k, v in self._published.items()):
-            self._written = None
-            # Not the echo of our previous write (before our first: a version without Ready,
-            # from before any write of ours), so someone else's.
-            before: dict[str, str | None] = {**self._before} or {"Ready": None}
-            if any(server.get(k) != v for k, v in before.items()):
-                self._overwritten += 1
-            self.changed()
+        self._status.update(pod)
 
     def terminate(self, grace: float, gone: bool = False) -> None:
         """Begin termination; ``gone`` when the API object was force-deleted already."""
@@ -132,7 +119,7 @@ class PodWorker:
         )
         for rec in self._records:
             podstatus.after_reboot(rec, before.get(rec.name))
-        publisher = asyncio.create_task(self._publisher(), name=f"status:{self.name}")
+        publisher = asyncio.create_task(self._status.run(), name=f"status:{self.name}")
         main = asyncio.create_task(self._lifecycle(), name=f"pod:{self.name}")
         stop = asyncio.create_task(self._stop.wait())
         try:
@@ -144,7 +131,7 @@ class PodWorker:
             await self._containers.kill_all(self._grace)
             main.cancel()
             await asyncio.gather(main, return_exceptions=True)
-            await self._stop_sandbox()
+            await podsandbox.stop(self._svc, self.sandbox(), self._log)
             await self._svc.unprepare(self.pod)
         except asyncio.CancelledError:
             # Node stop (power cut): containers die at once; nothing is reported.
@@ -158,7 +145,7 @@ class PodWorker:
             raise
         finally:
             stop.cancel()
-            self._dirty.set()
+            self._status.changed()
             publisher.cancel()
             await asyncio.gather(publisher, stop, return_exceptions=True)
             self._svc.release_ip(self.ip)
@@ -177,46 +164,7 @@ class PodWorker:
 
     def changed(self) -> None:
         """The pod's status needs publishing (bursts coalesce into one write)."""
-        self._dirty.set()
-
-    async def _publisher(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            if self._gone:
-                continue
-            status = podstatus.build(
-                self._records,
-                sandbox_ready=self._sandbox_ready,
-                pod_ip=self.ip,
-                host_ip=self._svc.ip,
-                start_time=self._start_time,
-                since=self._since,
-                message=self._message,
-            )
-            if status == self._written:
-                # The kubelet's status manager writes a status only when it changed: a probe
-                # or a retry that changes nothing costs the API server and every watcher of
-                # the pod nothing.
-                continue
-            self._before = self._published
-            self._published = {c["type"]: c["status"] for c in status["conditions"]}
-            overwritten = self._overwritten
-            try:
-                await self._svc.client.patch(
-                    Pod.Status, self.name, {"status": status}, namespace=self.namespace
-                )
-                # Someone rewrote our conditions while this write was in flight (its answer can
-                # come after the watch delivered their write): the server's status is not ours,
-                # so the next pass writes again instead of taking it as written.
-                self._written = status if self._overwritten == overwritten else None
-            except httpx.HTTPError as err:
-                if kube.is_not_found(err):
-                    return
-                self._log.warning("status update failed: %s", kube.server_message(err))
-                self._written = None
-                self._dirty.set()
-                await asyncio.sleep(0.5)
+        self._status.changed()
 
     async def _retrying(
         self,
@@ -284,10 +232,16 @@ class PodWorker:
             )
         t_claims = loop.time()
         await self._retrying(
-            self._run_sandbox, "FailedCreatePodSandBox", "waiting for the pod sandbox"
+            lambda: podsandbox.run(
+                self._svc, self.sandbox(), host_network=bool(self.spec.hostNetwork)
+            ),
+            "FailedCreatePodSandBox",
+            "waiting for the pod sandbox",
         )
-        self._write_hosts()
-        self._sandbox_ready = True
+        podsandbox.write_hosts(
+            self.hosts_path(), hostname=self.spec.hostname or self.name, ip=self.ip
+        )
+        self._status.sandbox_ready = True
         self.changed()
         # One line per pod start: where a slow formation spends its time on the node (the
         # benchmarks' per-phase analysis reads it; a real kubelet logs the same steps at -v=3).
@@ -311,44 +265,14 @@ class PodWorker:
 
     def sandbox(self) -> nri.Sandbox:
         """The pod's sandbox as the runtime's NRI plugins see it."""
-        host = bool(self.spec.hostNetwork)
-        return nri.Sandbox(
+        return podsandbox.view(
+            self._svc.root,
             uid=self.uid,
             namespace=self.namespace,
             name=self.name,
             ip=self.ip,
-            netns=None if host else self._svc.root / nri.NETNS_DIR / self.uid,
+            host_network=bool(self.spec.hostNetwork),
         )
-
-    async def _run_sandbox(self) -> None:
-        """The runtime's RunPodSandbox: the network-namespace view, then each NRI plugin's
-        hook (a refusal fails the sandbox; the kubelet retries it)."""
-        if not self._svc.nri_plugins:
-            return
-        if not self.spec.hostNetwork:
-            await asyncio.to_thread(nri.make_netns, self._svc.root, self.uid, self.ip)
-        sandbox = self.sandbox()
-        for plugin in self._svc.nri_plugins:
-            try:
-                await plugin.run_pod_sandbox(sandbox)
-            except nri.NriError as err:
-                raise nri.NriError(
-                    "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to "
-                    f"create pod sandbox: NRI plugin {plugin.name} failed RunPodSandbox: {err}"
-                ) from err
-
-    async def _stop_sandbox(self) -> None:
-        """The runtime's StopPodSandbox: each NRI plugin's hook, then the view goes."""
-        if not self._svc.nri_plugins:
-            return
-        sandbox = self.sandbox()
-        for plugin in self._svc.nri_plugins:
-            try:
-                await plugin.stop_pod_sandbox(sandbox)
-            except nri.NriError as err:
-                # The runtime logs a plugin's StopPodSandbox failure and stops the pod anyway.
-                self._log.warning("NRI plugin %s failed StopPodSandbox: %s", plugin.name, err)
-        await asyncio.to_thread(nri.remove_netns, self._svc.root, self.uid)
 
     async def _prepare(self) -> containers.Claims:
         try:
@@ -360,22 +284,4 @@ class PodWorker:
 
     def hosts_path(self) -> Path:
         """The pod's ``/etc/hosts`` on the node (mounted into each container)."""
-        return self._svc.root / "var/lib/kubelet/pods" / self.uid / "etc-hosts"
-
-    def _write_hosts(self) -> None:
-        name = self.spec.hostname or self.name
-        lines = [
-            "# Kubernetes-managed hosts file.",
-            "127.0.0.1\tlocalhost",
-            "::1\tlocalhost ip6-localhost ip6-loopback",
-            f"{self.ip}\t{name}",
-        ]
-        path = self.hosts_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-
-
-def _conditions(pod: Pod) -> dict[str, str]:
-    """Condition type → status of the pod as the server has it (ours only: no PodScheduled)."""
-    conds = (pod.status.conditions if pod.status else None) or []
-    return {str(c.type): str(c.status) for c in conds if c.type != "PodScheduled"}
+        return podsandbox.hosts_path(self._svc.root, self.uid)

@@ -2,7 +2,7 @@
 
 Pure functions: container state records in, the wire-format ``status`` (phase, conditions,
 container statuses, IPs) out, as the body of a strategic merge patch. The pod worker owns the
-records and publishes what this builds.
+records; its status manager (``statusmanager``) publishes what this builds.
 """
 
 from __future__ import annotations

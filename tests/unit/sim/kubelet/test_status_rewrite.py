@@ -47,7 +47,7 @@ async def test_a_rewrite_during_a_write_in_flight_is_written_over() -> None:
     client = _Client()
     svc = types.SimpleNamespace(name="n1", ip="10.0.0.9", client=client)
     worker = pods.PodWorker(svc, _pod(), "10.0.0.1")  # type: ignore[arg-type]
-    publisher = asyncio.create_task(worker._publisher())
+    publisher = asyncio.create_task(worker._status.run())
     try:
         worker.changed()
         async with asyncio.timeout(1):
