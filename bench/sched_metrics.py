@@ -32,14 +32,14 @@ import time
 from pathlib import Path
 
 from compute_domains.bench.schedevents import keep, less, summary
-from compute_domains.sim import componentmetrics, controlplane, errors
+from compute_domains.sim import componentmetrics, errors, state
 
 
 def _scrape(sim: Path) -> tuple[int, str] | None:
     """The scheduler's pid and its kept lines, or None (no sim yet, between rounds, or gone)."""
     try:
         path = sim / "controlplane" / "endpoints.json"
-        endpoints = controlplane.Endpoints.from_json(path.read_text())
+        endpoints = state.Endpoints.from_json(path.read_text())
         page = componentmetrics.read(endpoints, "kube-scheduler")
         return endpoints.pids["kube-scheduler"], keep(page)
     except (OSError, KeyError, ValueError, TypeError, errors.SimError):

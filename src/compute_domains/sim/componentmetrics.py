@@ -20,7 +20,7 @@ import httpx2 as httpx
 import yaml
 
 from compute_domains.sim import errors
-from compute_domains.sim.controlplane import Endpoints
+from compute_domains.sim.state import Endpoints
 
 TIMEOUT_S = 30.0
 """Bound on one read (a large scheduler's page is a few hundred KiB)."""

@@ -5,9 +5,11 @@ free loopback ports, so several control planes run side by side; certificates, k
 kubeconfigs are generated into the sim's own folder (``pki.ControlPlanePki``); each component
 runs with the command line ``components`` gives it and logs to its own file.
 ``ControlPlane.run()`` starts the components in dependency order, waits for each one's health
-endpoint, publishes the endpoints, and then watches them: a component that dies ends the run
-with its log tail (``restart`` and ``pause`` are fault drills that take one down, or freeze it,
-on purpose: ``sim.drills``, ``cdctl sim control-plane``).
+endpoint (``componentstart``: ports, health, why a start failed; a port another process took
+first means starting again on fresh ports), publishes the endpoints (``endpoints.json``,
+``state.Endpoints``), and then watches them: a component that dies ends the run with its
+log tail (``restart`` and ``pause`` are fault drills that take one down, or freeze it, on
+purpose: ``sim.drills``, ``cdctl sim control-plane``).
 Cancellation stops them in reverse order (SIGTERM, bounded wait, SIGKILL).
 """
 
@@ -16,20 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import signal
-import socket
-import ssl
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx2 as httpx
-
 from compute_domains.containers import procs
-from compute_domains.sim import components, drills, errors, pki
+from compute_domains.sim import components, componentstart, drills, errors, pki, state
 
 logger = logging.getLogger(__name__)
 
@@ -54,66 +51,8 @@ class ControlPlaneSettings:
     """Log verbosity passed to the Kubernetes components (``-v``)."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Endpoints:
-    """Where a running control plane listens; written as ``endpoints.json`` when ready."""
-
-    api_server: str
-    etcd: str
-    admin_kubeconfig: str
-    ca_file: str
-    pids: dict[str, int]
-    metrics: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Component → its ``/metrics`` URL (controller-manager and scheduler; they serve
-    self-signed certificates and need an identity allowed to read them: the admin's)."""
-
-    def to_json(self) -> str:
-        """Serialise for the state folder."""
-        return json.dumps(dataclasses.asdict(self), indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> Endpoints:
-        """Parse what ``to_json`` wrote."""
-        return cls(**json.loads(text))
-
-
 PORT_ATTEMPTS = 3
 """Starts of the control plane when a component finds its chosen port taken."""
-
-_ADDRESS_IN_USE = "address already in use"
-
-
-class PortTaken(errors.SimError):
-    """A component exited at start because another process held the port chosen for it."""
-
-
-def _log_since(path: Path, offset: int) -> str:
-    try:
-        with path.open("rb") as log:
-            log.seek(offset)
-            return log.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def check_port_free(port: int) -> None:
-    """Fail with a clear message when ``127.0.0.1:port`` is already taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError as err:
-            raise errors.SimError(
-                f"port 127.0.0.1:{port} is already in use ({err.strerror}); "
-                "stop whatever holds it or choose another port"
-            ) from err
 
 
 class ControlPlane:
@@ -127,7 +66,7 @@ class ControlPlane:
         self._paused: set[str] = set()
         self._changed = asyncio.Event()
         self.ready = asyncio.Event()
-        self.endpoints: Endpoints | None = None
+        self.endpoints: state.Endpoints | None = None
 
     @property
     def _logs(self) -> Path:
@@ -152,7 +91,7 @@ class ControlPlane:
             try:
                 await self._start_all_once()
                 return
-            except PortTaken as err:
+            except componentstart.PortTaken as err:
                 if attempt == PORT_ATTEMPTS:
                     raise errors.SimError(
                         f"{err}; gave up after {PORT_ATTEMPTS} starts on fresh ports"
@@ -168,9 +107,9 @@ class ControlPlane:
         if not (tls.dir / "ca.crt").exists():
             await asyncio.to_thread(tls.generate)
         if s.api_port is not None:
-            check_port_free(s.api_port)
-        api_port = s.api_port or free_port()
-        etcd_port, etcd_peer = free_port(), free_port()
+            componentstart.check_port_free(s.api_port)
+        api_port = s.api_port or componentstart.free_port()
+        etcd_port, etcd_peer = componentstart.free_port(), componentstart.free_port()
         server = f"https://127.0.0.1:{api_port}"
         kc_dir = s.state_dir / "kubeconfig"
         kc_dir.mkdir(exist_ok=True)
@@ -198,7 +137,7 @@ class ControlPlane:
             health=f"{server}/readyz",
             ca=tls.dir / "ca.crt",
         )
-        kcm_port, sched_port = free_port(), free_port()
+        kcm_port, sched_port = componentstart.free_port(), componentstart.free_port()
         await asyncio.gather(
             self._start(
                 "kube-controller-manager",
@@ -211,7 +150,7 @@ class ControlPlane:
                 health=f"https://127.0.0.1:{sched_port}/healthz",
             ),
         )
-        self.endpoints = Endpoints(
+        self.endpoints = state.Endpoints(
             api_server=server,
             etcd=etcd_url,
             admin_kubeconfig=str(admin),
@@ -319,47 +258,12 @@ class ControlPlane:
     async def _wait_healthy(
         self, child: procs.Child, url: str, ca: Path | None, *, log_from: int | None = None
     ) -> None:
-        """Until ``url`` answers 200; a child that exits first fails the start, with
-        :class:`PortTaken` when the log it wrote from byte ``log_from`` on (None: not asked)
-        says its port was taken."""
-        # Local health endpoints only; controller-manager and scheduler serve self-signed
-        # certificates they generate themselves, so those checks skip verification.
-        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca)) if ca else False
-        deadline = time.monotonic() + self._s.start_timeout_s
-        delay = 0.05
-        async with httpx.AsyncClient(verify=verify, timeout=2.0) as http:
-            while True:
-                if child.proc.returncode is not None:
-                    if log_from is not None and _ADDRESS_IN_USE in _log_since(
-                        child.log_path, log_from
-                    ):
-                        raise PortTaken(f"{child.name} could not bind its port (address in use)")
-                    raise errors.SimError(self._died_message(child))
-                try:
-                    resp = await http.get(url)
-                    if resp.status_code == 200:
-                        logger.info("%s healthy (pid %d)", child.name, child.pid)
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise errors.SimError(
-                        f"{child.name} did not turn healthy within {self._s.start_timeout_s:.0f}s "
-                        f"(log: {child.log_path}):\n{child.log_tail()}"
-                    )
-                # Health endpoints have no watch; a short capped backoff while starting.
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, 0.5)
-
-    def _died_message(self, child: procs.Child) -> str:
-        tail = child.log_tail()
-        hint = ""
-        if _ADDRESS_IN_USE in tail:
-            hint = " (a port it needs is in use by another process)"
-        return (
-            f"{child.name} exited with code {child.proc.returncode}{hint}; "
-            f"log {child.log_path}:\n{tail}"
+        """Until ``url`` answers 200 (``componentstart.wait_healthy``: a child that exits
+        first fails the start, with ``PortTaken`` when its port was taken)."""
+        await componentstart.wait_healthy(
+            child, url, ca, timeout_s=self._s.start_timeout_s, log_from=log_from
         )
+        logger.info("%s healthy (pid %d)", child.name, child.pid)
 
     async def _watch_children(self) -> None:
         while True:
@@ -373,7 +277,7 @@ class ControlPlane:
                     fut.cancel()
             dead = [waits[f] for f in done if f in waits and waits[f].name not in self._restarting]
             if dead:
-                raise errors.SimError(self._died_message(dead[0]))
+                raise errors.SimError(componentstart.died_message(dead[0]))
             if not self._restarting or changed in done:
                 continue
             # A component is being restarted on purpose: wait until that is over.

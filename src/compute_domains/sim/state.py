@@ -1,9 +1,10 @@
 """The on-disk record of one simulated cluster: where it lives and what runs there.
 
-``<home>/sims/<name>/`` holds ``state.json`` (the supervisor's pid and phase), the control
-plane's folder (certificates, kubeconfigs, etcd data, logs) and the supervisor's own log. The
-record is what lets ``cdctl sim down`` stop a sim started by another shell, and lets ``up``
-tell a running sim from the remains of one that was killed.
+``<home>/sims/<name>/`` holds ``state.json`` (the supervisor's pid and phase, ``SimState``),
+the control plane's folder (certificates, kubeconfigs, etcd data, logs, and ``endpoints.json``:
+where its components listen, ``Endpoints``, written by ``controlplane.ControlPlane``) and the
+supervisor's own log. The record is what lets ``cdctl sim down`` stop a sim started by another
+shell, and lets ``up`` tell a running sim from the remains of one that was killed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compute_domains.containers import procs
-from compute_domains.sim import controlplane
 
 Phase = Literal["starting", "ready", "failed", "stopping"]
 
@@ -57,11 +57,11 @@ class SimPaths:
         """A node's root folder (the real short path, usable for unix sockets)."""
         return (self.root / "nodes").resolve() / node
 
-    def endpoints(self) -> controlplane.Endpoints | None:
+    def endpoints(self) -> Endpoints | None:
         """The control plane's endpoints once it was ready, else None."""
         path = self.control_plane / "endpoints.json"
         try:
-            return controlplane.Endpoints.from_json(path.read_text())
+            return Endpoints.from_json(path.read_text())
         except (OSError, ValueError, TypeError):
             return None
 
@@ -81,6 +81,29 @@ class SimState:
     def with_phase(self, phase: Phase, error: str = "") -> SimState:
         """A copy in another phase."""
         return dataclasses.replace(self, phase=phase, error=error)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoints:
+    """Where a running control plane listens; written as ``endpoints.json`` when ready."""
+
+    api_server: str
+    etcd: str
+    admin_kubeconfig: str
+    ca_file: str
+    pids: dict[str, int]
+    metrics: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Component → its ``/metrics`` URL (controller-manager and scheduler; they serve
+    self-signed certificates and need an identity allowed to read them: the admin's)."""
+
+    def to_json(self) -> str:
+        """Serialise for the state folder."""
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Endpoints:
+        """Parse what ``to_json`` wrote."""
+        return cls(**json.loads(text))
 
 
 def write_state(paths: SimPaths, state: SimState) -> None:

@@ -1,6 +1,6 @@
 """A port chosen for a control-plane component but bound by someone else first.
 
-``controlplane.free_port`` finds a port nobody holds at that moment; another process can bind
+``componentstart.free_port`` finds a port nobody holds at that moment; another process can bind
 it before kube-apiserver does (seen once in six CI runs: the API server exited with "address
 already in use" and the test's set-up failed). Here the port handed to the API server is held
 by a listening socket of the test: the real kube-apiserver exits on it, and the control plane
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.sim import controlplane, toolchain
+from compute_domains.sim import componentstart, controlplane, toolchain
 
 
 async def test_a_port_taken_before_the_api_server_binds_it_is_chosen_again(
@@ -31,7 +31,7 @@ async def test_a_port_taken_before_the_api_server_binds_it_is_chosen_again(
         holder.listen()
         taken: int = holder.getsockname()[1]
         chosen: list[int] = []
-        real = controlplane.free_port
+        real = componentstart.free_port
 
         def first_one_taken() -> int:
             # The first port chosen is the API server's (the settings name none).
@@ -39,7 +39,7 @@ async def test_a_port_taken_before_the_api_server_binds_it_is_chosen_again(
             chosen.append(port)
             return port
 
-        monkeypatch.setattr(controlplane, "free_port", first_one_taken)
+        monkeypatch.setattr(componentstart, "free_port", first_one_taken)
         cp = controlplane.ControlPlane(
             controlplane.ControlPlaneSettings(
                 state_dir=sim_home / "port-taken", bin_dir=toolset.bin_dir
