@@ -1,23 +1,21 @@
 """The node agent: many simulated nodes in one process, with their folders and credentials.
 
-For each node of the shape it prepares the node's "host" filesystem (kubelet folders, CDI
-folders, a boot id, and the NVIDIA driver installation with its procfs stand-ins as a GB200 host
-has them, ``sim.driverroot``), issues the node's client and serving certificates from the sim's CA,
-and runs a ``SimNode``. Node faults (stop, start, reboot) act on one node without touching the
-others.
+For each node of the shape it prepares the node's "host" filesystem and issues the node's
+client and serving certificates from the sim's CA (``sim.noderoot``: kubelet and CDI folders,
+a boot id, the NVIDIA driver installation as a GB200 host has it), builds the node's API
+client and container runtime, and runs a ``SimNode``. Node faults (stop, start, reboot) act on
+one node without touching the others.
 
 With virtual nodes the agent is the node host that owns the process's shared caches
 (``infra.kube.informers.Informers``, issue 28): one list+watch per kind (bound pods, Nodes, our
 driver's ResourceSlices, cliques, ComputeDomains) serves every simulated kubelet and every
 in-process plugin, daemon and agent of the host, as controller-runtime's manager serves every
 controller of a process. It reads with the host's own identity (a client certificate of the
-sim's CA in ``system:masters``, as kwok reads with its own), since one watch cannot carry the
-credentials of each node and pod it serves; each component still writes, and reads what it
-does not follow, with its own credentials, so the Node authorizer, NodeRestriction and the
-chart's RBAC still apply to every write. Process-mode nodes keep one watch per component.
-
-Node roots live under a short ``/tmp/cd-<hash>/`` folder because unix socket paths of kubelet
-plugins must stay under 108 bytes.
+sim's CA in ``system:masters``, as kwok reads with its own: ``noderoot.host_kubeconfig``),
+since one watch cannot carry the credentials of each node and pod it serves; each component
+still writes, and reads what it does not follow, with its own credentials, so the Node
+authorizer, NodeRestriction and the chart's RBAC still apply to every write. Process-mode
+nodes keep one watch per component.
 """
 
 from __future__ import annotations
@@ -25,84 +23,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
-import hashlib
 import logging
-import os
-import shutil
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
 
 from lightkube import AsyncClient
 
 from compute_domains.containers import runtime, virtual
-from compute_domains.infra import atomicfile, kube
+from compute_domains.infra import kube
 from compute_domains.infra.kube import informers as kube_informers
-from compute_domains.sim import driverroot, images, pki, topology
+from compute_domains.sim import agentconfig, images, noderoot, topology
 from compute_domains.sim.dranet import service as dranet
 from compute_domains.sim.kubelet import config, node, nri, server
-from compute_domains.sim.nvml import config as nvml_config
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class AgentSettings:
-    """What the agent needs to run a shape of nodes."""
-
-    shape: topology.Shape
-    sim_root: Path
-    """The sim's folder (``nodes`` there links to the node roots)."""
-    pki_dir: Path
-    """The control plane's PKI folder (CA that signs node certificates)."""
-    api_server: str
-    """``https://127.0.0.1:<port>``."""
-    isolate: bool
-    """Private mount namespaces for containers (root only)."""
-    nvml_lib_dir: Path | None = None
-    """Folder holding the NVML stand-in ``libnvidia-ml.so.1`` (copied into every node's driver
-    root); None leaves nodes without NVML."""
-    stand_in_bin: Path | None = None
-    """Folder with the workload stand-ins put on the PATH of user images (never IMEX)."""
-    image_map: Mapping[str, Path] = dataclasses.field(default_factory=dict)
-    """Image repository → folder of its files (``sim.images``)."""
-    address_slot: int = 0
-    """Loopback address slot of this sim (``sim.slots``)."""
-    releases: Mapping[str, Path] = dataclasses.field(default_factory=dict)
-    """Project image tag → ``bin`` folder of an earlier release (``sim.releases``); none by
-    default, so every tag runs this installation."""
-    kubelet: config.KubeletSettings = dataclasses.field(default_factory=config.KubeletSettings)
-    virtual_nodes: bool = False
-    """Virtual nodes: containers whose program is known run as tasks of this process
-    (``containers.virtual``); False: every container is a process."""
-    programs: virtual.Programs | None = None
-    """With ``virtual_nodes``: the in-process programs (``pause`` always is one)."""
-    nodes: frozenset[str] | None = None
-    """The nodes this agent runs (a node host's share, ``sim.hosts``); None: the whole shape."""
-    shared_informers: bool = True
-    """With ``virtual_nodes``: one watch per kind for the whole host (the module docstring);
-    False: every in-process component opens its own, as in process mode (a measurement's
-    baseline)."""
-    dranet: bool = False
-    """Run DRANET's stand-in (``sim.dranet``) on the GPU nodes: the ``dra.net`` DRA driver
-    with each node's RDMA NICs. Its namespace and RBAC must exist (``dranet.install``)."""
-
-
-def nodes_base(sim_root: Path) -> Path:
-    """Short folder holding every node root of one sim."""
-    digest = hashlib.sha256(str(sim_root.resolve()).encode()).hexdigest()[:8]
-    return Path("/tmp") / f"cd-{digest}"
-
-
-def prepare_base(sim_root: Path) -> Path:
-    """Create the nodes' short folder and the sim folder's ``nodes`` link to it."""
-    base = nodes_base(sim_root)
-    base.mkdir(parents=True, exist_ok=True)
-    link = sim_root / "nodes"
-    if not link.is_symlink():
-        link.symlink_to(base)
-    return base
 
 
 def install_executor(nodes: int) -> None:
@@ -125,9 +58,9 @@ def install_executor(nodes: int) -> None:
 class NodeAgent:
     """Runs the shape's nodes until cancelled; offers per-node faults."""
 
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: agentconfig.AgentSettings) -> None:
         self._s = settings
-        self.base = nodes_base(settings.sim_root)
+        self.base = noderoot.nodes_base(settings.sim_root)
         self.specs = {
             spec.name: spec
             for spec in topology.all_nodes(settings.shape, settings.address_slot)
@@ -152,71 +85,28 @@ class NodeAgent:
         """A node's root folder."""
         return self.base / name
 
-    def _prepare_root(self, spec: topology.NodeSpec, new_boot: bool) -> Path:
-        root = self.root_of(spec.name)
-        for sub in (
-            "var/lib/kubelet/plugins",
-            "var/lib/kubelet/plugins_registry",
-            "var/run/cdi",
-            "etc/cdi",
-            "var/log/pods",
-            "proc/sys/kernel/random",
-            "etc/kubernetes",
-            "containers",
-        ):
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        boot = root / "proc/sys/kernel/random/boot_id"
-        if new_boot:
-            # /var/run is a tmpfs: a reboot empties it (pod network namespaces, DRANET's store).
-            shutil.rmtree(root / "var/run/netns", ignore_errors=True)
-            shutil.rmtree(root / "var/run/dranet", ignore_errors=True)
-        if new_boot or not boot.exists():
-            atomicfile.write_atomic(boot, f"{uuid.uuid4()}\n", durable=False)
-        lib = self._s.nvml_lib_dir
-        if spec.gpus:  # the control-plane node has no GPU, hence no NVIDIA driver
-            driverroot.layout(
-                root,
-                topology.nvml_for(spec),
-                None if lib is None else lib / nvml_config.LIBRARY_NAME,
-            )
-        return root
-
     def _credentials(self, spec: topology.NodeSpec, root: Path) -> tuple[Path, server.TlsFiles]:
-        ca = pki.KeyPair(
-            (self._s.pki_dir / "ca.crt").read_bytes(), (self._s.pki_dir / "ca.key").read_bytes()
-        )
-        kc = root / "etc/kubernetes/kubelet.conf"
         # Fresh credentials once per agent: a folder left by an earlier sim at the same path
         # would otherwise point the node at that sim's API server and CA.
-        if spec.name not in self._credentialed:
-            client = pki.issue(
-                ca, f"system:node:{spec.name}", organizations=("system:nodes",), client=True
-            )
-            kc.touch(mode=0o600)
-            kc.write_text(
-                pki.kubeconfig(
-                    server=self._s.api_server,
-                    ca_pem=ca.cert_pem,
-                    client=client,
-                    user=f"system:node:{spec.name}",
-                )
-            )
-            serving = pki.issue(
-                ca, spec.name, server=True, dns_names=(spec.name,), ip_addresses=(spec.address,)
-            )
-            serving.write(root / "etc/kubernetes", "kubelet")
-            (root / "etc/kubernetes/ca.crt").write_bytes(ca.cert_pem)
-            self._credentialed.add(spec.name)
-        tls = server.TlsFiles(
-            cert=root / "etc/kubernetes/kubelet.crt",
-            key=root / "etc/kubernetes/kubelet.key",
-            ca=root / "etc/kubernetes/ca.crt",
+        kc, tls = noderoot.credentials(
+            root,
+            spec,
+            pki_dir=self._s.pki_dir,
+            api_server=self._s.api_server,
+            fresh=spec.name not in self._credentialed,
         )
+        self._credentialed.add(spec.name)
         return kc, tls
 
     async def _make_node(self, name: str, new_boot: bool = False) -> node.SimNode:
         spec = self.specs[name]
-        root = await asyncio.to_thread(self._prepare_root, spec, new_boot)
+        root = await asyncio.to_thread(
+            noderoot.prepare_root,
+            self.root_of(spec.name),
+            spec,
+            new_boot=new_boot,
+            nvml_lib_dir=self._s.nvml_lib_dir,
+        )
         kc, tls = await asyncio.to_thread(self._credentials, spec, root)
         # Kept past the Lease interval: a kubelet holds its API connection (1,152 nodes
         # reconnecting for every renewal spent a third of the sim's loop on TLS handshakes);
@@ -333,25 +223,14 @@ class NodeAgent:
 
     def _host_client(self) -> AsyncClient:
         """The client of the host's shared caches (see the module docstring)."""
-        ca = pki.KeyPair(
-            (self._s.pki_dir / "ca.crt").read_bytes(), (self._s.pki_dir / "ca.key").read_bytes()
-        )
-        ident = f"compute-domains:node-host:{os.getpid()}"
-        kc = self.base / f"node-host-{os.getpid()}.conf"
-        kc.touch(mode=0o600)
-        kc.write_text(
-            pki.kubeconfig(
-                server=self._s.api_server,
-                ca_pem=ca.cert_pem,
-                client=pki.issue(ca, ident, organizations=("system:masters",), client=True),
-                user=ident,
-            )
+        kc = noderoot.host_kubeconfig(
+            self.base, pki_dir=self._s.pki_dir, api_server=self._s.api_server
         )
         return kube.client(kube.KubeSettings(kubeconfig=kc, field_manager="node-host"))
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Start every node (a few at a time), then serve until cancelled."""
-        prepare_base(self._s.sim_root)
+        noderoot.prepare_base(self._s.sim_root)
         install_executor(len(self.specs))
         if self._s.virtual_nodes and self._s.shared_informers:
             host_client = await asyncio.to_thread(self._host_client)

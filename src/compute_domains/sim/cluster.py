@@ -22,6 +22,7 @@ from compute_domains.containers import virtual
 from compute_domains.infra import errors, kube, tasks
 from compute_domains.sim import (
     agent,
+    agentconfig,
     control,
     controlplane,
     hosts,
@@ -263,7 +264,7 @@ class SimCluster:
         slot, _slot_fd = slots.acquire()  # held (fd open) for the supervisor's life
         lib_dir = await asyncio.to_thread(nvml_build.build_library, root / "lib")
         bin_dir = standins.install(root / "bin")
-        agent_settings = agent.AgentSettings(
+        agent_settings = agentconfig.AgentSettings(
             shape=self._s.shape,
             sim_root=root,
             pki_dir=self.paths.control_plane / "pki",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from compute_domains.containers import procs, virtual
-from compute_domains.sim import agent, control, errors, gcpolicy, topology
+from compute_domains.sim import agent, agentconfig, control, errors, gcpolicy, noderoot, topology
 from compute_domains.sim.kubelet import config
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def share(shape: topology.Shape, slot: int, racks_per_host: int) -> list[frozens
     return [frozenset(n) for n in names]
 
 
-def plan_json(settings: agent.AgentSettings) -> str:
+def plan_json(settings: agentconfig.AgentSettings) -> str:
     """The agent settings one host runs, as JSON (its programs table is left out)."""
     s = settings
     return json.dumps(
@@ -92,7 +92,7 @@ def plan_json(settings: agent.AgentSettings) -> str:
     )
 
 
-def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.AgentSettings:
+def settings_from_plan(text: str, programs: virtual.Programs | None) -> agentconfig.AgentSettings:
     """``plan_json``'s settings back, with the host's own programs table."""
     d = json.loads(text)
     shape = dict(d["shape"])
@@ -101,7 +101,7 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
     def path(v: str | None) -> Path | None:
         return None if v is None else Path(v)
 
-    return agent.AgentSettings(
+    return agentconfig.AgentSettings(
         shape=topology.Shape(**shape),
         sim_root=Path(d["sim_root"]),
         pki_dir=Path(d["pki_dir"]),
@@ -122,7 +122,7 @@ def settings_from_plan(text: str, programs: virtual.Programs | None) -> agent.Ag
 
 
 async def serve_host(
-    settings: agent.AgentSettings,
+    settings: agentconfig.AgentSettings,
     sock: Path,
     out: TextIO,
     gc_timings: gcpolicy.Timings | None = None,
@@ -167,7 +167,7 @@ class _Host:
 class NodeHosts:
     """The supervisor's side: starts the hosts, serves their nodes as one ``control.Nodes``."""
 
-    def __init__(self, settings: agent.AgentSettings, racks_per_host: int) -> None:
+    def __init__(self, settings: agentconfig.AgentSettings, racks_per_host: int) -> None:
         self._s = settings
         self._dir = settings.sim_root / "hosts"
         self._specs = {
@@ -212,7 +212,7 @@ class NodeHosts:
     async def run(self, ready: asyncio.Event) -> None:
         """Start every host; set ``ready`` once all nodes registered; stop the hosts when
         cancelled. Raises ``SimError`` when a host exits on its own."""
-        agent.prepare_base(self._s.sim_root)
+        noderoot.prepare_base(self._s.sim_root)
         self._dir.mkdir(parents=True, exist_ok=True)
         try:
             for h in self._hosts:

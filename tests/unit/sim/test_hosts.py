@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compute_domains.sim import agent, hosts, topology
+from compute_domains.sim import agentconfig, hosts, topology
 from compute_domains.sim.kubelet import config
 
 
@@ -29,7 +29,7 @@ def test_hosts_only_for_virtual_nodes_and_by_default_only_above_eight_racks() ->
 
 
 def test_a_plan_round_trips_less_its_programs() -> None:
-    settings = agent.AgentSettings(
+    settings = agentconfig.AgentSettings(
         shape=topology.Shape(racks=2, nodes_per_rack=3, fabric_faults=(("gb200-r0-n01", "error"),)),
         sim_root=Path("/s"),
         pki_dir=Path("/s/pki"),
