@@ -9,7 +9,9 @@ Option grammar (every option repeatable; ``DRIVER`` is a name given with ``--dri
 
 * ``--driver ours`` or ``--driver NAME=CHART`` (a chart folder). Without any ``--driver``
   only ``ours`` runs. ``ours`` is the project's chart and takes no ``=CHART``: a second chart
-  gets its own name, so a table never shows two different things under one name.
+  gets its own name, so a table never shows two different things under one name. A named
+  driver whose chart folder is the project's own (its values compared side by side) starts
+  from ``ours``'s built-in values (the sim's driver root) before its own ``--set``s.
 * ``--set DRIVER:KEY=VALUE``: a ``helm --set`` value for that driver's chart only.
 * ``--release DRIVER:RELEASE``, ``--namespace DRIVER:NAMESPACE``: the release's name (default
   for a named chart: the chart folder's name, as ``helm install`` of a chart is usually
@@ -180,6 +182,14 @@ def _single(option: str, items: Sequence[str], known: dict[str, object]) -> dict
     return out
 
 
+def _same(a: Path, b: Path) -> bool:
+    """Whether two chart folders are one (resolved paths; a missing one is not the same)."""
+    try:
+        return a.resolve(strict=True) == b.resolve(strict=True)
+    except OSError:
+        return False
+
+
 def parse(
     *,
     drivers: Sequence[str],
@@ -213,6 +223,10 @@ def parse(
     out = []
     for name, chart in charts.items():
         base = ours if name == OURS else None
+        # This project's own chart under another name (to compare its values side by side)
+        # still needs the sim's built-in values: without the nodes' driver root its plugins
+        # find no NVML and crash-loop until helm's timeout. Given first, so a --set wins.
+        inherited = ours.values if base is None and _same(chart, ours.chart) else ()
         release = names.get(name) or (base.release if base else chart.name)
         out.append(
             DriverSpec(
@@ -220,7 +234,7 @@ def parse(
                 chart=chart,
                 release=release,
                 namespace=spaces.get(name) or (base.namespace if base else release),
-                values=(*(base.values if base else ()), *values[name]),
+                values=(*(base.values if base else inherited), *values[name]),
                 image_map=(*(base.image_map if base else ()), *maps[name]),
             )
         )

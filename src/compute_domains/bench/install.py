@@ -48,9 +48,13 @@ def helm_argv(helm: Path, kubeconfig: Path, spec: drivers.DriverSpec, timeout_s:
 
 
 async def install(
-    helm: Path, kubeconfig: Path, spec: drivers.DriverSpec, timeout_s: int = 300
+    helm: Path,
+    kubeconfig: Path,
+    spec: drivers.DriverSpec,
+    timeout_s: int = 300,
+    client: AsyncClient | None = None,
 ) -> None:
-    """Run helm for ``spec``.
+    """Run helm for ``spec``; with ``client``, a failure also says why the pods are not Ready.
 
     Raises:
         errors.PermanentError: helm failed (its output's tail is in the message).
@@ -63,10 +67,52 @@ async def install(
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         text = out.decode(errors="replace").strip()
+        # "context deadline exceeded" alone names no pod; what the pods say does.
+        why = await _explain(client, spec.namespace) if client is not None else ""
         raise errors.PermanentError(
             f"helm could not install {spec.name} ({spec.chart}, exit {proc.returncode}):\n"
-            f"{text[-2000:]}"
+            f"{text[-2000:]}{why}"
         )
+
+
+def not_ready(pods: list[dict[str, Any]]) -> tuple[list[str], str | None]:
+    """Pods not Ready, grouped by container and state (``18 pod(s): container plugin
+    CrashLoopBackOff, last exit 1 (Error), up to 7 restarts``), and one crash-looping pod."""
+    groups: dict[str, list[int]] = {}
+    looping: str | None = None
+    for pod in pods:
+        if _ready(pod):
+            continue
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        for cs in statuses or [{"name": "-", "state": {"waiting": {"reason": "not started"}}}]:
+            if cs.get("ready"):
+                continue
+            state = cs.get("state") or {}
+            reason = next((v.get("reason") for v in state.values() if v), None) or "not Ready"
+            text = f"container {cs.get('name')} {reason}"
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            if last:
+                text += f", last exit {last.get('exitCode')} ({last.get('reason')})"
+            groups.setdefault(text, []).append(int(cs.get("restartCount") or 0))
+            if reason == "CrashLoopBackOff" and looping is None:
+                looping = str(pod["metadata"]["name"])
+    lines = [
+        f"{len(restarts)} pod(s): {text}, up to {max(restarts)} restarts"
+        for text, restarts in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    ]
+    return lines, looping
+
+
+async def _explain(client: AsyncClient, namespace: str) -> str:
+    """What the release's pods say after helm gave up; empty if they cannot be read."""
+    try:
+        pods = [p.to_dict() async for p in client.list(Pod, namespace=namespace)]
+    except Exception as err:  # an explanation must never hide helm's own error
+        return f"\n(the release's pods could not be read: {err})"
+    lines, looping = not_ready(pods)
+    if looping is not None:
+        lines.append(f"why it exits: kubectl logs --previous -n {namespace} {looping}")
+    return "".join(f"\n{line}" for line in lines[:6])
 
 
 def _ready(pod: dict[str, Any]) -> bool:

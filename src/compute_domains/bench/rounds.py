@@ -267,6 +267,7 @@ async def run_round(
                 sim.kubeconfig,
                 spec,
                 install_timeout_s(max(sizes, default=0)),
+                client,
             )
             result.install_s = time.monotonic() - t0
             result.ready_s = await install.wait_ready(

@@ -62,6 +62,25 @@ def test_a_named_chart_with_its_values_namespace_and_image_map(
     assert ours.namespace == "compute-domains"
 
 
+def test_our_own_chart_under_another_name_keeps_the_sim_values(tmp_path: Path) -> None:
+    # Without the sims' driver root our plugins find no NVML and crash-loop until helm's
+    # timeout (seen on the 16-core machine: five minutes of device time lost per round).
+    own = tmp_path / "ours-chart"
+    own.mkdir()
+    (own / "Chart.yaml").write_text("name: compute-domains\n")
+    _, resident = drivers.parse(
+        drivers=("ours", f"resident={own}"),
+        sets=("resident:imex.agents=resident", "resident:nvidiaDriverRoot=/elsewhere"),
+        ours=_ours(tmp_path),
+    )
+    assert resident.values == (
+        "nvidiaDriverRoot=/run/nvidia/driver",
+        "imex.agents=resident",
+        "nvidiaDriverRoot=/elsewhere",  # helm takes the last --set: the user's wins
+    )
+    assert (resident.release, resident.namespace) == ("ours-chart", "ours-chart")
+
+
 def test_defaults_and_prefixes(tmp_path: Path, chart: Path, image: Path) -> None:
     _, other = drivers.parse(
         drivers=("ours", f"other={chart}"),

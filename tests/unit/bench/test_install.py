@@ -127,3 +127,36 @@ def test_a_kubelet_that_has_not_registered_the_driver_is_not_ready() -> None:
     # The control-plane node and drivers without a slice on a node are not asked for.
     extra = {"cp": [], "n1": ["compute-domain.nvidia.com", "gpu.nvidia.com"]}
     assert install.missing(**state, registered=both | extra) == []
+
+
+def _pod(name: str, ready: bool, **container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "kubelet-plugin", "ready": ready, **container}],
+        },
+    }
+
+
+def test_a_failed_install_names_the_pods_that_keep_it_from_ready() -> None:
+    # Seen on the 16-core machine: helm said only "context deadline exceeded" after five
+    # minutes, while every plugin pod crash-looped on a missing driver root.
+    looping = {
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+    }
+    pods = [
+        _pod("plugin-a", False, restartCount=7, **looping),
+        _pod("plugin-b", False, restartCount=6, **looping),
+        _pod("plugin-c", False, restartCount=0, state={"waiting": {"reason": "PodInitializing"}}),
+        _pod("agent-a", True, restartCount=0, state={"running": {}}),
+    ]
+    lines, first = install.not_ready(pods)
+    assert lines == [
+        "2 pod(s): container kubelet-plugin CrashLoopBackOff, last exit 1 (Error),"
+        " up to 7 restarts",
+        "1 pod(s): container kubelet-plugin PodInitializing, up to 0 restarts",
+    ]
+    assert first == "plugin-a"
+    assert install.not_ready(pods[3:]) == ([], None)
