@@ -4,11 +4,11 @@
 Issue 28 asks the writes per node of a formation to stay within ±10 % from N = 72 to 4,608. The
 result files of ``cdctl bench formation`` record every request the API server served during the
 formation (``requests_formation``, verb and resource); this prints, per file, driver and N, the
-writes (POST, PUT, PATCH, DELETE, APPLY) per node of each kind, Leases left out as the bench's
-own figure does, with the formation's time beside them. A kind whose writes grow with the
-formation's duration rather than with N (the kubelets' Node status heartbeat, once a minute per
-node) shows as a row that grows from left to right with the time row; ``--without`` leaves such
-kinds out of the total, so the rest can be compared on its own.
+writes (POST, PUT, PATCH, DELETE, as the bench counts them) per node of each kind, Leases left
+out as the bench's own figure does, with the formation's time beside them. A kind whose writes
+grow with the formation's duration rather than with N (the kubelets' Node status heartbeat, once
+a minute per node) shows as a row that grows from left to right with the time row;
+``--without`` leaves such kinds out of the total, so the rest can be compared on its own.
 
 Usage::
 
@@ -22,7 +22,10 @@ import json
 import sys
 from pathlib import Path
 
-WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+"""The verbs the bench counts as writes (``bench/formation.WRITE_VERBS``), so the totals here are
+its ``writes_formation_no_leases``; server-side APPLY (the kubelets' pod status, one a pod) is
+not among them there either."""
 
 
 def per_node(path: Path) -> list[tuple[str, float, dict[str, float]]]:
