@@ -83,10 +83,11 @@ class ControlPlane:
             await self._stop_all()
 
     async def _start_all(self) -> None:
-        # ``free_port`` finds a port nobody holds *now*; another process may bind it before our
-        # component does (seen once in six CI runs: kube-apiserver "address already in use").
-        # Such a start is not a fault of the sim: stop what started and start again on ports
-        # chosen afresh. A port the settings name is never changed (``check_port_free``).
+        # ``componentstart.free_port`` finds a port nobody holds *now*; another process may bind
+        # it before our component does (seen once in six CI runs: kube-apiserver "address already
+        # in use"). Such a start is not a fault of the sim: stop what started and start again on
+        # ports chosen afresh. A port the settings name is never changed
+        # (``componentstart.check_port_free``).
         for attempt in range(1, PORT_ATTEMPTS + 1):
             try:
                 await self._start_all_once()
