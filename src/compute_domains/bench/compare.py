@@ -2,8 +2,8 @@
 ratio of every other driver to ours (the ``sidebyside`` block of docs/benchmarks.md).
 
 Input is a result document of ``cdctl bench formation`` with more than one driver
-(``bench.rounds.document``). A ratio is other ÷ ours of the medians: below 1 the other driver
-is faster (or cheaper) than ours, above 1 it is slower. Pure functions over plain data.
+(``bench.roundresults.document``). A ratio is other ÷ ours of the medians: below 1 the other
+driver is faster (or cheaper) than ours, above 1 it is slower. Pure functions over plain data.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the benchmark pictures show, taken from result documents: curve points and phase bars.
 
-Pure functions over the plain data of ``bench/results/*.json`` (``bench.rounds.document``);
+Pure functions over the plain data of ``bench/results/*.json`` (``bench.roundresults.document``);
 ``bench.draw`` turns their output into PNGs and adds nothing to it, so what a picture shows is
 tested here, apart from the drawing.
 

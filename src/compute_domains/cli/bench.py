@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from compute_domains.bench import compare, drivers, othersims, placement, rounds, settle
+from compute_domains.bench import compare, drivers, othersims, placement, roundresults, settle
 from compute_domains.cli import (
     benchbundle,
     benchchurn,
@@ -169,13 +169,13 @@ def formation_cmd(
     # Sizes are pod counts; the domain spans pods / pods-per-node nodes, 18 to a rack.
     racks = max(1, math.ceil(max(ns) / pods_per_node / 18))
     plan = drivers.plan(specs, repeats)
-    done: list[rounds.RoundResult] = []
+    done: list[roundresults.RoundResult] = []
     busy: list[str] = []
     side = len(specs) > 1 or specs[0].name != drivers.OURS
     kind = "sidebyside" if side else "formation"
 
     def document() -> dict[str, Any]:
-        doc = rounds.document(specs, done)
+        doc = roundresults.document(specs, done)
         doc["nodes_mode"] = nodes_mode
         doc["shared_informers"] = nodes_mode == "virtual" and not own_watches
         doc["pods_per_node"] = pods_per_node  # virtual: node components' CPU is the sim process's

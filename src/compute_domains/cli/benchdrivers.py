@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from compute_domains.bench import drivers, placement, rounds, settle
+from compute_domains.bench import drivers, placement, roundresults, rounds, settle
 from compute_domains.cli import options
 from compute_domains.sim import componentmetrics, driverroot, errors, lifecycle, state, topology
 from compute_domains.sim import driver as driver_mod
@@ -188,7 +188,7 @@ def run_round(
     shared_informers: bool = True,
     workload: placement.Workload = placement.Workload.CLAIMS,
     settling: settle.SettleSettings | None = None,
-) -> rounds.RoundResult:
+) -> roundresults.RoundResult:
     """One round in its own sim; a sim that does not start fails this round, not the rest."""
     load = os.getloadavg()[0]
     try:
@@ -198,7 +198,7 @@ def run_round(
             )
     except errors.SimError as err:
         say(f"round {rnd.index + 1} ({rnd.driver.name}): the sim did not start: {err}")
-        failed = rounds.RoundResult(
+        failed = roundresults.RoundResult(
             index=rnd.index,
             repeat=rnd.repeat,
             driver=rnd.driver.name,

@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from compute_domains.bench import rounds
+from compute_domains.bench import roundresults
 from compute_domains.cli import bench, benchdrivers
 
 
 def _fake_rounds(monkeypatch: pytest.MonkeyPatch, cut_at: int | None) -> list[int]:
     ran: list[int] = []
 
-    def run_round(rnd: Any, **_: Any) -> rounds.RoundResult:
+    def run_round(rnd: Any, **_: Any) -> roundresults.RoundResult:
         if rnd.index == cut_at:
             raise KeyboardInterrupt
         ran.append(rnd.index)
-        return rounds.RoundResult(
+        return roundresults.RoundResult(
             index=rnd.index,
             repeat=rnd.repeat,
             driver=rnd.driver.name,
