@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
-"""The verbs the bench counts as writes (``bench/formation.WRITE_VERBS``), so the totals here are
+"""The verbs the bench counts as writes (``bench/apicounts.WRITE_VERBS``), so the totals here are
 its ``writes_formation_no_leases``; server-side APPLY (the kubelets' pod status, one a pod) is
 not among them there either."""
 

@@ -39,7 +39,7 @@ import pytest
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod
 
-from compute_domains.bench import formation
+from compute_domains.bench import apicounts
 from compute_domains.cli import options
 from compute_domains.infra import kube
 from compute_domains.sim import lifecycle, state, toolchain, topology
@@ -84,7 +84,7 @@ def _sim(toolset: toolchain.Toolset, home: Path, shared: bool) -> Iterator[state
         lifecycle.stop(paths, process=started.process, remove=not keep_sims())
 
 
-def _fetch(paths: state.SimPaths) -> formation.MetricsFetch:
+def _fetch(paths: state.SimPaths) -> apicounts.MetricsFetch:
     async def fetch() -> str:
         return await asyncio.to_thread(helpers.kubectl, paths, "get", "--raw", "/metrics")
 
@@ -94,13 +94,13 @@ def _fetch(paths: state.SimPaths) -> formation.MetricsFetch:
 Check = Callable[[Counter[str]], bool]
 
 
-async def _settled(fetch: formation.MetricsFetch, ok: Check, what: str) -> Counter[str]:
+async def _settled(fetch: apicounts.MetricsFetch, ok: Check, what: str) -> Counter[str]:
     """The watch counts once ``ok(counts)`` holds (watches open a moment after a pod is Ready
     and reconnect now and then: the condition is waited for, not sampled once)."""
     last: list[Counter[str]] = [Counter()]
 
     async def check() -> bool:
-        last[0] = await formation.watch_counts(fetch)
+        last[0] = await apicounts.watch_counts(fetch)
         return ok(last[0])
 
     try:
@@ -120,7 +120,7 @@ async def _measure(
     admin = kube.client(kube.KubeSettings(kubeconfig=paths.kubeconfig, field_manager="tests"))
     try:
         idle = await _settled(fetch, idle_ok, "the idle watch counts")
-        lists0 = (await formation.request_counts(fetch))["LIST computedomains"]
+        lists0 = (await apicounts.request_counts(fetch))["LIST computedomains"]
         await helpers.create_cd(admin, "shared-informers")
         # The controller makes the channel template ``<cd>-rct`` from the CD.
         await admin.create(helpers.workload_deployment("job", "shared-informers-rct", K))
@@ -130,7 +130,7 @@ async def _measure(
             return len(pods) == K and all(helpers.ready(p) for p in pods)
 
         await helpers.within(600, running, f"{K} workload pods Running")
-        lists1 = (await formation.request_counts(fetch))["LIST computedomains"]
+        lists1 = (await apicounts.request_counts(fetch))["LIST computedomains"]
         formed = await _settled(
             fetch,
             lambda c: formed_ok(idle, c),

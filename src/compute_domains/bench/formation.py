@@ -16,9 +16,9 @@ read the daemons' own start-up step timings from their logs (``bench.daemonsteps
 delete both and measure until no daemon pod, clique, node label or claim remains. API
 requests are counted per phase from the kube-apiserver's own ``apiserver_request_total`` (by
 verb and resource), and the API server's open watches (``apiserver_longrunning_requests`` with
-verb WATCH, by resource) are read just before the apply and once formed. Formation timestamps
-are taken when watch events arrive, so the numbers are what a user watching the cluster would
-see, without a sampling period.
+verb WATCH, by resource) are read just before the apply and once formed (both by
+``bench.apicounts``). Formation timestamps are taken when watch events arrive, so the numbers
+are what a user watching the cluster would see, without a sampling period.
 
 Without a ComputeDomain (``placement.Workload`` ``affinity`` or ``plain``) the run measures the
 same pods from the apply to every pod Running and Ready, and the teardown until no pod is left;
@@ -32,17 +32,21 @@ import asyncio
 import dataclasses
 import os
 import statistics
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from compute_domains.bench import channels, daemonsteps, observe, placement, schedevents
+from compute_domains.bench import (
+    apicounts,
+    channels,
+    daemonsteps,
+    observe,
+    placement,
+    schedevents,
+)
 from compute_domains.infra import kube
-
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,75 +119,6 @@ class Run:
     """What the pods asked for (``placement.Workload``); result files without it are claims."""
 
 
-MetricsFetch = Callable[[], Awaitable[str]]
-
-
-def _request_lines(text: str) -> list[tuple[dict[str, str], int]]:
-    """The labels and count of every ``apiserver_request_total`` sample in a ``/metrics`` text."""
-    out = []
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_part, value = line.rsplit(" ", 1)
-        labels = dict(
-            kv.split("=", 1)
-            for kv in labels_part[len("apiserver_request_total{") : -1].replace('"', "").split(",")
-        )
-        out.append((labels, int(float(value))))
-    return out
-
-
-def watch_counts_of(text: str) -> Counter[str]:
-    """resource → watches open now, from ``apiserver_longrunning_requests{verb="WATCH"}``
-    (a gauge the kube-apiserver keeps per group, resource, scope and subresource)."""
-    counts: Counter[str] = Counter()
-    prefix = "apiserver_longrunning_requests{"
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        labels_part, value = line.rsplit(" ", 1)
-        labels = dict(
-            kv.split("=", 1) for kv in labels_part[len(prefix) : -1].replace('"', "").split(",")
-        )
-        if labels.get("verb") == "WATCH" and float(value) > 0:
-            counts[labels.get("resource", "?")] += int(float(value))
-    return counts
-
-
-async def watch_counts(fetch: MetricsFetch) -> Counter[str]:
-    """resource → watches open now (``watch_counts_of`` on the API server's ``/metrics``)."""
-    return watch_counts_of(await fetch())
-
-
-async def request_counts(fetch: MetricsFetch) -> Counter[str]:
-    """``verb resource`` → count, from the API server's ``/metrics`` text."""
-    counts: Counter[str] = Counter()
-    for labels, value in _request_lines(await fetch()):
-        counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += value
-    return counts
-
-
-async def failure_counts(fetch: MetricsFetch) -> Counter[str]:
-    """``verb resource code`` → count of the requests the API server refused (code >= 400):
-    409 Conflict (a lost optimistic-concurrency race), 422 (a failed JSON-patch test), etc."""
-    counts: Counter[str] = Counter()
-    for labels, value in _request_lines(await fetch()):
-        code = labels.get("code", "")
-        if code.isdigit() and int(code) >= 400:
-            counts[f"{labels.get('verb', '?')} {labels.get('resource', '?')} {code}"] += value
-    return counts
-
-
-def _writes(delta: Counter[str], *, leases: bool = True) -> int:
-    """Write requests in ``delta``; ``leases=False`` leaves out Lease renewals, the heartbeat of
-    every node and leader that runs whether or not anything forms."""
-    return sum(
-        v
-        for k, v in delta.items()
-        if k.split(" ", 1)[0] in WRITE_VERBS and (leases or not k.endswith(" leases"))
-    )
-
-
 async def until_done(
     waiting: asyncio.Task[None],
     line: Callable[[], str],
@@ -208,7 +143,7 @@ def formed_line(marks: Mapping[str, float], *, domain: bool) -> str:
 
 async def one_run(
     client: AsyncClient,
-    fetch: MetricsFetch,
+    fetch: apicounts.MetricsFetch,
     n: int,
     *,
     ns: str,
@@ -220,17 +155,17 @@ async def one_run(
     workload: placement.Workload = placement.Workload.CLAIMS,
     progress: Callable[[str], object] | None = None,
     progress_every: float = 15.0,
-    scheduler: MetricsFetch | None = None,
+    scheduler: apicounts.MetricsFetch | None = None,
 ) -> Run:
     """Form a domain of ``n`` pods (or, without a CD, start them), tear it down, return the
     timings; ``on_formed`` is called between the two (e.g. to sample CPU use per phase), and
     ``progress`` every ``progress_every`` seconds of the formation with where it stands;
     ``scheduler`` (kube-scheduler's page) is read before the apply and once formed."""
     load_start = os.getloadavg()[0]
-    watches_idle = await watch_counts(fetch)
+    watches_idle = await apicounts.watch_counts(fetch)
     sim_nodes = len(await kube.list_raw(client, Node))
-    before = await request_counts(fetch)
-    failed_before = await failure_counts(fetch)
+    before = await apicounts.request_counts(fetch)
+    failed_before = await apicounts.failure_counts(fetch)
     sched_before = schedevents.keep(await scheduler()) if scheduler is not None else ""
     uid, observer, waiting = await observe.apply(
         client,
@@ -250,9 +185,9 @@ async def one_run(
         progress(formed_line(marks, domain=uid is not None))
     if on_formed is not None:
         on_formed()
-    mid = await request_counts(fetch)
-    watches_formed = await watch_counts(fetch)
-    failed_mid = await failure_counts(fetch)
+    mid = await apicounts.request_counts(fetch)
+    watches_formed = await apicounts.watch_counts(fetch)
+    failed_mid = await apicounts.failure_counts(fetch)
     # Formed: what the formation made the scheduler re-examine (both pages must be there).
     sched_mid = schedevents.keep(await scheduler()) if scheduler is not None else ""
     sched = schedevents.less(sched_mid, sched_before) if sched_before and sched_mid else ""
@@ -271,7 +206,7 @@ async def one_run(
     except (TimeoutError, kube.KubeError) as err:
         # The formation was measured: keep it, and say what the teardown left or why it failed.
         teardown_problem = str(err)
-    after = await request_counts(fetch)
+    after = await apicounts.request_counts(fetch)
     form_delta = mid - before
     domain = uid is not None  # without a CD its marks are absent: None, not zero
     return Run(
@@ -285,9 +220,9 @@ async def one_run(
         teardown_problem=teardown_problem,
         scheduler_moves=schedevents.moved(sched),
         scheduler_handling_s={e: s for e, (_, s) in schedevents.handling(sched).items()},
-        writes_formation=_writes(form_delta),
-        writes_formation_no_leases=_writes(form_delta, leases=False),
-        writes_teardown=_writes(after - mid),
+        writes_formation=apicounts.count_writes(form_delta),
+        writes_formation_no_leases=apicounts.count_writes(form_delta, leases=False),
+        writes_teardown=apicounts.count_writes(after - mid),
         requests_formation=dict(form_delta.most_common()),
         requests_teardown=dict((after - mid).most_common()),
         failed_formation=dict((failed_mid - failed_before).most_common()),

@@ -28,6 +28,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from compute_domains.bench import (
+    apicounts,
     cpu,
     drivers,
     formation,
@@ -61,11 +62,11 @@ class SimHandle:
     """The 1-minute load average just before the sim started."""
     control_socket: Path | None = None
     """The sim's control socket (which DRA drivers each node's kubelet registered)."""
-    scheduler_metrics: formation.MetricsFetch | None = None
+    scheduler_metrics: apicounts.MetricsFetch | None = None
     """kube-scheduler's ``/metrics`` page ("" when unreadable); None: not recorded."""
 
 
-def _metrics_fetch(sim: SimHandle) -> formation.MetricsFetch:
+def _metrics_fetch(sim: SimHandle) -> apicounts.MetricsFetch:
     async def fetch() -> str:
         res = await asyncio.to_thread(
             subprocess.run,
