@@ -4,7 +4,8 @@ Start-up order (any failure ends ``run`` with an exception; nothing is left list
 1. Hardware discovery (NVML, ``/proc/devices``) in a worker thread; strict fabric checks.
 2. Folders; the checkpoint is opened for the current boot (one NVIDIA's plugin left is taken
    over first, see ``plugin.takeover``; a checkpoint of an earlier boot is reset; a corrupt one
-   stops start-up unless quarantining is enabled); the base CDI spec.
+   stops start-up unless quarantining is enabled); the base CDI spec. Both are
+   ``plugin.startup``'s steps, logged under this module's logger.
 3. The Node's labels (warm spare, shared IMEX) are followed by a watch, seen before anything
    else: the first cleanup's unprepare of a stale claim keeps the folder of the CD the node is
    warm for (a resident agent serves it there, its IMEX config in that folder).
@@ -26,21 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from lightkube import AsyncClient
 
-from compute_domains.infra import bootid, errors, kube, tasks
+from compute_domains.infra import bootid, kube, tasks
 from compute_domains.infra import metrics as infra_metrics
 from compute_domains.infra.kube import informers as kube_informers
 from compute_domains.plugin import (
-    basespec,
-    cdi,
-    checkpointfile,
     cleanup,
     computedomain,
     discovery,
@@ -55,6 +51,7 @@ from compute_domains.plugin import (
     registration,
     resourceslice,
     shared,
+    startup,
     state,
 )
 from compute_domains.plugin.config import PluginSettings
@@ -108,44 +105,11 @@ class Plugin:
             logger.info("identified fabric clique UUID/ID: %s", info.clique_id, extra=extra)
         driverversion.validate(info.driver_version, s.node_name)
         boot_id = await asyncio.to_thread(bootid.read_boot_id, paths.boot_id)
-        await asyncio.to_thread(self._prepare_folders, info.driver_version)
+        await asyncio.to_thread(
+            startup.prepare_folders, paths, info.driver_version, node=s.node_name, log=logger
+        )
         async with kube.client(s.kube) as client:
             await self._serve(client, info, boot_id)
-
-    def _prepare_folders(self, driver_version: str) -> None:
-        paths = self._s.paths
-        extra = {"node": self._s.node_name}
-        paths.local(paths.plugin_dir).mkdir(parents=True, exist_ok=True, mode=0o750)
-        paths.local(paths.domains_dir).mkdir(parents=True, exist_ok=True, mode=0o755)
-        cdi_root = paths.local(paths.cdi_root)
-        cdi_root.mkdir(parents=True, exist_ok=True, mode=0o755)
-        files = basespec.discover(
-            paths.driver_root_view, driver_version, host_dev=paths.local(Path("/"))
-        )
-        logger.info(
-            "driver root %s: %d device nodes, programs %s, %d libraries, %d sockets, "
-            "%d firmware files for the IMEX daemon's base CDI spec",
-            paths.driver_root,
-            len(files.devices),
-            ", ".join(Path(b).name for b in files.binaries) or "none",
-            len(files.libraries),
-            len(files.sockets),
-            len(files.firmware),
-            extra=extra,
-        )
-        if files.missing_imex():
-            # Not fatal: channels still work; only ComputeDomain daemons need IMEX, and they
-            # say so themselves when they cannot start it.
-            logger.warning(
-                "driver root %s has no %s: IMEX daemons on this node cannot start; install "
-                "the driver's IMEX package or set nvidiaDriverRoot to where the driver lives",
-                paths.driver_root,
-                " or ".join(files.missing_imex()),
-                extra=extra,
-            )
-        cdi.CdiWriter(cdi_root).write_base_spec(
-            cdi.build_base_spec(basespec.edits(files, paths.driver_root))
-        )
 
     async def _serve(self, client: AsyncClient, info: discovery.NodeInfo, boot_id: str) -> None:
         s, paths = self._s, self._s.paths
@@ -192,7 +156,13 @@ class Plugin:
             on_checkpoint=self.metrics.observe_checkpoint,
         )
         self.device_state = device_state
-        await self._open_checkpoint(device_state, boot_id)
+        await startup.open_checkpoint(
+            device_state,
+            boot_id,
+            quarantine=s.quarantine_corrupt_checkpoint,
+            node=s.node_name,
+            log=logger,
+        )
         publisher = resourceslice.SlicePublisher(
             client,
             node=s.node_name,
@@ -321,30 +291,6 @@ class Plugin:
                     await server.stop(1.0)
 
             tasks.spawn(tg, "grpc-health", serve_health, log=logger)
-
-    async def _open_checkpoint(self, device_state: state.DeviceState, boot_id: str) -> None:
-        path = device_state.checkpoint_path
-        try:
-            boot = await device_state.open_for_boot(boot_id)
-        except checkpointfile.CheckpointCorruptError as err:
-            if not self._s.quarantine_corrupt_checkpoint:
-                raise errors.ConfigError(
-                    f"{err}; move the file aside (or start with checkpoint quarantining enabled) "
-                    "to start with an empty checkpoint"
-                ) from err
-            moved = await asyncio.to_thread(
-                checkpointfile.quarantine, path, now=datetime.datetime.now(datetime.UTC)
-            )
-            logger.error("quarantined corrupt checkpoint to %s: %s", moved, err)
-            boot = await device_state.open_for_boot(boot_id)
-        if boot.discarded:
-            logger.warning(
-                "Invalidating checkpoint: node rebooted (boot %s → %s); dropped %d claims",
-                boot.previous_boot_id,
-                boot_id,
-                len(boot.discarded),
-                extra={"node": self._s.node_name},
-            )
 
 
 async def _after(delay: float, run: Callable[[], Awaitable[None]]) -> None:
