@@ -8,7 +8,7 @@ and the never-fail rule are ``infra.kube.events.Recorder``'s, shared with every 
 from __future__ import annotations
 
 import dataclasses
-from typing import Final
+from typing import Any, Final
 
 from lightkube.models.core_v1 import ObjectReference
 
@@ -66,6 +66,12 @@ class Target:
             name=self.name,
             uid=self.uid,
         )
+
+
+def target(cd: Any) -> Target:
+    """The Event target of a CD (typed model or raw object)."""
+    meta = cd.metadata
+    return Target(namespace=meta.namespace or "", name=meta.name or "", uid=meta.uid or "")
 
 
 class EventRecorder:

@@ -142,7 +142,7 @@ class Reconciler:
             cd = ComputeDomain.from_resource(raw)
         except DecodeError as err:
             await self._events.emit(
-                statussync.target(raw), events.WARNING, events.INVALID_SPEC, str(err)
+                events.target(raw), events.WARNING, events.INVALID_SPEC, str(err)
             )
             raise errors.PermanentError(str(err)) from err
         admission, refused = await self._scopes.admit(raw, cd)
@@ -164,7 +164,7 @@ class Reconciler:
             failures.append(err)
         try:
             nodes = {n.metadata.name or "": n for n in self._cache.nodes.objects() if n.metadata}
-            await self._warm.apply(domain_uid, warm_plan, nodes, statussync.target(raw))
+            await self._warm.apply(domain_uid, warm_plan, nodes, events.target(raw))
         except errors.ComputeDomainsError as err:
             failures.append(err)
         try:
@@ -223,7 +223,7 @@ class Reconciler:
             self._announced[domain_uid] = announced | set(waited_for)
             logger.info(message, extra={"cd": f"{raw.metadata.namespace}/{raw.metadata.name}"})
             await self._events.emit(
-                statussync.target(raw), events.NORMAL, events.WAITING_FOR_WORKLOAD, message
+                events.target(raw), events.NORMAL, events.WAITING_FOR_WORKLOAD, message
             )
         return True
 
@@ -261,7 +261,7 @@ class Reconciler:
                     message += f"; it adopts NVIDIA's running daemons, kept: {', '.join(kept)}"
                 logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}"})
                 await self._events.emit(
-                    statussync.target(cd), events.NORMAL, events.DAEMONSET_CREATED, message
+                    events.target(cd), events.NORMAL, events.DAEMONSET_CREATED, message
                 )
         elif found[0].metadata.deletionTimestamp is not None:  # type: ignore[union-attr]
             await self._release_terminating(DaemonSet, found[0])
@@ -321,7 +321,7 @@ class Reconciler:
                 "belong to this ComputeDomain; rename one of them"
             )
             await self._events.emit(
-                statussync.target(cd), events.WARNING, events.TEMPLATE_CONFLICT, message
+                events.target(cd), events.WARNING, events.TEMPLATE_CONFLICT, message
             )
             return message
         self._cache.templates.observe(created)

@@ -2,20 +2,17 @@
 
 Reads only the caches (cliques, daemon pods, workload claims, nodes of one CD) and derives the
 status with ``status.derive`` from them and the stored status (which keeps the entries of
-members whose daemon is gone, and says who was a member). Conditions keep their
-``lastTransitionTime`` while their status holds (``conditions.merged``). The write is one
-JSON-patch replace of ``/status`` (so an empty node list really clears ``nodes``), made only
-when the stored status differs, and is put back into the cache at once so the next pass does
-not write it again (and the watch's echo of it starts no pass, ``caches``). A change that is
-only progress (``statuschange.urgent``: an entry appeared, got its index or turned Ready while
-the CD's verdict holds) is written at most once
-per ``status_progress_interval_s`` per CD: a sooner one is deferred by re-enqueueing the CD for
-when the interval is over, so 18 daemons registering and turning Ready one by one make a few
-writes, not 36; a verdict change (Ready, a reason, a Ready member lost) is written at once.
-Node transitions between the stored and the written status become Events: ``NodeJoined`` and
-``NodeLeft`` (one Event for the nodes of one write that stand at the same place),
-``NodeNotReady`` (an entry went from Ready to NotReady, with what is wrong) and ``NodeReady``
-(a member that had gone NotReady is back), one per node.
+members whose daemon is gone, and says who was a member). ``statuswrite`` writes it: conditions
+keep their ``lastTransitionTime`` while their status holds, the write is one JSON-patch replace
+of ``/status`` made only when the stored status differs and put back into the cache at once. A
+change that is only progress (``statuschange.urgent``: an entry appeared, got its index or turned
+Ready while the CD's verdict holds) is written at most once per ``status_progress_interval_s``
+per CD (a sooner one re-enqueues the CD for when the interval is over), so 18 daemons
+registering and turning Ready one by one make a few writes, not 36; a verdict change (Ready, a
+reason, a Ready member lost) is written at once. Node transitions between the stored and the
+written status become Events there: ``NodeJoined`` and ``NodeLeft`` (one Event for the nodes of
+one write that stand at the same place), ``NodeNotReady`` (an entry went from Ready to
+NotReady, with what is wrong) and ``NodeReady`` (a member that had gone NotReady is back).
 
 A per-clique CD (``shared``) is derived by ``sharedstatus`` instead, from the Nodes annotated
 with its channel and their cliques' shared registries (all cached); the write, the pacing and
@@ -32,19 +29,15 @@ index taken, the pod's node not listed) gets a ``CliqueFull`` Event.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from lightkube.types import PatchType
 
 from compute_domains.api import conditions, names, sharedimex
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import (
     ComputeDomain,
     ComputeDomainStatus,
-    ComputeDomainStatusResource,
     DecodeError,
 )
 from compute_domains.controller import (
@@ -56,23 +49,11 @@ from compute_domains.controller import (
     metrics,
     sharedstatus,
     status,
-    statuschange,
+    statuswrite,
 )
 from compute_domains.infra import errors
 
 logger = logging.getLogger(__name__)
-
-
-def _ready_reason(st: ComputeDomainStatus | None) -> str:
-    """``reason: message`` of the Ready condition ("" when there is none)."""
-    cond = st.condition(conditions.READY) if st is not None else None
-    return f"{cond.reason}: {cond.message}" if cond is not None else ""
-
-
-def target(cd: Any) -> events.Target:
-    """The Event target of a CD (typed model or raw object)."""
-    meta = cd.metadata
-    return events.Target(namespace=meta.namespace or "", name=meta.name or "", uid=meta.uid or "")
 
 
 class StatusSync:
@@ -89,15 +70,19 @@ class StatusSync:
         enqueue: Callable[[str, float], None],
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._api = api
         self._cache = cache
         self._settings = settings
         self._events = recorder
-        self._metrics = meter
-        self._enqueue = enqueue
-        self._clock = clock or (lambda: asyncio.get_running_loop().time())
-        self._written_at: dict[str, float] = {}
-        """CD UID → when we last wrote its status (progress writes wait for the interval)."""
+        self._writer = statuswrite.StatusWriter(
+            api=api,
+            cache=cache,
+            interval=settings.status_progress_interval_s,
+            recorder=recorder,
+            meter=meter,
+            enqueue=enqueue,
+            clock=clock or (lambda: asyncio.get_running_loop().time()),
+            log=logger,
+        )
         self._told_blocked: dict[str, set[tuple[str, str, str]]] = {}
         """CD UID → (node, reason, message) of the blocked notes told on it (while they last)."""
 
@@ -184,7 +169,7 @@ class StatusSync:
             full = status.full_clique_nodes(own, pods, max_nodes)
         failures: list[errors.ComputeDomainsError] = []
         try:
-            await self._write_status(cd, previous, derived)
+            await self._writer.write(cd, previous, derived)
         except errors.ComputeDomainsError as err:
             failures.append(err)
         for full_node, clique_id in full:
@@ -192,7 +177,7 @@ class StatusSync:
                 f"clique {clique_id} is full ({max_nodes} nodes); the daemon on node "
                 f"{full_node} cannot join this ComputeDomain"
             )
-            await self._events.emit(target(cd), events.WARNING, events.CLIQUE_FULL, message)
+            await self._events.emit(events.target(cd), events.WARNING, events.CLIQUE_FULL, message)
         await self._tell_blocked(cd, blocked)
         if failures:
             raise failures[0]
@@ -212,7 +197,9 @@ class StatusSync:
                 "its resident agent keeps retrying with backoff"
             )
             logger.warning(text, extra={"cd": f"{cd.namespace}/{cd.name}", "node": node})
-            await self._events.emit(target(cd), events.WARNING, reason or "ImexBlocked", text)
+            await self._events.emit(
+                events.target(cd), events.WARNING, reason or "ImexBlocked", text
+            )
 
     def _node_facts(
         self, domain_uid: str, nodes: set[str], workload: list[Any], shared: bool
@@ -304,72 +291,3 @@ class StatusSync:
             except DecodeError as err:
                 logger.warning("ignoring malformed clique %s: %s", raw.metadata.name, err)
         return out
-
-    async def _write_status(
-        self, cd: ComputeDomain, previous: ComputeDomainStatus | None, derived: status.Derived
-    ) -> None:
-        raw = self._cache.cd(cd.uid)
-        current = raw.get("status") if raw is not None else None
-        stamped = conditions.merged(
-            previous.conditions if previous is not None else (),
-            derived.status.conditions,
-            at=conditions.now(),
-        )
-        desired = dataclasses.replace(derived.status, conditions=stamped)
-        if not statuschange.differs(current, desired):
-            return
-        now = self._clock()
-        interval = self._settings.status_progress_interval_s
-        wait = self._written_at.get(cd.uid, now - interval) + interval - now
-        if wait > 0 and not statuschange.urgent(previous, desired):
-            self._enqueue(cd.uid, wait)  # progress only: written with the next change
-            return
-        patch = [{"op": "add", "path": "/status", "value": desired.to_dict()}]
-        updated = await self._api.patch(
-            ComputeDomainStatusResource,
-            cd.name,
-            patch,
-            namespace=cd.namespace,
-            patch_type=PatchType.JSON,
-        )
-        self._metrics.status_writes.inc()
-        self._cache.cds.observe(updated)
-        self._written_at = {k: t for k, t in self._written_at.items() if now - t < interval}
-        self._written_at[cd.uid] = now
-        log = {"cd": f"{cd.namespace}/{cd.name}"}
-        old_reason = _ready_reason(previous)
-        new_reason = _ready_reason(desired)
-        if previous is None or previous.status is not desired.status or old_reason != new_reason:
-            logger.info(
-                "status %s (%d/%d nodes ready, %s)",
-                desired.status.value,
-                desired.ready_nodes,
-                desired.total_nodes,
-                new_reason,
-                extra=log,
-            )
-        for group in statuschange.grouped(statuschange.transitions(previous, derived)):
-            await self._announce(cd, group)
-
-    async def _announce(self, cd: ComputeDomain, group: list[statuschange.Transition]) -> None:
-        change = group[0]
-        where = statuschange.where(change.entry)
-        nodes = ", ".join(c.node for c in group)
-        if change.kind == "joined":
-            kind, reason = events.NORMAL, events.NODE_JOINED
-            message = f"node{'s' if len(group) > 1 else ''} {nodes} joined ({where})"
-        elif change.kind == "left":
-            kind, reason = events.NORMAL, events.NODE_LEFT
-            message = (
-                f"nodes {nodes} left (their workloads and daemons are gone)"
-                if len(group) > 1
-                else f"node {nodes} left (its workload and daemon are gone)"
-            )
-        elif change.kind == "ready":
-            kind, reason = events.NORMAL, events.NODE_READY
-            message = f"node {change.node} is Ready again ({where})"
-        else:
-            kind, reason = events.WARNING, events.NODE_NOT_READY
-            message = f"node {change.node} is not Ready: {change.why or 'its daemon is not Ready'}"
-        logger.info(message, extra={"cd": f"{cd.namespace}/{cd.name}", "node": nodes})
-        await self._events.emit(target(cd), kind, reason, message)
