@@ -42,7 +42,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from compute_domains.api import agentpods, conditions, names, sharedimex
 from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, peerloss, pending, status, verdict
+from compute_domains.controller import claims, notready, peerloss, pending, status, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,7 +160,7 @@ def derive(
     held_by = held_by or {}
     node_cliques = node_cliques or {}
     served = sorted(served, key=lambda s: s.name)
-    before = status.by_name(previous)
+    before = notready.by_name(previous)
     agents_on: dict[str, list[agentpods.AgentPod]] = {}
     for agent in agents:  # each entry asks about its own node's agents, not all of them
         agents_on.setdefault(agent.node_name, []).append(agent)
@@ -236,7 +236,7 @@ def _unlisted(
     name: str, clique_id: str, before_entries: Mapping[str, ComputeDomainNode]
 ) -> ComputeDomainNode:
     """The NotReady entry of a node without a registry entry: its previous one (from
-    ``before_entries``, ``status.by_name``), or a new one."""
+    ``before_entries``, ``notready.by_name``), or a new one."""
     before = before_entries.get(name)
     if before is not None:
         return dataclasses.replace(before, status=Readiness.NOT_READY)
@@ -263,7 +263,7 @@ def _why(
     agents: Sequence[agentpods.AgentPod],
 ) -> verdict.Why:
     """Why the NotReady entry of ``node`` is NotReady (``agents``: at least those on
-    ``node``; ``before``: ``status.by_name(previous)``)."""
+    ``node``; ``before``: ``notready.by_name(previous)``)."""
     if node not in node_ready:
         return verdict.Why(cause=verdict.Cause.LOST, text="the node is gone")
     if not node_ready[node]:
@@ -275,7 +275,7 @@ def _why(
             cause=verdict.Cause.FULL,
             text=f"clique {full[node]} is full ({max_nodes} slots of its shared IMEX)",
         )
-    cause = verdict.Cause.LOST if status.member(node, previous, before) else verdict.Cause.FORMING
+    cause = verdict.Cause.LOST if notready.member(node, previous, before) else verdict.Cause.FORMING
     if served is None:
         return verdict.Why(
             cause=cause,

@@ -21,6 +21,7 @@ Rules (ours; upstream's §8.2 plus the truthfulness it lacks; docs/status.md for
   NotReady (``PeerUnreachable``) until no counted report names it; it is Ready again only
   while its own daemon, pod and Node say Ready too. Kubernetes may still see its Node Ready.
 - Node names are unique (the list-map key); the first entry of a node wins.
+- Why a NotReady entry is NotReady is ``notready.why``'s.
 - ``status.status`` and the conditions are ``verdict.judge``'s.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, peerloss, pending, verdict
+from compute_domains.controller import claims, notready, peerloss, pending, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,7 +138,7 @@ def _held_entry(
     node_cliques: Mapping[str, str],
 ) -> ComputeDomainNode:
     """The NotReady entry of a node that holds workload but has no daemon entry
-    (``before_entries``: the previous status's entries, ``by_name``)."""
+    (``before_entries``: the previous status's entries, ``notready.by_name``)."""
     before = before_entries.get(node)
     if before is not None:
         return dataclasses.replace(before, status=Readiness.NOT_READY)
@@ -195,13 +196,13 @@ def derive(
     workload_nodes = sorted(held)
     for node in [n for n in entries if n not in held and not node_ready.get(n, False)]:
         del entries[node]  # holds nothing (a warm spare, or its workload left) and is down
-    before = by_name(previous)
+    before = notready.by_name(previous)
     for node in workload_nodes:
         if node not in entries:
             entries[node] = _held_entry(node, before, by_node.get(node, []), node_cliques or {})
     full = full_clique_nodes(cliques, pods, max_nodes)
     registered = {d.node_name for c in cliques for d in c.daemons}
-    context = _Context(
+    context = notready.Context(
         node_ready=node_ready,
         by_node=by_node,
         registered=registered,
@@ -211,10 +212,16 @@ def derive(
         before=before,
         held_by=held_by or {},
     )
-    why = {e.name: _why(e, context) for e in entries.values() if e.status is Readiness.NOT_READY}
+    why = {
+        e.name: notready.why(e, context)
+        for e in entries.values()
+        if e.status is Readiness.NOT_READY
+    }
     for node, reporters in unreachable.items():
-        if why[node].text == _NOT_READY_YET:  # nothing else is wrong with it
-            why[node] = verdict.Why(cause=verdict.Cause.UNREACHABLE, text=_lost_text(reporters))
+        if why[node].text == notready.NOT_READY_YET:  # nothing else is wrong with it
+            why[node] = verdict.Why(
+                cause=verdict.Cause.UNREACHABLE, text=notready.lost_text(reporters)
+            )
     judged = verdict.judge(
         verdict.Facts(
             entries=tuple(entries.values()),
@@ -240,9 +247,6 @@ def derive(
     return Derived(status=st, why=why)
 
 
-_NOT_READY_YET = "its IMEX daemon is not Ready yet"
-
-
 def _unreachable(
     cliques: Sequence[ComputeDomainClique], entries: Mapping[str, ComputeDomainNode]
 ) -> peerloss.Reports:
@@ -258,91 +262,6 @@ def _unreachable(
             if ready.get(node):
                 out[node] = reporters
     return out
-
-
-def _lost_text(reporters: Mapping[str, str]) -> str:
-    since = min(reporters.values())
-    return (
-        f"its IMEX peers lost their links to it: {', '.join(sorted(reporters))} "
-        f"(since {since}); the Node may still read Ready until its grace runs out"
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Context:
-    node_ready: Mapping[str, bool]
-    by_node: Mapping[str, list[DaemonPod]]
-    registered: Collection[str]
-    full: Mapping[str, str]
-    max_nodes: int
-    previous: ComputeDomainStatus | None
-    before: Mapping[str, ComputeDomainNode]
-    held_by: Mapping[str, str]
-
-
-def by_name(st: ComputeDomainStatus | None) -> dict[str, ComputeDomainNode]:
-    """The entries of ``st`` by node name, the first of a name winning (as ``st.node`` finds
-    it): one dict per pass, so that asking about every entry is not a scan of the list each."""
-    out: dict[str, ComputeDomainNode] = {}
-    for entry in st.nodes if st is not None else ():
-        out.setdefault(entry.name, entry)
-    return out
-
-
-def member(
-    node: str,
-    previous: ComputeDomainStatus | None,
-    before: Mapping[str, ComputeDomainNode] | None = None,
-) -> bool:
-    """Whether ``node`` belonged to the formed domain: Ready in the previous status, or still
-    NotReady there while the domain's reason was already ``NodeNotReady`` or
-    ``PeerUnreachable`` (a member that went away stays one until it is back or leaves).
-    ``before``: ``by_name(previous)``, for callers that ask about many nodes."""
-    if before is not None:
-        entry = before.get(node)
-    else:
-        entry = previous.node(node) if previous is not None else None
-    if entry is None or previous is None:
-        return False
-    if entry.status is Readiness.READY:
-        return True
-    ready = previous.condition(conditions.READY)
-    return ready is not None and ready.reason in (
-        conditions.NODE_NOT_READY,
-        conditions.PEER_UNREACHABLE,
-    )
-
-
-def _why(entry: ComputeDomainNode, ctx: _Context) -> verdict.Why:
-    """Why the NotReady ``entry`` is NotReady."""
-    node = entry.name
-    lost, forming = verdict.Cause.LOST, verdict.Cause.FORMING
-    if node not in ctx.node_ready:
-        return verdict.Why(cause=lost, text="the node is gone")
-    if not ctx.node_ready[node]:
-        return verdict.Why(cause=lost, text="the node is NotReady")
-    if node in ctx.held_by:  # issue 29: its pods wait on a node another CD holds
-        return verdict.Why(cause=verdict.Cause.FORMING, text=ctx.held_by[node])
-    if node in ctx.full:
-        return verdict.Why(
-            cause=verdict.Cause.FULL,
-            text=f"clique {ctx.full[node]} is full ({ctx.max_nodes} slots)",
-        )
-    cause = lost if member(node, ctx.previous, ctx.before) else forming
-    pods = ctx.by_node.get(node) or []
-    if not pods:
-        text = "its IMEX daemon pod is gone" if cause is lost else "waiting for its IMEX daemon pod"
-        return verdict.Why(cause=cause, text=text)
-    pod = next((p for p in pods if p.ip == entry.ip_address), pods[0])
-    if pod.blocked and not pod.ready:  # the daemon says why its IMEX cannot start
-        return verdict.Why(cause=cause, text=pod.blocked)
-    if pod.restarts and not pod.ready:
-        return verdict.Why(
-            cause=lost, text=f"its IMEX daemon is restarting (restart {pod.restarts})"
-        )
-    if pod.clique_id != "" and node not in ctx.registered:
-        return verdict.Why(cause=cause, text="its IMEX daemon has not registered yet")
-    return verdict.Why(cause=cause, text=_NOT_READY_YET)
 
 
 def stale_clique_nodes(clique: ComputeDomainClique, pod_nodes: Collection[str]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from compute_domains.api import names
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import status
+from compute_domains.controller import notready, status
 
 
 def _normalise(raw: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def transitions(old: ComputeDomainStatus | None, new: status.Derived) -> list[Tr
     """Entries that joined, left, went NotReady or came back between two statuses."""
     before = {n.name: n for n in (old.nodes if old is not None else ())}
     after = {n.name: n for n in new.status.nodes}
-    first = status.by_name(old)  # what ``member`` looks up, once instead of a scan per node
+    first = notready.by_name(old)  # what ``member`` looks up, once instead of a scan per node
     out = [Transition(node=k, kind="joined", entry=v) for k, v in after.items() if k not in before]
     out += [Transition(node=k, kind="left", entry=v) for k, v in before.items() if k not in after]
     for name, entry in after.items():
@@ -78,7 +78,7 @@ def transitions(old: ComputeDomainStatus | None, new: status.Derived) -> list[Tr
             why = new.why.get(name)
             text = why.text if why is not None else ""
             out.append(Transition(node=name, kind="not-ready", entry=entry, why=text))
-        elif status.member(name, old, first):
+        elif notready.member(name, old, first):
             out.append(Transition(node=name, kind="ready", entry=entry))
     return sorted(out, key=lambda t: (t.node, t.kind))
 

@@ -9,7 +9,7 @@ import pytest
 from compute_domains.api import conditions, names
 from compute_domains.api.clique import ComputeDomainClique
 from compute_domains.api.computedomain import Readiness
-from compute_domains.controller import claims, peerloss, status
+from compute_domains.controller import claims, notready, peerloss, status
 
 UID = "cd-uid"
 C1 = "cluster.1"
@@ -76,4 +76,4 @@ def test_a_member_its_peers_lost_is_not_ready_with_peer_unreachable() -> None:
     assert cond is not None and cond.reason == "PeerUnreachable"
     assert "node c: its IMEX peers lost their links to it: a, b (since " + SINCE in cond.message
     # A Ready member of the previous status that turns NotReady so is a member that went away.
-    assert status.member("c", st)
+    assert notready.member("c", st)

@@ -17,7 +17,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from compute_domains.api import agentpods, conditions, names, sharedimex
 from compute_domains.api.clique import CliqueDaemon, ComputeDomainClique
 from compute_domains.api.computedomain import ComputeDomainNode, ComputeDomainStatus, Readiness
-from compute_domains.controller import claims, sharedstatus, status, statuschange
+from compute_domains.controller import claims, notready, sharedstatus, status, statuschange
 
 R, N = Readiness.READY, Readiness.NOT_READY
 SMALL, BIG = 180, 720
@@ -194,10 +194,10 @@ def test_transitions_compare_node_names_linearly() -> None:
 def test_member_reads_the_same_with_and_without_the_lookup() -> None:
     count = _Count()
     previous = _forming(count, 40, 20)
-    first = status.by_name(previous)
+    first = notready.by_name(previous)
     for i in range(45):
         name = count.node(i)
-        assert status.member(name, previous, first) == status.member(name, previous)
+        assert notready.member(name, previous, first) == notready.member(name, previous)
 
 
 def _claim(name: str, node: str, version: str) -> Any:
