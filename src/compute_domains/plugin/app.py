@@ -47,6 +47,7 @@ from compute_domains.plugin import (
     grpc_server,
     health,
     metrics,
+    nodeinfo,
     nodewatch,
     registration,
     resourceslice,
@@ -65,7 +66,7 @@ class Plugin:
     def __init__(
         self,
         settings: PluginSettings,
-        hardware: discovery.Discovery,
+        hardware: nodeinfo.Discovery,
         informers: kube_informers.Informers | None = None,
     ) -> None:
         """Args: settings: everything configurable; hardware: discovery (NVML in production);
@@ -87,7 +88,7 @@ class Plugin:
         extra = {"node": s.node_name}
         try:
             info = await asyncio.to_thread(self._discovery.discover)
-        except discovery.DiscoveryError as err:
+        except nodeinfo.DiscoveryError as err:
             seen_at = paths.driver_root_view
             raise discovery.with_driver_root(
                 err, driver_root=paths.driver_root, seen_at=seen_at
@@ -111,7 +112,7 @@ class Plugin:
         async with kube.client(s.kube) as client:
             await self._serve(client, info, boot_id)
 
-    async def _serve(self, client: AsyncClient, info: discovery.NodeInfo, boot_id: str) -> None:
+    async def _serve(self, client: AsyncClient, info: nodeinfo.NodeInfo, boot_id: str) -> None:
         s, paths = self._s, self._s.paths
         publisher: resourceslice.SlicePublisher | None = None
         joiner: eager.SharedLabel | None = None

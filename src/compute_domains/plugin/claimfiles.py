@@ -18,7 +18,7 @@ import shutil
 
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import errors
-from compute_domains.plugin import cdi, checkpoint, configs, discovery, edits
+from compute_domains.plugin import cdi, checkpoint, configs, discovery, edits, nodeinfo
 from compute_domains.plugin.config import PathSettings
 
 _TEMPLATE_FILE = "imexd.cfg.tmpl"
@@ -74,11 +74,11 @@ def remove_domain_dir(paths: PathSettings, domain_uid: str) -> bool:
     return True
 
 
-def _read_capability(paths: PathSettings) -> discovery.CapabilityDevice:
+def _read_capability(paths: PathSettings) -> nodeinfo.CapabilityDevice:
     path = paths.fabric_imex_mgmt
     try:
         return discovery.parse_capability(path.read_text())
-    except (OSError, discovery.DiscoveryError) as err:
+    except (OSError, nodeinfo.DiscoveryError) as err:
         raise errors.TemporaryError(
             f"reading the fabric-imex-mgmt capability {path}: {err}"
         ) from err

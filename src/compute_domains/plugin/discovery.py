@@ -18,22 +18,20 @@ Rules (shared/spec/upstream-plugin-and-daemon.md §2.3, §5.4):
 - Char majors come from the "Character devices:" section of ``/proc/devices``; a name must match
   exactly once. With a clique ID set, both the IMEX-channel and the nvidia-caps majors must exist.
 
-Size: about 320 lines for one role, the node's hardware answer at start-up; the NVML surface it
-reads (the ``Nvml`` protocol) and the fabric rules belong to that one answer.
+The answer's shapes (``NodeInfo``, ``GpuInfo``, ``FabricState``, ``CapabilityDevice``,
+``DiscoveryError``) and the NVML surface it reads (the ``Nvml`` protocol) are ``nodeinfo``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from compute_domains.infra import errors
-from compute_domains.plugin import fabricinfo
+from compute_domains.plugin import fabricinfo, nodeinfo
 
 logger = logging.getLogger(__name__)
 
@@ -47,100 +45,15 @@ _SKIPPED_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})
 _ZERO_UUID = str(uuid.UUID(int=0))
 
 
-class FabricState(enum.IntEnum):
-    """NVML GPU fabric state (``NVML_GPU_FABRIC_STATE_*``)."""
-
-    NOT_SUPPORTED = 0
-    NOT_STARTED = 1
-    IN_PROGRESS = 2
-    COMPLETED = 3
-
-
-class DiscoveryError(errors.ConfigError):
-    """The node's hardware state forbids starting (fabric not ready, cliques disagree, ...)."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class GpuInfo:
-    """One visited GPU."""
-
-    index: int
-    uuid: str
-    pci_bus_id: str
-    name: str
-    fabric_state: FabricState | None
-    """None when NVML reports fabric info as not supported."""
-    cluster_uuid: str = ""
-    """The NVLink cluster UUID; empty when the GPU contributes no clique."""
-    clique: int | None = None
-    """The clique number within the cluster; None when the GPU contributes no clique."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class NodeInfo:
-    """Everything discovery found on this node."""
-
-    driver_version: str
-    gpus: tuple[GpuInfo, ...]
-    clique_id: str
-    """``<clusterUUID>.<cliqueId>``, or empty when the node is not part of an MNNVL domain."""
-    channel_major: int | None
-    """Char major of ``nvidia-caps-imex-channels``; None when absent (allowed without clique)."""
-    caps_major: int | None
-    """Char major of ``nvidia-caps``; None when absent (only allowed without clique)."""
-    binding: fabricinfo.BindingCheck | None = None
-    """The NVML binding and how its fabric structures compare with the C layout."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CapabilityDevice:
-    """The device file of an NVIDIA capability (``/proc/driver/nvidia/capabilities/*``)."""
-
-    minor: int
-    file_mode: int
-    modify: int
-
-
-class Nvml(Protocol):
-    """The part of ``pynvml`` discovery uses (a module or any object with these members)."""
-
-    NVMLError: type[Exception]
-    NVML_SUCCESS: int
-    NVML_ERROR_NOT_SUPPORTED: int
-    NVML_ERROR_FUNCTION_NOT_FOUND: int
-    NVML_INIT_FLAG_NO_GPUS: int
-
-    def nvmlInitWithFlags(self, flags: int) -> None: ...  # noqa: D102
-    def nvmlShutdown(self) -> None: ...  # noqa: D102
-    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...  # noqa: D102
-    def nvmlDeviceGetCount(self) -> int: ...  # noqa: D102
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...  # noqa: D102
-    def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...  # noqa: D102
-    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...  # noqa: D102
-    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...  # noqa: D102
-    def nvmlErrorString(self, result: int) -> str | bytes: ...  # noqa: D102
-
-    # The fabric read also takes the C entry points from the binding's own lookup, by name
-    # (``fabricinfo.LOOKUP``), and with them ``fabricinfo``'s structures.
-
-
-class Discovery(Protocol):
-    """What the plugin needs from hardware discovery (tests pass plain data instead)."""
-
-    def discover(self) -> NodeInfo:
-        """Inspect the node; blocking."""
-        ...
-
-
 class NvmlDiscovery:
-    """``Discovery`` through NVML and ``/proc/devices``."""
+    """``nodeinfo.Discovery`` through NVML and ``/proc/devices``."""
 
     def __init__(
         self,
         *,
         proc_devices: Path = PROC_DEVICES,
         strict_fabric: bool = True,
-        nvml: Nvml | None = None,
+        nvml: nodeinfo.Nvml | None = None,
     ) -> None:
         """Args: proc_devices: device-major table; strict_fabric: the CrashOnNVLinkFabricErrors
         semantics; nvml: the NVML module (default: the real ``pynvml``)."""
@@ -148,12 +61,12 @@ class NvmlDiscovery:
         self._strict = strict_fabric
         self._nvml = nvml
 
-    def discover(self) -> NodeInfo:
+    def discover(self) -> nodeinfo.NodeInfo:
         """Inspect the node (blocking; NVML session opened and closed here).
 
         Raises:
-            DiscoveryError: fabric not ready (strict), cliques disagree, NVML failed, or a needed
-                char major is missing or ambiguous.
+            nodeinfo.DiscoveryError: fabric not ready (strict), cliques disagree, NVML failed,
+                or a needed char major is missing or ambiguous.
         """
         nvml = self._nvml if self._nvml is not None else _real_nvml()
         binding = fabricinfo.check_binding(nvml)  # what was used, for the start log and reports
@@ -163,11 +76,11 @@ class NvmlDiscovery:
         channel_major = find_char_major(text, IMEX_CHANNELS_DEVICE)
         caps_major = find_char_major(text, CAPS_DEVICE)
         if clique_id and (channel_major is None or caps_major is None):
-            raise DiscoveryError(
+            raise nodeinfo.DiscoveryError(
                 f"clique {clique_id} found but {self._proc_devices} lacks "
                 f"'{IMEX_CHANNELS_DEVICE}' or '{CAPS_DEVICE}': is the NVIDIA driver loaded?"
             )
-        return NodeInfo(
+        return nodeinfo.NodeInfo(
             driver_version=driver,
             gpus=gpus,
             clique_id=clique_id,
@@ -181,12 +94,14 @@ LIBRARY_NOT_FOUND = 12
 """``NVML_ERROR_LIBRARY_NOT_FOUND`` (nvml.h): no ``libnvidia-ml.so.1`` could be loaded."""
 
 
-def with_driver_root(err: DiscoveryError, *, driver_root: Path, seen_at: Path) -> DiscoveryError:
+def with_driver_root(
+    err: nodeinfo.DiscoveryError, *, driver_root: Path, seen_at: Path
+) -> nodeinfo.DiscoveryError:
     """``err``, and when NVML's library was not found, where we looked and the chart key that
     moves it (a driver root left at ``/`` under the GPU Operator is the usual cause)."""
     if getattr(err.__cause__, "value", None) != LIBRARY_NOT_FOUND:
         return err
-    hint = DiscoveryError(
+    hint = nodeinfo.DiscoveryError(
         f"{err}; looked for libnvidia-ml.so.1 under the driver root {driver_root} (chart value "
         f"nvidiaDriverRoot; this container sees it at {seen_at}): set nvidiaDriverRoot to the "
         "host folder the NVIDIA driver is installed in ('/' for a driver on the host, "
@@ -196,20 +111,23 @@ def with_driver_root(err: DiscoveryError, *, driver_root: Path, seen_at: Path) -
     return hint
 
 
-def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple[GpuInfo, ...]]:
+def discover_gpus(
+    nvml: nodeinfo.Nvml, *, strict_fabric: bool = True
+) -> tuple[str, tuple[nodeinfo.GpuInfo, ...]]:
     """The driver version and the visited GPUs, in one NVML session (blocking).
 
     Raises:
-        DiscoveryError: an NVML call failed or (strict) the fabric is not in a usable state.
+        nodeinfo.DiscoveryError: an NVML call failed or (strict) the fabric is not in a usable
+            state.
     """
     try:  # before NVML starts: refusing the binding needs no session
         fabricinfo.require_usable(nvml)
     except fabricinfo.BindingError as err:
-        raise DiscoveryError(str(err)) from err
+        raise nodeinfo.DiscoveryError(str(err)) from err
     try:
         nvml.nvmlInitWithFlags(nvml.NVML_INIT_FLAG_NO_GPUS)
     except nvml.NVMLError as err:
-        raise DiscoveryError(f"NVML initialisation failed: {err}") from err
+        raise nodeinfo.DiscoveryError(f"NVML initialisation failed: {err}") from err
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         gpus = []
@@ -221,7 +139,7 @@ def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple
             gpus.append(_gpu(nvml, handle, index, name, strict_fabric))
         return driver, tuple(gpus)
     except (nvml.NVMLError, fabricinfo.CallError) as err:
-        raise DiscoveryError(f"NVML query failed: {err}") from err
+        raise nodeinfo.DiscoveryError(f"NVML query failed: {err}") from err
     finally:
         try:
             nvml.nvmlShutdown()
@@ -229,18 +147,20 @@ def discover_gpus(nvml: Nvml, *, strict_fabric: bool = True) -> tuple[str, tuple
             logger.warning("NVML shutdown failed: %s", err)
 
 
-def clique_id_of(gpus: tuple[GpuInfo, ...]) -> str:
+def clique_id_of(gpus: tuple[nodeinfo.GpuInfo, ...]) -> str:
     """``<clusterUUID>.<cliqueId>`` shared by all GPUs that have one, or empty.
 
     Raises:
-        DiscoveryError: GPUs report more than one cluster UUID or clique.
+        nodeinfo.DiscoveryError: GPUs report more than one cluster UUID or clique.
     """
     seen = {(g.cluster_uuid, g.clique) for g in gpus if g.clique is not None}
     if not seen:
         return ""
     if len(seen) > 1:
         found = ", ".join(sorted(f"{u}.{c}" for u, c in seen))
-        raise DiscoveryError(f"GPUs on this node disagree about their NVLink clique: {found}")
+        raise nodeinfo.DiscoveryError(
+            f"GPUs on this node disagree about their NVLink clique: {found}"
+        )
     cluster, clique = seen.pop()
     return f"{cluster}.{clique}"
 
@@ -249,27 +169,29 @@ def find_char_major(text: str, name: str) -> int | None:
     """The major of char device ``name`` in ``/proc/devices`` content; None when not listed.
 
     Raises:
-        DiscoveryError: the content has no "Character devices:" section followed by a
+        nodeinfo.DiscoveryError: the content has no "Character devices:" section followed by a
             "Block devices:" one, ``name`` is listed more than once, or the major exceeds 32 bits.
     """
     start = text.find("Character devices:")
     end = text.find("Block devices:", start + 1)
     if start < 0 or end < 0:
-        raise DiscoveryError("unexpected /proc/devices layout: missing section headers")
+        raise nodeinfo.DiscoveryError("unexpected /proc/devices layout: missing section headers")
     pattern = re.compile(rf"^\s*(\d+) {re.escape(name)}$", re.MULTILINE)
     majors = [int(m.group(1)) for m in pattern.finditer(text, start, end)]
     if len(majors) > 1:
-        raise DiscoveryError(f"char device {name!r} listed {len(majors)} times in /proc/devices")
+        raise nodeinfo.DiscoveryError(
+            f"char device {name!r} listed {len(majors)} times in /proc/devices"
+        )
     if majors and majors[0] > 0xFFFF_FFFF:
-        raise DiscoveryError(f"char device {name!r} has an out-of-range major {majors[0]}")
+        raise nodeinfo.DiscoveryError(f"char device {name!r} has an out-of-range major {majors[0]}")
     return majors[0] if majors else None
 
 
-def parse_capability(text: str) -> CapabilityDevice:
+def parse_capability(text: str) -> nodeinfo.CapabilityDevice:
     """Parse a capability file's ``Key: Value`` lines (``DeviceFileMinor``/``Mode``/``Modify``).
 
     Raises:
-        DiscoveryError: a key is missing or not a decimal integer.
+        nodeinfo.DiscoveryError: a key is missing or not a decimal integer.
     """
     fields = dict(
         (key.strip(), value.strip())
@@ -277,40 +199,44 @@ def parse_capability(text: str) -> CapabilityDevice:
         if sep
     )
     try:
-        return CapabilityDevice(
+        return nodeinfo.CapabilityDevice(
             minor=int(fields["DeviceFileMinor"]),
             file_mode=int(fields["DeviceFileMode"]),
             modify=int(fields["DeviceFileModify"]),
         )
     except (KeyError, ValueError) as err:
-        raise DiscoveryError(f"invalid NVIDIA capability file: {err!r}") from err
+        raise nodeinfo.DiscoveryError(f"invalid NVIDIA capability file: {err!r}") from err
 
 
-def _gpu(nvml: Nvml, handle: Any, index: int, name: str, strict: bool) -> GpuInfo:
+def _gpu(nvml: nodeinfo.Nvml, handle: Any, index: int, name: str, strict: bool) -> nodeinfo.GpuInfo:
     gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
     bus_id = _text(getattr(nvml.nvmlDeviceGetPciInfo(handle), "busId", b""))
-    base = GpuInfo(index=index, uuid=gpu_uuid, pci_bus_id=bus_id, name=name, fabric_state=None)
+    base = nodeinfo.GpuInfo(
+        index=index, uuid=gpu_uuid, pci_bus_id=bus_id, name=name, fabric_state=None
+    )
     info = _fabric_info(nvml, handle)
     if info is None:
         return base
     where = f"GPU {index} ({gpu_uuid})"
     try:
-        state = FabricState(info.state)
+        state = nodeinfo.FabricState(info.state)
     except ValueError:
-        raise DiscoveryError(f"{where}: NVML reports unknown fabric state {info.state}") from None
+        raise nodeinfo.DiscoveryError(
+            f"{where}: NVML reports unknown fabric state {info.state}"
+        ) from None
     base = dataclasses.replace(base, fabric_state=state)
-    if state is FabricState.NOT_SUPPORTED:
+    if state is nodeinfo.FabricState.NOT_SUPPORTED:
         return base
-    if state is not FabricState.COMPLETED:
+    if state is not nodeinfo.FabricState.COMPLETED:
         if strict:
-            raise DiscoveryError(
+            raise nodeinfo.DiscoveryError(
                 f"{where}: NVLink fabric state is {state.name}; refusing to start until the "
                 "fabric manager finished (or disable strict fabric checks)"
             )
         return base
     if info.status != nvml.NVML_SUCCESS:
         if strict:
-            raise DiscoveryError(
+            raise nodeinfo.DiscoveryError(
                 f"{where}: NVLink fabric registration failed (status {info.status})"
             )
         return base
@@ -320,7 +246,7 @@ def _gpu(nvml: Nvml, handle: Any, index: int, name: str, strict: bool) -> GpuInf
     return dataclasses.replace(base, cluster_uuid=cluster, clique=info.clique_id)
 
 
-def _fabric_info(nvml: Nvml, handle: Any) -> fabricinfo.Reading | None:
+def _fabric_info(nvml: nodeinfo.Nvml, handle: Any) -> fabricinfo.Reading | None:
     """The GPU's fabric answer, or None when NVML does not support it for this GPU."""
     binding: Any = nvml  # has the lookup: discover_gpus checked
     try:
@@ -346,8 +272,8 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _real_nvml() -> Nvml:
+def _real_nvml() -> nodeinfo.Nvml:
     import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
-    nvml: Nvml = pynvml
+    nvml: nodeinfo.Nvml = pynvml
     return nvml

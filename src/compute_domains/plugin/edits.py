@@ -26,7 +26,7 @@ from pathlib import Path
 
 from compute_domains.api.computedomain import ComputeDomain
 from compute_domains.infra import cdispec, errors
-from compute_domains.plugin import cdi, checkpoint, configs, devices, discovery
+from compute_domains.plugin import cdi, checkpoint, configs, devices, nodeinfo
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,7 +39,7 @@ class NodeFacts:
     """Char major of the IMEX channels (required with a clique ID)."""
     caps_major: int | None
     """Char major of ``nvidia-caps`` (required with a clique ID)."""
-    imex_mgmt: discovery.CapabilityDevice | None = None
+    imex_mgmt: nodeinfo.CapabilityDevice | None = None
     """The fabric-imex-mgmt capability (required for daemon claims with a clique ID)."""
 
 

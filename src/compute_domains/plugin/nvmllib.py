@@ -1,4 +1,4 @@
-"""NVML through one named library file: a ``discovery.Nvml`` that is an object, not the process.
+"""NVML through one named library file: a ``nodeinfo.Nvml`` that is an object, not the process.
 
 ``pynvml`` loads one ``libnvidia-ml.so.1`` per process and keeps it in module globals, so a
 process can only ever see one node's NVML. :class:`LibraryNvml` binds the same C entry points
@@ -46,7 +46,7 @@ def find_library(search_path: Iterable[Path]) -> Path | None:
 
 
 class LibraryNvml:
-    """The ``discovery.Nvml`` surface over one library file (loaded at the first call)."""
+    """The ``nodeinfo.Nvml`` surface over one library file (loaded at the first call)."""
 
     NVMLError: type[Exception] = LibraryNvmlError
     NVML_SUCCESS: int = pynvml.NVML_SUCCESS

@@ -23,7 +23,7 @@ from typing import Any
 from compute_domains.api import sharedimex
 from compute_domains.containers import runtime
 from compute_domains.infra import cdispec, errors
-from compute_domains.plugin import cdi, discovery
+from compute_domains.plugin import cdi, discovery, nodeinfo
 from compute_domains.validate import cuda_probe, host, report, scenarios, workloads
 
 EXCHANGE_MOUNT = "/exchange"
@@ -84,7 +84,7 @@ def validate(settings: ChannelSettings, *, nvml: Any | None = None) -> report.Re
     return asyncio.run(run(settings, node))
 
 
-async def run(settings: ChannelSettings, node: discovery.NodeInfo) -> report.Report:
+async def run(settings: ChannelSettings, node: nodeinfo.NodeInfo) -> report.Report:
     """Write the CDI specs, run the workloads, judge them."""
     if node.channel_major is None:
         raise errors.ConfigError(f"/proc/devices lists no {discovery.IMEX_CHANNELS_DEVICE}")
@@ -177,7 +177,7 @@ async def _run_containers(
 
 def build_report(
     settings: ChannelSettings,
-    node: discovery.NodeInfo,
+    node: nodeinfo.NodeInfo,
     work: Sequence[scenarios.Workload],
     ids: Mapping[str, Sequence[str]],
     configs: Mapping[str, runtime.ContainerConfig],

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from compute_domains.infra import errors
-from compute_domains.plugin import discovery
+from compute_domains.plugin import discovery, nodeinfo
 from compute_domains.validate import host, report
 from compute_domains.validate.report import Check, Status
 
@@ -185,7 +185,7 @@ def human_size(size: int) -> str:
 
 
 def build_report(
-    raw: Mapping[str, Any], gpus: Sequence[discovery.GpuInfo], minimum: Threshold | None
+    raw: Mapping[str, Any], gpus: Sequence[nodeinfo.GpuInfo], minimum: Threshold | None
 ) -> report.Report:
     """The report from the workers' results document."""
     n = int(raw["world"])

@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from compute_domains.plugin import basespec, cdi, discovery, fabricinfo
+from compute_domains.plugin import basespec, cdi, discovery, fabricinfo, nodeinfo
 from compute_domains.validate import host, report
 from compute_domains.validate.report import Check, Status
 
@@ -51,7 +51,7 @@ class NodeSettings:
 class NodeFacts:
     """Everything ``build_report`` needs (gathered by ``gather``)."""
 
-    node: discovery.NodeInfo
+    node: nodeinfo.NodeInfo
     strict_error: str
     """The strict discovery's error ("" when the plugin would start)."""
     imex: host.ImexPresence
@@ -67,7 +67,7 @@ def gather(settings: NodeSettings, *, nvml: Any | None = None) -> NodeFacts:
 
     Raises:
         report.NoGpuError: there is no GPU here.
-        discovery.DiscoveryError: even lenient discovery failed (e.g. GPUs disagree on cliques).
+        nodeinfo.DiscoveryError: even lenient discovery failed (e.g. GPUs disagree on cliques).
     """
     host.require_gpus(nvml)
     lenient = discovery.NvmlDiscovery(
@@ -76,7 +76,7 @@ def gather(settings: NodeSettings, *, nvml: Any | None = None) -> NodeFacts:
     strict_error = ""
     try:
         discovery.NvmlDiscovery(proc_devices=settings.proc_devices, nvml=nvml).discover()
-    except discovery.DiscoveryError as err:
+    except nodeinfo.DiscoveryError as err:
         strict_error = str(err)
     return NodeFacts(
         node=lenient,
@@ -275,13 +275,13 @@ def _strict_check(error: str) -> Check:
     )
 
 
-def _fabric_check(gpus: tuple[discovery.GpuInfo, ...]) -> Check:
+def _fabric_check(gpus: tuple[nodeinfo.GpuInfo, ...]) -> Check:
     states = {g.fabric_state for g in gpus}
-    if states == {discovery.FabricState.COMPLETED}:
+    if states == {nodeinfo.FabricState.COMPLETED}:
         return Check(
             name="fabric", status=Status.PASS, detail="NVLink fabric registration completed"
         )
-    if states <= {None, discovery.FabricState.NOT_SUPPORTED}:
+    if states <= {None, nodeinfo.FabricState.NOT_SUPPORTED}:
         return Check(
             name="fabric",
             status=Status.INFO,
@@ -325,7 +325,7 @@ def _imex_text(imex: host.ImexPresence) -> str:
     return "; ".join(parts)
 
 
-def _state(state: discovery.FabricState | None) -> str:
+def _state(state: nodeinfo.FabricState | None) -> str:
     return "n/a" if state is None else state.name
 
 

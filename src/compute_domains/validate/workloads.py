@@ -22,7 +22,7 @@ from pathlib import Path
 from compute_domains.containers import cdi as runtime_cdi
 from compute_domains.containers import runtime
 from compute_domains.infra import atomicfile, cdispec, errors
-from compute_domains.plugin import cdi, discovery
+from compute_domains.plugin import cdi, nodeinfo
 from compute_domains.validate import host
 
 GPU_KIND = "validate.compute-domain.nvidia.com/gpu"
@@ -49,7 +49,7 @@ class HostGpu:
 
 
 def host_gpus(
-    gpus: Sequence[discovery.GpuInfo],
+    gpus: Sequence[nodeinfo.GpuInfo],
     *,
     dev_root: Path = Path("/dev"),
     gpus_dir: Path | None = None,

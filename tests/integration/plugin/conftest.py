@@ -35,7 +35,7 @@ from lightkube.resources.resource_v1 import DeviceClass
 
 from compute_domains.api import crds
 from compute_domains.infra import kube
-from compute_domains.plugin import app, config, discovery
+from compute_domains.plugin import app, config, nodeinfo
 from compute_domains.sim import driverroot, lifecycle, state, toolchain, topology
 from tests.conftest import keep_sims
 from tests.integration.helpers import wait_for, wait_gone
@@ -53,16 +53,16 @@ CAPABILITY = "DeviceFileMinor: 7\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
 class StaticDiscovery:
     """A discovery result given as plain data (what the node's NVML stand-in would answer)."""
 
-    def __init__(self, info: discovery.NodeInfo) -> None:
+    def __init__(self, info: nodeinfo.NodeInfo) -> None:
         self.info = info
 
-    def discover(self) -> discovery.NodeInfo:
+    def discover(self) -> nodeinfo.NodeInfo:
         return self.info
 
 
-def node_info(node: str) -> discovery.NodeInfo:
+def node_info(node: str) -> nodeinfo.NodeInfo:
     spec = next(s for s in topology.nodes(SHAPE) if s.name == node)
-    return discovery.NodeInfo(
+    return nodeinfo.NodeInfo(
         driver_version="580.95.05",
         gpus=(),
         clique_id=spec.clique,

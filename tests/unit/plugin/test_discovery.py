@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from compute_domains.infra import errors
-from compute_domains.plugin import discovery
+from compute_domains.plugin import discovery, nodeinfo
 
 PROC_DEVICES = """Character devices:
   1 mem
@@ -170,7 +170,7 @@ def test_gb200_mnnvl_node_reports_its_clique(tmp_path: Path) -> None:
     assert found.driver_version == "580.159.04"
     assert [g.uuid for g in found.gpus] == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
     assert found.gpus[0].pci_bus_id == "00000000:01:00.0"
-    assert found.gpus[0].fabric_state is discovery.FabricState.COMPLETED
+    assert found.gpus[0].fabric_state is nodeinfo.FabricState.COMPLETED
     assert (found.channel_major, found.caps_major) == (234, 235)
 
 
@@ -212,7 +212,7 @@ def test_no_gpus_is_no_error(tmp_path: Path) -> None:
 def test_strict_mode_refuses_a_fabric_that_is_not_ready(
     tmp_path: Path, gpu: FakeGpu, message: str
 ) -> None:
-    with pytest.raises(discovery.DiscoveryError, match=message) as caught:
+    with pytest.raises(nodeinfo.DiscoveryError, match=message) as caught:
         _discover(tmp_path, FakeNvml([gpu]))
     assert isinstance(caught.value, errors.ConfigError)
 
@@ -237,13 +237,13 @@ def test_lenient_mode_falls_back_to_no_clique(tmp_path: Path, gpu: FakeGpu) -> N
     ids=["clique-differs", "cluster-differs"],
 )
 def test_mixed_cliques_are_an_error(tmp_path: Path, other: FakeGpu) -> None:
-    with pytest.raises(discovery.DiscoveryError, match="disagree"):
+    with pytest.raises(nodeinfo.DiscoveryError, match="disagree"):
         _discover(tmp_path, FakeNvml([FakeGpu(), other]))
 
 
 def test_clique_without_imex_majors_is_an_error(tmp_path: Path) -> None:
     proc = "Character devices:\n195 nvidia\n\nBlock devices:\n"
-    with pytest.raises(discovery.DiscoveryError, match="nvidia-caps-imex-channels"):
+    with pytest.raises(nodeinfo.DiscoveryError, match="nvidia-caps-imex-channels"):
         _discover(tmp_path, FakeNvml([FakeGpu()]), proc=proc)
 
 
@@ -252,7 +252,7 @@ def test_nvml_init_failure_is_a_discovery_error() -> None:
         def nvmlInitWithFlags(self, flags: int) -> None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
 
-    with pytest.raises(discovery.DiscoveryError, match="initialisation"):
+    with pytest.raises(nodeinfo.DiscoveryError, match="initialisation"):
         discovery.discover_gpus(NoDriver([]))
 
 
@@ -283,16 +283,16 @@ def test_find_char_major(text: str, name: str, major: int | None) -> None:
     ids=["duplicate", "no-block-section", "sections-swapped", "too-big"],
 )
 def test_find_char_major_rejects_bad_tables(text: str, message: str) -> None:
-    with pytest.raises(discovery.DiscoveryError, match=message):
+    with pytest.raises(nodeinfo.DiscoveryError, match=message):
         discovery.find_char_major(text, "a")
 
 
 def test_parse_capability_file() -> None:
     text = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
-    assert discovery.parse_capability(text) == discovery.CapabilityDevice(
+    assert discovery.parse_capability(text) == nodeinfo.CapabilityDevice(
         minor=1, file_mode=256, modify=1
     )
-    with pytest.raises(discovery.DiscoveryError):
+    with pytest.raises(nodeinfo.DiscoveryError):
         discovery.parse_capability("DeviceFileMinor: x\n")
 
 
@@ -302,7 +302,7 @@ def test_a_binding_with_the_80_byte_uuid_layout_still_finds_the_clique(tmp_path:
     gpus = [FakeGpu(uuid=f"GPU-{i}") for i in range(4)]
     found = _discover(tmp_path, Nvml13610(gpus))
     assert found.clique_id == f"{CLUSTER}.7"
-    assert {g.fabric_state for g in found.gpus} == {discovery.FabricState.COMPLETED}
+    assert {g.fabric_state for g in found.gpus} == {nodeinfo.FabricState.COMPLETED}
     assert found.binding is not None and found.binding.usable
     assert "clusterUuid 80 bytes, C 16" in found.binding.summary()
 
@@ -314,7 +314,7 @@ def test_the_padding_after_state_is_not_read_as_state(tmp_path: Path) -> None:
 
 
 def test_an_unknown_fabric_state_is_a_discovery_error(tmp_path: Path) -> None:
-    with pytest.raises(discovery.DiscoveryError, match="unknown fabric state 9"):
+    with pytest.raises(nodeinfo.DiscoveryError, match="unknown fabric state 9"):
         _discover(tmp_path, FakeNvml([FakeGpu(state=9)]), strict=False)
 
 
@@ -323,7 +323,7 @@ def test_a_binding_without_the_symbol_lookup_is_refused_before_nvml_starts() -> 
         _nvmlGetFunctionPointer = None  # type: ignore[assignment]
 
     nvml = NoLookup([FakeGpu()])
-    with pytest.raises(discovery.DiscoveryError, match="no _nvmlGetFunctionPointer"):
+    with pytest.raises(nodeinfo.DiscoveryError, match="no _nvmlGetFunctionPointer"):
         discovery.discover_gpus(nvml)
     assert nvml.calls == []
 
@@ -338,7 +338,7 @@ def test_a_missing_nvml_library_names_the_driver_root_and_its_chart_key() -> Non
         nvmllib.LibraryNvmlError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "cannot load x"),
         pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND),
     ):
-        err = discovery.DiscoveryError(f"NVML initialisation failed: {cause}")
+        err = nodeinfo.DiscoveryError(f"NVML initialisation failed: {cause}")
         err.__cause__ = cause
         out = discovery.with_driver_root(err, driver_root=Path("/"), seen_at=Path("/driver-root"))
         text = str(out)
@@ -348,6 +348,6 @@ def test_a_missing_nvml_library_names_the_driver_root_and_its_chart_key() -> Non
         assert "/run/nvidia/driver" in text
         assert out.__cause__ is cause
 
-    other = discovery.DiscoveryError("NVML initialisation failed: Unknown Error")
+    other = nodeinfo.DiscoveryError("NVML initialisation failed: Unknown Error")
     other.__cause__ = pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
     assert discovery.with_driver_root(other, driver_root=Path("/"), seen_at=Path("/")) is other

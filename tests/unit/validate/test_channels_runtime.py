@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_domains.plugin import discovery
+from compute_domains.plugin import nodeinfo
 from compute_domains.validate import channels, report, scenarios
 from compute_domains.validate.report import Status
 
@@ -44,16 +44,16 @@ def _fake_host(root: Path, gpus: int) -> tuple[Path, Path]:
     return dev, info
 
 
-def _node(gpus: int) -> discovery.NodeInfo:
-    return discovery.NodeInfo(
+def _node(gpus: int) -> nodeinfo.NodeInfo:
+    return nodeinfo.NodeInfo(
         driver_version="580.159.04",
         gpus=tuple(
-            discovery.GpuInfo(
+            nodeinfo.GpuInfo(
                 index=i,
                 uuid=f"GPU-{i}",
                 pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
                 name="NVIDIA H200",
-                fabric_state=discovery.FabricState.COMPLETED,
+                fabric_state=nodeinfo.FabricState.COMPLETED,
             )
             for i in range(gpus)
         ),

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from compute_domains.infra import errors
-from compute_domains.plugin import discovery
+from compute_domains.plugin import nodeinfo
 from compute_domains.validate import nccl
 from compute_domains.validate.report import Status
 
@@ -78,7 +78,7 @@ def test_report_from_worker_results() -> None:
         "nccl": "2.28.3",
         "results": [{"size": s, "time_us": s / 350e3, "correct": True} for s in nccl.SIZES],
     }
-    gpu = discovery.GpuInfo(
+    gpu = nodeinfo.GpuInfo(
         index=0, uuid="GPU-0", pci_bus_id="0", name="NVIDIA H200", fabric_state=None
     )
     rep = nccl.build_report(raw, [gpu, gpu], H200)
@@ -117,7 +117,7 @@ def test_a_failing_worker_is_reported_with_its_log(tmp_path: Path) -> None:
 
 def test_single_gpu_report_shows_no_bandwidth() -> None:
     raw = {"world": 1, "results": [{"size": nccl.SIZES[0], "time_us": 24.4, "correct": True}]}
-    gpu = discovery.GpuInfo(
+    gpu = nodeinfo.GpuInfo(
         index=0, uuid="GPU-0", pci_bus_id="0", name="NVIDIA H200", fabric_state=None
     )
     rep = nccl.build_report(raw, [gpu], H200)

@@ -21,12 +21,13 @@ _SCRIPT = """
 import json, sys
 from pathlib import Path
 from compute_domains.plugin import discovery, nvmllib
+from compute_domains.plugin import nodeinfo
 out = []
 for folder in sys.argv[1:]:
     lib = nvmllib.find_library([Path(folder) / "missing", Path(folder)])
     try:
         _, gpus = discovery.discover_gpus(nvmllib.LibraryNvml(lib or Path(folder) / "none.so"))
-    except discovery.DiscoveryError as err:
+    except nodeinfo.DiscoveryError as err:
         out.append({"lib": str(lib), "error": str(err)})
         continue
     out.append({"lib": str(lib), "gpus": len(gpus), "clique": discovery.clique_id_of(gpus)})

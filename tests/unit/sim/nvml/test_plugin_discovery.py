@@ -24,11 +24,12 @@ _SCRIPT = """
 import json, sys
 from pathlib import Path
 from compute_domains.plugin import discovery
+from compute_domains.plugin import nodeinfo
 try:
     info = discovery.NvmlDiscovery(proc_devices=Path(sys.argv[1])).discover()
     print(json.dumps({"clique": info.clique_id, "gpus": len(info.gpus),
                       "channel_major": info.channel_major, "driver": info.driver_version}))
-except discovery.DiscoveryError as err:
+except nodeinfo.DiscoveryError as err:
     print(json.dumps({"error": str(err)}))
 """
 
