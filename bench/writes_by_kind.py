@@ -4,15 +4,16 @@
 Issue 28 asks the writes per node of a formation to stay within ±10 % from N = 72 to 4,608. The
 result files of ``cdctl bench formation`` record every request the API server served during the
 formation (``requests_formation``, verb and resource); this prints, per file, driver and N, the
-writes (POST, PUT, PATCH, DELETE, as the bench counts them) per node of each kind, Leases left
-out as the bench's own figure does, with the formation's time beside them. A kind whose writes
-grow with the formation's duration rather than with N (the kubelets' Node status heartbeat, once
-a minute per node) shows as a row that grows from left to right with the time row;
-``--without`` leaves such kinds out of the total, so the rest can be compared on its own.
+writes per node of each kind as the bench counts them (``compute_domains.bench.writes.writes``:
+POST, PUT, PATCH and DELETE, Leases left out; server-side APPLY is not among them), with the
+formation's time beside them. A kind whose writes grow with the formation's duration rather
+than with N (the kubelets' Node status heartbeat, once a minute per node) shows as a row that
+grows from left to right with the time row; ``--without`` leaves such kinds out of the total,
+so the rest can be compared on its own.
 
 Usage::
 
-    python3 bench/writes_by_kind.py bench/results/dev16-*.json [--without "PATCH nodes"]
+    .venv/bin/python bench/writes_by_kind.py bench/results/dev16-*.json [--without "PATCH nodes"]
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
-"""The verbs the bench counts as writes (``bench/apicounts.WRITE_VERBS``), so the totals here are
-its ``writes_formation_no_leases``; server-side APPLY (the kubelets' pod status, one a pod) is
-not among them there either."""
+from compute_domains.bench import writes
 
 
 def per_node(path: Path) -> list[tuple[str, float, dict[str, float]]]:
@@ -37,14 +35,10 @@ def per_node(path: Path) -> list[tuple[str, float, dict[str, float]]]:
         for run in result.get("runs", []):
             requests = run.get("requests_formation") or {}
             nodes = run["n"] * nodes_per_pod
-            writes = {
-                kind: count / nodes
-                for kind, count in requests.items()
-                if kind.split()[0] in WRITES and not kind.endswith(" leases")
-            }
-            if writes:
+            per_kind = {kind: n / nodes for kind, n in writes.writes(requests).items()}
+            if per_kind:
                 label = f"{path.stem[:24]} {result['driver']} N={run['n']}"
-                rows.append((label, float(run.get("workloads_running_s") or 0.0), writes))
+                rows.append((label, float(run.get("workloads_running_s") or 0.0), per_kind))
     return rows
 
 
@@ -62,9 +56,9 @@ def main() -> None:
     kinds = sorted(
         {k for _, _, w in rows for k in w}, key=lambda k: -max(w.get(k, 0) for _, _, w in rows)
     )
-    for label, seconds, writes in rows:
-        total = sum(writes.values())
-        rest = sum(v for k, v in writes.items() if k not in args.without)
+    for label, seconds, per_kind in rows:
+        total = sum(per_kind.values())
+        rest = sum(v for k, v in per_kind.items() if k not in args.without)
         print(f"{label}: {seconds:.1f} s, {total:.2f} writes/node, {rest:.2f} without the left out")
     width = 10
     print("kind".ljust(30) + "".join(f"run {i + 1}".rjust(width) for i in range(len(rows))))

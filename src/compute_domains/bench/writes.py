@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+from compute_domains.bench.apicounts import WRITE_VERBS
 
 WRITERS: dict[str, tuple[str, str]] = {
     "PATCH pods": (
